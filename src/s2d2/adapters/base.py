@@ -1,0 +1,266 @@
+"""The model adapter layer: how one family of block-diffusion models is called.
+
+Decoders never touch a family's details. They call a :class:`ModelAdapter` through five methods and a
+:class:`KVState` that the adapter owns:
+
+* ``prefill(state, ids, block_size, causal)``: write the prompt's whole blocks into the cache.
+* ``draft(state, pending, block, start, ...)``: one diffusion forward over the current block. Tokens
+  that were committed but are not yet cached (``pending``: the previous block, or nothing) are fed in
+  front of the block and their keys/values are written to the cache in the same forward, so committing
+  a finished block costs no forward of its own. The block itself is never written.
+* ``verify(state, filled, start, slots)``: ONE forward giving the AR-mode (block size 1) distribution
+  for each slot in ``slots``, conditioned on the cache and ``filled[:slot]`` (the block with every
+  masked position filled by its draft). Read only.
+* ``commit(state, ids, start, ...)``: write tokens' keys/values explicitly (rarely needed).
+* ``new_state()``.
+
+All logits come back aligned to block slots: row ``j`` is the model's prediction for the token at slot
+``j``, whatever the family's convention (same-position or shifted). Tensors are 1-D token ids of one
+row; batching can be added later by giving the state a batch dimension.
+
+Attention masks here are boolean ``[queries, keys]`` matrices, True = the query may see the key.
+"""
+
+from __future__ import annotations
+
+import json
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..errors import ModelLoadError
+
+
+@dataclass
+class ModelInfo:
+    """What decoders need to know about a model, family-independent."""
+
+    family: str
+    mask_token_id: int
+    eos_token_ids: list[int]
+    vocab_size: int
+    #: Largest number of positions the model accepts.
+    max_length: int
+    #: Block size the checkpoint was trained/configured with, if it says.
+    default_block_size: int | None = None
+    #: True when logits at position i-1 predict token i (Fast-dLLM v2).
+    shifted: bool = False
+    pad_token_id: int | None = None
+    bos_token_id: int | None = None
+
+
+@dataclass
+class KVState:
+    """Per-row decoding state owned by an adapter: the KV cache and how many positions it holds."""
+
+    cache: Any
+    length: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class ModelAdapter(ABC):
+    """Calls one family of block-diffusion models. See the module docstring for the protocol."""
+
+    info: ModelInfo
+    device: torch.device
+    dtype: torch.dtype
+
+    @abstractmethod
+    def new_state(self) -> KVState: ...
+
+    @abstractmethod
+    def prefill(self, state: KVState, ids: torch.Tensor, *, block_size: int, causal: bool) -> None:
+        """Write ``ids`` (positions ``state.length`` onwards) into the cache."""
+
+    @abstractmethod
+    def draft(
+        self,
+        state: KVState,
+        pending: torch.Tensor,
+        block: torch.Tensor,
+        *,
+        start: int,
+        block_size: int,
+        causal: bool,
+    ) -> torch.Tensor:
+        """Diffusion logits ``[len(block), vocab]`` for the block at positions ``start...``.
+
+        ``pending`` holds the committed tokens at positions ``start - len(pending) .. start - 1`` that
+        are not cached yet; they are written to the cache (block-causally, or token-causally when
+        ``causal``). With ``causal`` the block's committed (non-mask) tokens also attend token-causally.
+        """
+
+    @abstractmethod
+    def verify(self, state: KVState, filled: torch.Tensor, *, start: int, slots: list[int]) -> torch.Tensor:
+        """AR-mode logits ``[len(slots), vocab]``: row i is q for slot ``slots[i]`` given ``filled[:slot]``."""
+
+    @abstractmethod
+    def commit(self, state: KVState, ids: torch.Tensor, *, block_size: int, causal: bool) -> None:
+        """Write ``ids`` (positions ``state.length`` onwards) into the cache with one forward."""
+
+
+# ---------------------------------------------------------------------------------------------- masks
+def block_causal(q_pos: torch.Tensor, k_pos: torch.Tensor, block_size: int) -> torch.Tensor:
+    """Query at absolute position i sees key at j iff ``j // B <= i // B``."""
+    return (k_pos[None, :] // block_size) <= (q_pos[:, None] // block_size)
+
+
+def token_causal(q_pos: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor:
+    """Query at absolute position i sees key at j iff ``j <= i``."""
+    return k_pos[None, :] <= q_pos[:, None]
+
+
+def context_mask(q_pos: torch.Tensor, k_pos: torch.Tensor, block_size: int, causal: bool) -> torch.Tensor:
+    """Mask among committed context tokens: token-causal for a causal cache, else block-causal."""
+    return token_causal(q_pos, k_pos) if causal else block_causal(q_pos, k_pos, block_size)
+
+
+def draft_mask(n_cache: int, n_pending: int, block_committed: torch.Tensor, *, block_size: int, causal: bool,
+               start: int) -> torch.Tensor:
+    """Mask of a draft forward: queries ``[pending | block]``, keys ``[cache | pending | block]``.
+
+    Pending rows see the cache and the pending tokens (block- or token-causally) but not the block.
+    Block rows see the cache, all pending tokens and the whole block bidirectionally; with ``causal``
+    the block's committed tokens see only block keys at or before their own slot (as AR mode would).
+    """
+    n_block = block_committed.numel()
+    m = n_pending
+    mask = torch.zeros(m + n_block, n_cache + m + n_block, dtype=torch.bool)
+    mask[:, :n_cache] = True
+    if m:
+        pos = torch.arange(start - m, start)
+        mask[:m, n_cache : n_cache + m] = context_mask(pos, pos, block_size, causal)
+        mask[m:, n_cache : n_cache + m] = True
+    inner = torch.ones(n_block, n_block, dtype=torch.bool)
+    if causal:
+        slots = torch.arange(n_block)
+        inner[block_committed] = token_causal(slots, slots)[block_committed]
+    mask[m:, n_cache + m :] = inner
+    return mask
+
+
+def verify2l_mask(n_cache: int, n_first: int, slots: list[int]) -> torch.Tensor:
+    """The "2L" verify mask: queries ``[first half | one MASK per verified slot]``.
+
+    Keys are ``[cache | first half | second half]``. First-half row j sees first-half keys <= j
+    (token-causal); the second-half row for slot s sees first-half keys < s and only itself.
+    """
+    n_second = len(slots)
+    mask = torch.zeros(n_first + n_second, n_cache + n_first + n_second, dtype=torch.bool)
+    mask[:, :n_cache] = True
+    idx = torch.arange(n_first)
+    mask[:n_first, n_cache : n_cache + n_first] = token_causal(idx, idx)
+    s = torch.tensor(slots, dtype=torch.long)
+    mask[n_first:, n_cache : n_cache + n_first] = idx[None, :] < s[:, None]
+    mask[n_first:, n_cache + n_first :] = torch.eye(n_second, dtype=torch.bool)
+    return mask
+
+
+# ---------------------------------------------------------------------------------------------- loading
+def read_config(path: Path) -> dict[str, Any]:
+    """Read ``config.json`` of a model directory with clear errors."""
+    if not path.exists():
+        raise ModelLoadError(f"model path does not exist: {path}")
+    if not path.is_dir():
+        raise ModelLoadError(f"model path is not a directory: {path}")
+    cfg_file = path / "config.json"
+    if not cfg_file.is_file():
+        raise ModelLoadError(f"no config.json in {path}: not a model directory")
+    try:
+        return json.loads(cfg_file.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ModelLoadError(f"{cfg_file} is not valid JSON ({exc.__class__.__name__}: {exc})") from None
+
+
+def read_added_tokens(path: Path) -> dict[str, int]:
+    """Token ids from ``added_tokens.json`` and ``tokenizer.json``'s added tokens, if present."""
+    found: dict[str, int] = {}
+    tok_file = path / "tokenizer.json"
+    if tok_file.is_file():
+        try:
+            for tok in json.loads(tok_file.read_text()).get("added_tokens", []):
+                found[tok["content"]] = int(tok["id"])
+        except (json.JSONDecodeError, KeyError, TypeError, ValueError):
+            pass
+    added = path / "added_tokens.json"
+    if added.is_file():
+        try:
+            found.update({k: int(v) for k, v in json.loads(added.read_text()).items()})
+        except (json.JSONDecodeError, AttributeError, TypeError, ValueError) as exc:
+            raise ModelLoadError(f"{added} is not a valid token map ({exc})") from None
+    return found
+
+
+def load_safetensors(path: Path) -> dict[str, torch.Tensor]:
+    """Load all weights of a directory from ``model.safetensors`` or a sharded index. Never unpickles."""
+    from safetensors.torch import load_file
+
+    index = path / "model.safetensors.index.json"
+    if index.is_file():
+        try:
+            shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+        except (json.JSONDecodeError, KeyError, AttributeError) as exc:
+            raise ModelLoadError(f"{index} is not a valid safetensors index ({exc})") from None
+        files = [path / s for s in shards]
+    elif (path / "model.safetensors").is_file():
+        files = [path / "model.safetensors"]
+    else:
+        files = sorted(path.glob("*.safetensors"))
+    if not files:
+        hint = " (only pickled .bin weights found; convert them to safetensors)" if list(path.glob("*.bin")) else ""
+        raise ModelLoadError(f"no safetensors weights in {path}{hint}")
+    weights: dict[str, torch.Tensor] = {}
+    for f in files:
+        if not f.is_file():
+            raise ModelLoadError(f"missing weight shard {f.name} in {path}")
+        try:
+            weights.update(load_file(str(f)))
+        except Exception as exc:  # safetensors raises its own error types
+            raise ModelLoadError(f"cannot read weights {f}: {str(exc).splitlines()[0]}") from None
+    return weights
+
+
+def resolve_dtype(dtype: str | torch.dtype | None, device: torch.device) -> torch.dtype:
+    """``auto``/None -> float32 on CPU, bfloat16 on CUDA; else bf16/fp16/fp32 (or a torch dtype)."""
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    if dtype in (None, "auto"):
+        return torch.bfloat16 if device.type == "cuda" else torch.float32
+    table = {"bf16": torch.bfloat16, "bfloat16": torch.bfloat16, "fp16": torch.float16,
+             "float16": torch.float16, "fp32": torch.float32, "float32": torch.float32}
+    if dtype not in table:
+        raise ModelLoadError(f"unknown dtype {dtype!r}; choose bf16, fp16 or fp32")
+    return table[dtype]
+
+
+def resolve_device(device: str | torch.device | None) -> torch.device:
+    if device in (None, "auto"):
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    dev = torch.device(device)
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ModelLoadError("device 'cuda' requested but no CUDA GPU is available")
+    return dev
+
+
+def load_weights_into(model: torch.nn.Module, weights: dict[str, torch.Tensor], path: Path) -> None:
+    """Strictly load ``weights`` into ``model`` with a one-line error for missing/unexpected/misshapen."""
+    own = model.state_dict()
+    missing = [k for k in own if k not in weights]
+    unexpected = [k for k in weights if k not in own]
+    if missing or unexpected:
+        parts = []
+        if missing:
+            parts.append(f"missing {len(missing)} (e.g. {missing[0]})")
+        if unexpected:
+            parts.append(f"unexpected {len(unexpected)} (e.g. {unexpected[0]})")
+        raise ModelLoadError(f"weights in {path} do not match the config: {'; '.join(parts)}")
+    for k, v in weights.items():
+        if tuple(v.shape) != tuple(own[k].shape):
+            raise ModelLoadError(
+                f"weights in {path} do not match the config: {k} has shape {tuple(v.shape)}, "
+                f"expected {tuple(own[k].shape)}"
+            )
+    model.load_state_dict(weights, strict=True)

@@ -1,0 +1,241 @@
+"""Decoding settings: one validated dataclass, plus named presets.
+
+Every setting uses the CLI flag's name with underscores (``--block-size`` -> ``block_size``).
+``DecodeConfig.build(preset=..., **settings)`` merges a preset with explicit settings (explicit wins)
+and validates the result; invalid or contradictory settings raise :class:`~s2d2.errors.ConfigError`
+with a one-line message.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from .errors import ConfigError
+
+DECODERS = ("ar", "static", "dynamic", "eb", "s2d2")
+FALLBACKS = ("static", "dynamic", "eb")
+POLICIES = ("never", "always", "min-span", "score", "hysteresis", "ucb")
+ESTIMATORS = (
+    "hard-margin",
+    "hard-entropy",
+    "confidence-power",
+    "clipped-margin",
+    "soft-entropy",
+    "renyi2",
+)
+SCORES = ("static", "dynamic")
+ACCEPTANCE = ("auto", "strict", "probabilistic")
+
+#: Default parameter of each acceptance estimator (ALGORITHM.md section 4).
+ESTIMATOR_DEFAULTS: dict[str, float | None] = {
+    "hard-margin": 0.05,
+    "hard-entropy": 0.1,
+    "confidence-power": 0.8,
+    "clipped-margin": 1.0,
+    "soft-entropy": 1.0,
+    "renyi2": None,
+}
+
+
+@dataclass
+class DecodeConfig:
+    """All settings of one generation.
+
+    ``decoder`` picks the algorithm: ``ar`` (block size 1), the baselines ``static`` / ``dynamic`` /
+    ``eb`` (entropy-bounded), or ``s2d2`` (draft, route, verify, accept; the baseline named by
+    ``fallback`` fills each step's quota when verification is skipped or commits too few tokens).
+    """
+
+    decoder: str = "s2d2"
+    block_size: int = 4
+    #: Denoising steps per block; ``None`` means one step per position (quota of one token per step).
+    steps: int | None = None
+    #: Confidence threshold tau of the dynamic rule (also S2D2's dynamic fallback and dynamic score).
+    threshold: float = 0.9
+    #: Entropy budget gamma of the entropy-bounded sampler.
+    gamma: float = 0.1
+    #: Baseline rule S2D2 falls back to / tops the quota up with.
+    fallback: str = "dynamic"
+    # --- routing (S2D2 only) ---
+    policy: str = "always"
+    estimator: str = "soft-entropy"
+    #: Parameter of the estimator (theta, a, k or lambda); ``None`` = the estimator's default.
+    estimator_param: float | None = None
+    #: Score penalty kind: ``static`` (c) or ``dynamic`` (c x positions the dynamic rule would commit).
+    score: str = "static"
+    penalty: float = 1.0
+    score_threshold: float = 0.0
+    hysteresis_on: float = 1.0
+    hysteresis_off: float = -5.0
+    min_span: int = 2
+    ucb_beta: float = 1.0
+    ucb_bins: int = 2
+    # --- acceptance ---
+    #: ``strict`` accepts iff draft == argmax q; ``probabilistic`` is the paper's min(1, (q/p)^g) rule;
+    #: ``auto`` = strict at temperature 0, probabilistic otherwise.
+    acceptance: str = "auto"
+    tempering: float = 1.0
+    #: Compute committed tokens' keys/values token-causally (as AR mode would); the paper's SDAR setting.
+    causal_cache: bool = False
+    # --- sampling ---
+    temperature: float = 0.0
+    top_k: int = 0
+    top_p: float = 1.0
+    seed: int | None = None
+    # --- length and stopping ---
+    max_new_tokens: int = 256
+    #: Extra stop token ids (the model's EOS ids always stop unless ``ignore_eos``).
+    stop_token_ids: list[int] = field(default_factory=list)
+    ignore_eos: bool = False
+    # --- family-specific (ignored where a family does not use them) ---
+    #: Fast-dLLM v2: draft in sub-blocks of this size inside each block.
+    sub_block_size: int | None = None
+    #: LLaDA2.1 token-to-token editing: replace a generated token whose prediction changed with
+    #: confidence above this; ``None`` disables editing.
+    editing_threshold: float | None = None
+    #: LLaDA2.1: edit-only passes allowed after a block's masks are gone.
+    post_steps: int = 0
+    #: Record a per-step trace of what was committed and how.
+    trace: bool = False
+
+    # ------------------------------------------------------------------ derived values
+    @property
+    def num_steps(self) -> int:
+        """Denoising steps per block (``steps`` or, when unset, one per position)."""
+        return self.block_size if self.steps is None else self.steps
+
+    @property
+    def strict(self) -> bool:
+        """Whether acceptance is the strict greedy rule."""
+        if self.acceptance == "auto":
+            return self.temperature == 0
+        return self.acceptance == "strict"
+
+    @property
+    def estimator_value(self) -> float | None:
+        return ESTIMATOR_DEFAULTS[self.estimator] if self.estimator_param is None else self.estimator_param
+
+    def quota(self, step: int) -> int:
+        """Tokens step ``step`` (0-based) of a block must commit: floor(B/S), +1 for the first B mod S."""
+        b, s = self.block_size, self.num_steps
+        return b // s + (1 if step < b % s else 0)
+
+    # ------------------------------------------------------------------ construction
+    @classmethod
+    def build(cls, config: DecodeConfig | None = None, *, preset: str | None = None, **settings: Any) -> DecodeConfig:
+        """Merge ``config`` (or the defaults), a preset and explicit settings, then validate.
+
+        Settings whose value is ``None`` are treated as "not given", except ``steps``, ``seed``,
+        ``estimator_param``, ``sub_block_size`` and ``editing_threshold`` where ``None`` is meaningful
+        only when given through ``config``.
+        """
+        base = dataclasses.asdict(config) if config is not None else {}
+        if preset is not None:
+            if preset not in PRESETS:
+                raise ConfigError(f"unknown preset {preset!r}; choose one of: {', '.join(sorted(PRESETS))}")
+            base.update(PRESETS[preset])
+        names = {f.name for f in dataclasses.fields(cls)}
+        for key, value in settings.items():
+            if key not in names:
+                raise ConfigError(f"unknown decoding setting {key!r}")
+            if value is not None:
+                base[key] = value
+        if base.get("decoder") == "ar":
+            base["block_size"] = 1
+            base["steps"] = 1
+        try:
+            cfg = cls(**base)
+        except TypeError as exc:  # pragma: no cover - guarded by the name check above
+            raise ConfigError(str(exc)) from None
+        cfg.validate()
+        return cfg
+
+    def replace(self, **settings: Any) -> DecodeConfig:
+        return DecodeConfig.build(self, **settings)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    # ------------------------------------------------------------------ validation
+    def validate(self) -> None:  # noqa: C901 - a flat list of checks reads best
+        def fail(msg: str) -> None:
+            raise ConfigError(msg)
+
+        def choice(name: str, value: str, options: tuple[str, ...]) -> None:
+            if value not in options:
+                fail(f"invalid {name} {value!r}; choose one of: {', '.join(options)}")
+
+        choice("decoder", self.decoder, DECODERS)
+        choice("fallback", self.fallback, FALLBACKS)
+        choice("policy", self.policy, POLICIES)
+        choice("estimator", self.estimator, ESTIMATORS)
+        choice("score", self.score, SCORES)
+        choice("acceptance", self.acceptance, ACCEPTANCE)
+        if not isinstance(self.block_size, int) or self.block_size < 1:
+            fail(f"block_size must be an integer >= 1, got {self.block_size!r}")
+        if self.steps is not None:
+            if not isinstance(self.steps, int) or self.steps < 1:
+                fail(f"steps must be an integer >= 1, got {self.steps!r}")
+            if self.steps > self.block_size:
+                fail(f"steps ({self.steps}) cannot exceed block_size ({self.block_size})")
+        if not (0.0 < self.threshold <= 1.0) or math.isnan(self.threshold):
+            fail(f"threshold (tau) must be in (0, 1], got {self.threshold}")
+        if not self.gamma > 0:
+            fail(f"gamma must be > 0, got {self.gamma}")
+        if self.hysteresis_on <= self.hysteresis_off:
+            fail(
+                f"hysteresis_on ({self.hysteresis_on}) must be greater than hysteresis_off "
+                f"({self.hysteresis_off})"
+            )
+        if self.min_span < 1:
+            fail(f"min_span must be >= 1, got {self.min_span}")
+        if self.penalty < 0:
+            fail(f"penalty must be >= 0, got {self.penalty}")
+        if self.ucb_beta < 0:
+            fail(f"ucb_beta must be >= 0, got {self.ucb_beta}")
+        if self.ucb_bins < 1:
+            fail(f"ucb_bins must be >= 1, got {self.ucb_bins}")
+        if not self.tempering > 0:
+            fail(f"tempering must be > 0, got {self.tempering}")
+        if self.estimator_param is not None and self.estimator == "renyi2":
+            fail("the renyi2 estimator takes no parameter")
+        if self.temperature < 0 or math.isnan(self.temperature):
+            fail(f"temperature must be >= 0, got {self.temperature}")
+        if not isinstance(self.top_k, int) or self.top_k < 0:
+            fail(f"top_k must be an integer >= 0 (0 = off), got {self.top_k!r}")
+        if not (0.0 < self.top_p <= 1.0):
+            fail(f"top_p must be in (0, 1], got {self.top_p}")
+        if not isinstance(self.max_new_tokens, int) or self.max_new_tokens < 1:
+            fail(f"max_new_tokens must be an integer >= 1, got {self.max_new_tokens!r}")
+        if self.sub_block_size is not None and not (1 <= self.sub_block_size <= self.block_size):
+            fail(f"sub_block_size must be in [1, block_size={self.block_size}], got {self.sub_block_size}")
+        if self.editing_threshold is not None and not (0.0 < self.editing_threshold <= 1.0):
+            fail(f"editing_threshold must be in (0, 1], got {self.editing_threshold}")
+        if self.post_steps < 0:
+            fail(f"post_steps must be >= 0, got {self.post_steps}")
+        if self.decoder == "ar" and self.block_size != 1:
+            fail("the ar decoder uses block_size 1")
+
+
+#: Named presets: partial settings applied before the user's own.
+PRESETS: dict[str, dict[str, Any]] = {
+    # SDAR-8B, B=4: score threshold 0 with a static penalty c=1, soft-entropy estimator.
+    "paper-sdar-a": dict(
+        decoder="s2d2", block_size=4, steps=4, policy="score", score="static", penalty=1.0,
+        score_threshold=0.0, estimator="soft-entropy", fallback="dynamic", threshold=0.85,
+        causal_cache=True,
+    ),
+    # SDAR-8B, B=16: verify on every step.
+    "paper-sdar-b": dict(
+        decoder="s2d2", block_size=16, steps=16, policy="always", fallback="dynamic", threshold=0.85,
+        causal_cache=True,
+    ),
+    # Output equals AR greedy decoding token for token, at any block size.
+    "lossless": dict(
+        decoder="s2d2", steps=None, policy="always", acceptance="strict", fallback="static",
+        causal_cache=True, temperature=0.0,
+    ),
+}

@@ -125,7 +125,9 @@ class DecodeConfig:
 
     # ------------------------------------------------------------------ construction
     @classmethod
-    def build(cls, config: DecodeConfig | None = None, *, preset: str | None = None, **settings: Any) -> DecodeConfig:
+    def build(
+        cls, config: DecodeConfig | None = None, *, preset: str | None = None, **settings: Any
+    ) -> DecodeConfig:
         """Merge ``config`` (or the defaults), a preset and explicit settings, then validate.
 
         Settings whose value is ``None`` are treated as "not given", except ``steps``, ``seed``,
@@ -224,18 +226,36 @@ class DecodeConfig:
 PRESETS: dict[str, dict[str, Any]] = {
     # SDAR-8B, B=4: score threshold 0 with a static penalty c=1, soft-entropy estimator.
     "paper-sdar-a": dict(
-        decoder="s2d2", block_size=4, steps=4, policy="score", score="static", penalty=1.0,
-        score_threshold=0.0, estimator="soft-entropy", fallback="dynamic", threshold=0.85,
+        decoder="s2d2",
+        block_size=4,
+        steps=4,
+        policy="score",
+        score="static",
+        penalty=1.0,
+        score_threshold=0.0,
+        estimator="soft-entropy",
+        fallback="dynamic",
+        threshold=0.85,
         causal_cache=True,
     ),
     # SDAR-8B, B=16: verify on every step.
     "paper-sdar-b": dict(
-        decoder="s2d2", block_size=16, steps=16, policy="always", fallback="dynamic", threshold=0.85,
+        decoder="s2d2",
+        block_size=16,
+        steps=16,
+        policy="always",
+        fallback="dynamic",
+        threshold=0.85,
         causal_cache=True,
     ),
     # Output equals AR greedy decoding token for token, at any block size.
     "lossless": dict(
-        decoder="s2d2", steps=None, policy="always", acceptance="strict", fallback="static",
-        causal_cache=True, temperature=0.0,
+        decoder="s2d2",
+        steps=None,
+        policy="always",
+        acceptance="strict",
+        fallback="static",
+        causal_cache=True,
+        temperature=0.0,
     ),
 }

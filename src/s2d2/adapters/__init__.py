@@ -14,10 +14,18 @@ from typing import Any
 import torch
 
 from ..errors import ModelLoadError
-from . import sdar
-from .base import KVState, ModelAdapter, ModelInfo, read_added_tokens, read_config, resolve_device, resolve_dtype
+from . import fast_dllm_v2, llada2, sdar
+from .base import (
+    KVState,
+    ModelAdapter,
+    ModelInfo,
+    read_added_tokens,
+    read_config,
+    resolve_device,
+    resolve_dtype,
+)
 
-FAMILIES: list[ModuleType] = [sdar]
+FAMILIES: list[ModuleType] = [sdar, fast_dllm_v2, llada2]
 
 
 def detect_family(config: dict[str, Any], path: Path | str = "model") -> ModuleType:
@@ -27,22 +35,28 @@ def detect_family(config: dict[str, Any], path: Path | str = "model") -> ModuleT
             return fam
     model_type = config.get("model_type")
     names = ", ".join(f.FAMILY for f in FAMILIES)
-    if model_type is None and config.get("auto_map"):
+    if config.get("auto_map"):
         raise ModelLoadError(
-            f"{path}: config.json has no model_type and names only remote code (auto_map); "
-            f"s2d2 never runs remote code. Supported families: {names}"
+            f"{path}: model_type {model_type!r} is not a supported family and its config.json names only "
+            f"remote code (auto_map), which s2d2 never runs; supported families: {names}"
         )
     raise ModelLoadError(f"{path}: unsupported model_type {model_type!r}; supported families: {names}")
 
 
-def load_adapter(path: str | Path, *, device: str | torch.device | None = None,
-                 dtype: str | torch.dtype | None = None, **options: Any) -> ModelAdapter:
+def load_adapter(
+    path: str | Path,
+    *,
+    device: str | torch.device | None = None,
+    dtype: str | torch.dtype | None = None,
+    **options: Any,
+) -> ModelAdapter:
     """Load the adapter of the checkpoint directory ``path``; ``options`` go to the family's loader."""
     path = Path(path).expanduser()
     config = read_config(path)
     fam = detect_family(config, path)
     dev = resolve_device(device)
-    return fam.load(path, config, read_added_tokens(path), device=dev, dtype=resolve_dtype(dtype, dev), **options)
+    added = read_added_tokens(path)
+    return fam.load(path, config, added, device=dev, dtype=resolve_dtype(dtype, dev), **options)
 
 
 __all__ = ["FAMILIES", "KVState", "ModelAdapter", "ModelInfo", "detect_family", "load_adapter"]

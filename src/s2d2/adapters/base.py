@@ -95,7 +95,7 @@ class ModelAdapter(ABC):
 
     @abstractmethod
     def verify(self, state: KVState, filled: torch.Tensor, *, start: int, slots: list[int]) -> torch.Tensor:
-        """AR-mode logits ``[len(slots), vocab]``: row i is q for slot ``slots[i]`` given ``filled[:slot]``."""
+        """AR-mode logits ``[len(slots), vocab]``: row i is q for ``s = slots[i]`` given ``filled[:s]``."""
 
     @abstractmethod
     def commit(self, state: KVState, ids: torch.Tensor, *, block_size: int, causal: bool) -> None:
@@ -118,8 +118,9 @@ def context_mask(q_pos: torch.Tensor, k_pos: torch.Tensor, block_size: int, caus
     return token_causal(q_pos, k_pos) if causal else block_causal(q_pos, k_pos, block_size)
 
 
-def draft_mask(n_cache: int, n_pending: int, block_committed: torch.Tensor, *, block_size: int, causal: bool,
-               start: int) -> torch.Tensor:
+def draft_mask(
+    n_cache: int, n_pending: int, block_committed: torch.Tensor, *, block_size: int, causal: bool, start: int
+) -> torch.Tensor:
     """Mask of a draft forward: queries ``[pending | block]``, keys ``[cache | pending | block]``.
 
     Pending rows see the cache and the pending tokens (block- or token-causally) but not the block.
@@ -208,9 +209,10 @@ def load_safetensors(path: Path) -> dict[str, torch.Tensor]:
     elif (path / "model.safetensors").is_file():
         files = [path / "model.safetensors"]
     else:
-        files = sorted(path.glob("*.safetensors"))
+        files = sorted(path.glob("model*.safetensors"))
     if not files:
-        hint = " (only pickled .bin weights found; convert them to safetensors)" if list(path.glob("*.bin")) else ""
+        pickled = list(path.glob("*.bin"))
+        hint = " (only pickled .bin weights found; convert them to safetensors)" if pickled else ""
         raise ModelLoadError(f"no safetensors weights in {path}{hint}")
     weights: dict[str, torch.Tensor] = {}
     for f in files:
@@ -229,8 +231,14 @@ def resolve_dtype(dtype: str | torch.dtype | None, device: torch.device) -> torc
         return dtype
     if dtype in (None, "auto"):
         return torch.bfloat16 if device.type == "cuda" else torch.float32
-    table = {"bf16": torch.bfloat16, "bfloat16": torch.bfloat16, "fp16": torch.float16,
-             "float16": torch.float16, "fp32": torch.float32, "float32": torch.float32}
+    table = {
+        "bf16": torch.bfloat16,
+        "bfloat16": torch.bfloat16,
+        "fp16": torch.float16,
+        "float16": torch.float16,
+        "fp32": torch.float32,
+        "float32": torch.float32,
+    }
     if dtype not in table:
         raise ModelLoadError(f"unknown dtype {dtype!r}; choose bf16, fp16 or fp32")
     return table[dtype]

@@ -78,8 +78,16 @@ class HFAdapter(ModelAdapter):
         mask[:, state.length :] = context_mask(pos, pos, block_size, causal)
         self._forward(state, ids, pos, mask, n_logits=0, keep=n)
 
-    def draft(self, state: KVState, pending: torch.Tensor, block: torch.Tensor, *, start: int,
-              block_size: int, causal: bool) -> torch.Tensor:
+    def draft(
+        self,
+        state: KVState,
+        pending: torch.Tensor,
+        block: torch.Tensor,
+        *,
+        start: int,
+        block_size: int,
+        causal: bool,
+    ) -> torch.Tensor:
         m, n = pending.numel(), block.numel()
         assert state.length + m == start, "pending tokens must end where the block starts"
         committed = block != self.info.mask_token_id
@@ -100,8 +108,14 @@ class HFAdapter(ModelAdapter):
 
     # ------------------------------------------------------------------ helpers for subclasses
     @staticmethod
-    def build_native(cls: Any, config: Any, weights: dict[str, torch.Tensor], path: Path,
-                     device: torch.device, dtype: torch.dtype) -> torch.nn.Module:
+    def build_native(
+        cls: Any,
+        config: Any,
+        weights: dict[str, torch.Tensor],
+        path: Path,
+        device: torch.device,
+        dtype: torch.dtype,
+    ) -> torch.nn.Module:
         """Instantiate ``cls(config)`` without random init, then load ``weights`` strictly."""
         from transformers.initialization import no_init_weights
 

@@ -21,9 +21,21 @@ MODEL_TYPES = ("sdar", "trado")
 ARCHITECTURES = ("SDARForCausalLM", "TraDoForCausalLM")
 
 _QWEN3_KEYS = (
-    "vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
-    "num_key_value_heads", "head_dim", "hidden_act", "max_position_embeddings", "rms_norm_eps",
-    "attention_bias", "tie_word_embeddings", "bos_token_id", "eos_token_id", "pad_token_id",
+    "vocab_size",
+    "hidden_size",
+    "intermediate_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "head_dim",
+    "hidden_act",
+    "max_position_embeddings",
+    "rms_norm_eps",
+    "attention_bias",
+    "tie_word_embeddings",
+    "bos_token_id",
+    "eos_token_id",
+    "pad_token_id",
 )
 
 
@@ -69,17 +81,28 @@ def qwen3_config(config: dict[str, Any]) -> Any:
     )
 
 
-def load(path: Path, config: dict[str, Any], added: dict[str, int], *, device: torch.device,
-         dtype: torch.dtype) -> HFAdapter:
+def load(
+    path: Path,
+    config: dict[str, Any],
+    added: dict[str, int],
+    *,
+    device: torch.device,
+    dtype: torch.dtype,
+    **options: Any,
+) -> HFAdapter:
     from transformers import Qwen3ForCausalLM
 
+    if options:
+        raise ModelLoadError(f"unknown option(s) for the {FAMILY} family: {', '.join(sorted(options))}")
     mask_id = mask_token_id(config, added)
     if mask_id is None:
         raise ModelLoadError(f"{path}/config.json has no mask_token_id (and no mask token in the tokenizer)")
     try:
         qcfg = qwen3_config(config)
     except (KeyError, TypeError, ValueError) as exc:
-        raise ModelLoadError(f"{path}/config.json is not a valid SDAR config ({exc.__class__.__name__}: {exc})") from None
+        raise ModelLoadError(
+            f"{path}/config.json is not a valid SDAR config ({exc.__class__.__name__}: {exc})"
+        ) from None
     if not 0 <= mask_id < qcfg.vocab_size:
         raise ModelLoadError(f"mask_token_id {mask_id} is outside the vocabulary (size {qcfg.vocab_size})")
     weights = load_safetensors(path)

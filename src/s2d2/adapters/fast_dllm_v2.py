@@ -1,0 +1,225 @@
+"""Fast-dLLM v2 family: shifted (AR-style) predictions on a Qwen2 backbone.
+
+The checkpoint's ``config.json`` says ``model_type: Fast_dLLM_Qwen`` and points at remote code; we never run
+that code. Its weights use Qwen2's names (biases on the q/k/v projections), so the model is transformers'
+native ``Qwen2ForCausalLM`` driven with 4-D masks (see :mod:`s2d2.adapters.hf`). The real ``config.json``
+has no mask id: it comes from the tokenizer (``|<MASK>|``, read from ``added_tokens.json`` or
+``tokenizer.json``). ``bd_size`` is the block size the checkpoint was trained with.
+
+Logit convention (shifted): the hidden state at absolute position ``p`` scores the token at ``p + 1``. The
+adapter re-aligns rows to block slots, so row ``j`` of :meth:`draft` / :meth:`verify` is the model's
+prediction for slot ``j``:
+
+* slot ``j >= 1`` is read from the row of slot ``j - 1`` of the same forward;
+* slot 0 is predicted by the last position *before* the block. In :meth:`draft` with pending tokens that is
+  the last pending row (one extra logits row of the same forward). Otherwise it is the row saved in
+  ``state.extra`` by the forward that wrote position ``start - 1`` (prefill, commit or a draft's pending
+  tokens). This is the true AR prediction; the reference code's ``_shift_logits_right`` instead puts raw
+  row 0 (the prediction for slot 1) at slot 0 as a never-used placeholder, because it always fills slot 0 by
+  an AR step after finishing the previous block. With an empty cache (block at position 0) there is no
+  prediction for slot 0 and its row is all zeros (a uniform distribution).
+
+:meth:`verify` is a plain token-causal forward over the draft-filled block (read only): row ``j - 1``
+holds the AR predictive logits for slot ``j`` given ``filled[:j]``; slot 0 again uses the saved row.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..errors import ModelLoadError
+from .base import KVState, ModelInfo, context_mask, draft_mask, load_safetensors, token_causal
+from .hf import HFAdapter
+from .sdar import eos_ids
+
+FAMILY = "fast_dllm_v2"
+MODEL_TYPES = ("fast_dllm_qwen",)
+ARCHITECTURES = ("Fast_dLLM_QwenForCausalLM",)
+#: Class-name fragment of the remote code named in ``auto_map``.
+AUTO_MAP_NAME = "fast_dllm_qwen"
+#: Tokenizer names of the mask token, most likely first (the real model uses ``|<MASK>|``).
+MASK_TOKENS = ("|<MASK>|", "<|MASK|>", "<|mask|>", "<mask>", "[MASK]")
+
+_QWEN2_KEYS = (
+    "vocab_size",
+    "hidden_size",
+    "intermediate_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "hidden_act",
+    "max_position_embeddings",
+    "rms_norm_eps",
+    "tie_word_embeddings",
+    "bos_token_id",
+    "eos_token_id",
+    "pad_token_id",
+    "attention_dropout",
+)
+#: ``state.extra`` key: ``(position, logits row [V] predicting the token at that position)``.
+NEXT_LOGITS = "fast_dllm_v2.next_logits"
+
+
+def detect(config: dict[str, Any]) -> bool:
+    if str(config.get("model_type", "")).lower() in MODEL_TYPES:
+        return True
+    if any(a in ARCHITECTURES for a in config.get("architectures") or []):
+        return True
+    auto_map = config.get("auto_map")
+    if isinstance(auto_map, dict):
+        return any(AUTO_MAP_NAME in str(v).lower() for v in auto_map.values())
+    return False
+
+
+def mask_token_id(config: dict[str, Any], added: dict[str, int]) -> int | None:
+    if config.get("mask_token_id") is not None:
+        return int(config["mask_token_id"])
+    for name in MASK_TOKENS:
+        if name in added:
+            return added[name]
+    return None
+
+
+def qwen2_config(config: dict[str, Any]) -> Any:
+    from transformers import Qwen2Config
+
+    kwargs = {k: config[k] for k in _QWEN2_KEYS if config.get(k) is not None}
+    head_dim = config.get("head_dim") or config["hidden_size"] // config["num_attention_heads"]
+    rope = config.get("rope_parameters") or {}
+    theta = config.get("rope_theta", rope.get("rope_theta", 10000.0))
+    scaling = config.get("rope_scaling") or {}
+    rope_params = {"rope_type": scaling.get("rope_type", scaling.get("type", "default")), "rope_theta": theta}
+    rope_params.update({k: v for k, v in scaling.items() if k not in ("type", "rope_type")})
+    qcfg = Qwen2Config(
+        **kwargs,
+        rope_parameters=rope_params,
+        use_sliding_window=False,  # no family here uses a sliding window
+        sliding_window=None,
+        layer_types=["full_attention"] * int(config["num_hidden_layers"]),
+    )
+    qcfg.head_dim = int(head_dim)
+    return qcfg
+
+
+class FastDLLMv2Adapter(HFAdapter):
+    """Fast-dLLM v2 on a native ``Qwen2ForCausalLM``: shifted logits re-aligned to block slots."""
+
+    # ------------------------------------------------------------------ slot-0 bookkeeping
+    def _save_next(self, state: KVState, row: torch.Tensor) -> None:
+        """Remember ``row`` as the prediction for position ``state.length`` (the next uncached one)."""
+        state.extra[NEXT_LOGITS] = (state.length, row)
+
+    def _next_logits(self, state: KVState, pos: int) -> torch.Tensor:
+        """The saved prediction for position ``pos`` (zeros, i.e. uniform, when ``pos == 0``)."""
+        saved = state.extra.get(NEXT_LOGITS)
+        if saved is not None and saved[0] == pos:
+            return saved[1]
+        if pos == 0:
+            return torch.zeros(self.info.vocab_size, dtype=torch.float32, device=self.device)
+        raise RuntimeError(
+            f"no saved prediction for position {pos}: the cache must be written by this adapter's "
+            "prefill/commit/draft (or pass the last committed tokens as `pending`)"
+        )
+
+    # ------------------------------------------------------------------ protocol
+    def _commit_forward(
+        self, state: KVState, ids: torch.Tensor, *, block_size: int, causal: bool, n_logits: int
+    ) -> torch.Tensor:
+        """Write ``ids`` at ``state.length...`` and return the last ``n_logits`` raw (unshifted) rows."""
+        n = ids.numel()
+        pos = torch.arange(state.length, state.length + n)
+        mask = torch.ones(n, state.length + n, dtype=torch.bool)
+        mask[:, state.length :] = context_mask(pos, pos, block_size, causal)
+        return self._forward(state, ids, pos, mask, n_logits=n_logits, keep=n)
+
+    def commit(self, state: KVState, ids: torch.Tensor, *, block_size: int, causal: bool) -> None:
+        if ids.numel() == 0:
+            return
+        rows = self._commit_forward(state, ids, block_size=block_size, causal=causal, n_logits=1)
+        self._save_next(state, rows[-1])
+
+    def draft(
+        self,
+        state: KVState,
+        pending: torch.Tensor,
+        block: torch.Tensor,
+        *,
+        start: int,
+        block_size: int,
+        causal: bool,
+    ) -> torch.Tensor:
+        m, n = pending.numel(), block.numel()
+        assert state.length + m == start, "pending tokens must end where the block starts"
+        committed = block != self.info.mask_token_id
+        mask = draft_mask(state.length, m, committed, block_size=block_size, causal=causal, start=start)
+        ids = torch.cat([pending, block]) if m else block
+        pos = torch.arange(start - m, start + n)
+        if m:
+            # rows: [last pending | block slots 0..n-1]; the last pending row predicts slot 0.
+            rows = self._forward(state, ids, pos, mask, n_logits=n + 1, keep=m)
+            self._save_next(state, rows[0])
+            return rows[:n]
+        rows = self._forward(state, ids, pos, mask, n_logits=n, keep=0)
+        first = self._next_logits(state, start)
+        return torch.cat([first[None], rows[: n - 1]])
+
+    def verify(self, state: KVState, filled: torch.Tensor, *, start: int, slots: list[int]) -> torch.Tensor:
+        assert state.length == start, "commit pending tokens (draft) before verifying"
+        top = max(slots)  # slot s is predicted by the row of slot s-1: no need to feed filled[top:]
+        rows = None
+        if top > 0:
+            ids = filled[:top]
+            pos = torch.arange(start, start + top)
+            mask = torch.ones(top, state.length + top, dtype=torch.bool)
+            mask[:, state.length :] = token_causal(pos, pos)
+            rows = self._forward(state, ids, pos, mask, n_logits=top, keep=0)
+        out = [self._next_logits(state, start) if s == 0 else rows[s - 1] for s in slots]
+        return torch.stack(out)
+
+
+def load(
+    path: Path,
+    config: dict[str, Any],
+    added: dict[str, int],
+    *,
+    device: torch.device,
+    dtype: torch.dtype,
+    **options: Any,
+) -> FastDLLMv2Adapter:
+    from transformers import Qwen2ForCausalLM
+
+    if options:
+        raise ModelLoadError(f"unknown option(s) for the {FAMILY} family: {', '.join(sorted(options))}")
+    mask_id = mask_token_id(config, added)
+    if mask_id is None:
+        raise ModelLoadError(
+            f"{path}: no mask token: config.json has no mask_token_id and neither added_tokens.json nor "
+            f"tokenizer.json defines {MASK_TOKENS[0]!r}"
+        )
+    try:
+        qcfg = qwen2_config(config)
+        bd_size = config.get("bd_size")
+        bd_size = int(bd_size) if bd_size is not None else None
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ModelLoadError(
+            f"{path}/config.json is not a valid Fast-dLLM v2 config ({exc.__class__.__name__}: {exc})"
+        ) from None
+    if not 0 <= mask_id < qcfg.vocab_size:
+        raise ModelLoadError(f"mask token id {mask_id} is outside the vocabulary (size {qcfg.vocab_size})")
+    weights = load_safetensors(path)
+    model = HFAdapter.build_native(Qwen2ForCausalLM, qcfg, weights, path, device, dtype)
+    info = ModelInfo(
+        family=FAMILY,
+        mask_token_id=mask_id,
+        eos_token_ids=eos_ids(config),
+        vocab_size=qcfg.vocab_size,
+        max_length=int(config.get("max_position_embeddings", 32768)),
+        default_block_size=bd_size,
+        shifted=True,
+        pad_token_id=config.get("pad_token_id"),
+        bos_token_id=config.get("bos_token_id"),
+    )
+    return FastDLLMv2Adapter(model, info, path)

@@ -1,0 +1,212 @@
+"""The ``s2d2`` command line.
+
+Every user error (bad path, broken checkpoint, invalid settings, prompt too long) prints one line
+``error: ...`` on stderr and exits with status 2, without a traceback. Set ``S2D2_DEBUG=1`` to see
+tracebacks of unexpected failures.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from .errors import S2D2Error
+
+app = typer.Typer(
+    name="s2d2",
+    help="Fast self-speculative decoding (S2D2) for block-diffusion language models.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+)
+
+# ---------------------------------------------------------------------------------------------- options
+ModelOpt = Annotated[str, typer.Option("--model", "-m", help="Built-in model name or checkpoint directory.")]
+DecoderOpt = Annotated[str | None, typer.Option(help="ar | static | dynamic | eb | s2d2")]
+PresetOpt = Annotated[str | None, typer.Option(help="paper-sdar-a | paper-sdar-b | lossless | ...")]
+BlockOpt = Annotated[int | None, typer.Option("--block-size", help="Block size B.")]
+StepsOpt = Annotated[int | None, typer.Option(help="Denoising steps per block (default: one per position).")]
+ThresholdOpt = Annotated[
+    float | None, typer.Option(help="Confidence threshold tau (dynamic rule / fallback).")
+]
+PolicyOpt = Annotated[str | None, typer.Option(help="never | always | min-span | score | hysteresis | ucb")]
+EstimatorOpt = Annotated[
+    str | None,
+    typer.Option(
+        help="hard-margin | hard-entropy | confidence-power | clipped-margin | soft-entropy | renyi2"
+    ),
+]
+MaxNewOpt = Annotated[int | None, typer.Option("--max-new-tokens", help="Most tokens to generate.")]
+TempOpt = Annotated[float | None, typer.Option(help="Sampling temperature (0 = greedy).")]
+TopKOpt = Annotated[int | None, typer.Option("--top-k", help="Top-k filter (0 = off).")]
+TopPOpt = Annotated[float | None, typer.Option("--top-p", help="Nucleus filter.")]
+SeedOpt = Annotated[int | None, typer.Option(help="Random seed.")]
+DeviceOpt = Annotated[str | None, typer.Option(help="cpu | cuda (default: cuda if available).")]
+DtypeOpt = Annotated[
+    str | None, typer.Option(help="bf16 | fp16 | fp32 (default: fp32 on CPU, bf16 on CUDA).")
+]
+SetOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--set", help="Any other decoding setting as NAME=VALUE (e.g. --set fallback=static). Repeatable."
+    ),
+]
+
+
+def parse_sets(pairs: list[str] | None) -> dict[str, Any]:
+    """``["penalty=2", "causal_cache=true"]`` -> typed settings (JSON values where they parse)."""
+    out: dict[str, Any] = {}
+    for pair in pairs or []:
+        if "=" not in pair:
+            raise S2D2Error(f"--set expects NAME=VALUE, got {pair!r}")
+        key, raw = pair.split("=", 1)
+        key = key.strip().replace("-", "_")
+        try:
+            value = json.loads(raw)
+        except json.JSONDecodeError:
+            value = raw
+        out[key] = value
+    return out
+
+
+def decoding_settings(**kw: Any) -> dict[str, Any]:
+    """Collect the explicitly given decoding flags (None = not given)."""
+    sets = parse_sets(kw.pop("sets", None))
+    settings = {k: v for k, v in kw.items() if v is not None}
+    settings.update(sets)
+    return settings
+
+
+# ---------------------------------------------------------------------------------------------- generate
+@app.command()
+def generate(
+    prompt: Annotated[str, typer.Argument(help="Prompt text (or token ids with --ids).")],
+    model: ModelOpt = "tiny-gsm",
+    decoder: DecoderOpt = None,
+    preset: PresetOpt = None,
+    block_size: BlockOpt = None,
+    steps: StepsOpt = None,
+    threshold: ThresholdOpt = None,
+    policy: PolicyOpt = None,
+    estimator: EstimatorOpt = None,
+    max_new_tokens: MaxNewOpt = None,
+    temperature: TempOpt = None,
+    top_k: TopKOpt = None,
+    top_p: TopPOpt = None,
+    seed: SeedOpt = None,
+    chat: Annotated[bool, typer.Option(help="Wrap the prompt in the tokenizer's chat template.")] = False,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print one JSON object with text, ids and stats.")
+    ] = False,
+    ids: Annotated[
+        bool, typer.Option("--ids", help="PROMPT is token ids separated by spaces or commas.")
+    ] = False,
+    trace: Annotated[bool, typer.Option(help="Include the per-step trace (with --json).")] = False,
+    device: DeviceOpt = None,
+    dtype: DtypeOpt = None,
+    sets: SetOpt = None,
+) -> None:
+    """Generate a continuation of PROMPT and print it (with --json: text, token ids and statistics)."""
+    from .model import load
+
+    settings = decoding_settings(
+        decoder=decoder,
+        preset=preset,
+        block_size=block_size,
+        steps=steps,
+        threshold=threshold,
+        policy=policy,
+        estimator=estimator,
+        max_new_tokens=max_new_tokens,
+        temperature=temperature,
+        top_k=top_k,
+        top_p=top_p,
+        seed=seed,
+        sets=sets,
+    )
+    if trace:
+        settings["trace"] = True
+    m = load(model, device=device, dtype=dtype)
+    cfg = m.make_config(**settings)  # validate settings before any work
+    if ids or m.tokenizer is None:
+        try:
+            prompt_in: Any = [int(t) for t in prompt.replace(",", " ").split()]
+        except ValueError:
+            raise S2D2Error(
+                "PROMPT must be token ids (e.g. '17 42 101')"
+                + ("" if ids else f": model {model} has no tokenizer")
+            ) from None
+    else:
+        prompt_in = prompt
+    result = m.generate(prompt_in, cfg, chat=chat)
+    if as_json:
+        out = result.to_dict()
+        if trace and result.trace is not None:
+            out["trace"] = [t.__dict__ for t in result.trace]
+        typer.echo(json.dumps(out))
+    else:
+        typer.echo(result.text)
+        s = result.stats
+        typer.echo(
+            f"[{s.generated_tokens} tokens, {s.nfe} forwards ({s.nfe_per_token:.2f}/token), "
+            f"{s.verify_steps} verifications, {s.accepted}/{s.drafted} drafts accepted, {s.seconds:.2f} s]",
+            err=True,
+        )
+
+
+# ---------------------------------------------------------------------------------------------- train-tiny
+@app.command("train-tiny")
+def train_tiny_cmd(
+    minutes: Annotated[float, typer.Option(help="Training time budget in minutes.")] = 50.0,
+    out: Annotated[Path, typer.Option(help="Output directory (checkpoints, logs, best/).")] = Path(
+        "runs/tiny-gsm"
+    ),
+    seed: Annotated[int, typer.Option(help="Random seed.")] = 0,
+    resume: Annotated[bool, typer.Option(help="Resume from OUT/ckpt.pt if present.")] = True,
+) -> None:
+    """Train the built-in tiny-gsm model from scratch (CPU); the selected model lands in OUT/best/."""
+    from .training.tiny import train_tiny
+
+    if minutes <= 0:
+        raise S2D2Error(f"--minutes must be > 0, got {minutes}")
+    best = train_tiny(minutes=minutes, out=out, seed=seed, resume=resume)
+    typer.echo(f"best model: {best}")
+
+
+# ---------------------------------------------------------------------------------------------- entry point
+def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv:
+        argv = ["--help"]
+    try:
+        app(args=argv, standalone_mode=False)
+    except S2D2Error as exc:
+        typer.echo(f"error: {exc}", err=True)
+        sys.exit(2)
+    except (typer.Abort, KeyboardInterrupt):
+        typer.echo("interrupted", err=True)
+        sys.exit(130)
+    except typer.Exit as exc:
+        sys.exit(getattr(exc, "exit_code", getattr(exc, "code", 0)))
+    except Exception as exc:
+        if hasattr(exc, "format_message") and hasattr(exc, "exit_code"):  # usage error from the CLI parser
+            typer.echo(f"error: {exc.format_message()}", err=True)
+            sys.exit(exc.exit_code)
+        # a bug, not the user's fault: still one line unless debugging
+        if os.environ.get("S2D2_DEBUG"):
+            raise
+        typer.echo(
+            f"error: unexpected failure: {exc.__class__.__name__}: {exc} (set S2D2_DEBUG=1 for a traceback)",
+            err=True,
+        )
+        sys.exit(1)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

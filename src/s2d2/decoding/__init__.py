@@ -1,0 +1,1 @@
+"""The decoding layer: drafting, verifying, accepting, routing policies and baselines."""

@@ -1,0 +1,186 @@
+"""Small pure functions behind every decoder: sampling transforms, confidence and entropy, the
+acceptance rules, acceptance-length estimators and scores, and the baselines' commit rules.
+
+All functions take and return tensors of one block's candidate positions; none touch a model.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+# ---------------------------------------------------------------------------------------------- sampling
+
+
+def probs_from_logits(
+    logits: torch.Tensor, temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0
+) -> torch.Tensor:
+    """Full distributions ``[n, V]`` after temperature, top-k and top-p (nucleus) transforms.
+
+    Temperature 0 means greedy sampling; the distribution itself is then taken at temperature 1 (it
+    still feeds confidence, entropy, estimators and the probabilistic acceptance rule).
+    """
+    logits = logits.float()
+    if temperature > 0 and temperature != 1.0:
+        logits = logits / temperature
+    if top_k and top_k < logits.shape[-1]:
+        kth = torch.topk(logits, top_k, dim=-1).values[..., -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    if top_p < 1.0:
+        sorted_logits, order = torch.sort(logits, dim=-1, descending=True)
+        sorted_probs = torch.softmax(sorted_logits, dim=-1)
+        # drop a token when the mass strictly before it already reaches top_p (keeps at least one)
+        drop_sorted = (torch.cumsum(sorted_probs, dim=-1) - sorted_probs) >= top_p
+        drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
+        logits = logits.masked_fill(drop, float("-inf"))
+    return torch.softmax(logits, dim=-1)
+
+
+def sample(probs: torch.Tensor, greedy: bool, generator: torch.Generator | None = None) -> torch.Tensor:
+    """One token per row: argmax when ``greedy``, else a draw from ``probs``."""
+    if greedy:
+        return probs.argmax(dim=-1)
+    return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+
+
+def token_probs(probs: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+    """``probs[i, tokens[i]]``."""
+    return probs.gather(-1, tokens.view(-1, 1)).squeeze(-1)
+
+
+def entropy(probs: torch.Tensor) -> torch.Tensor:
+    """Shannon entropy (nats) per row."""
+    return -(probs * torch.log(probs.clamp_min(1e-30))).sum(dim=-1)
+
+
+def normalized_entropy(probs: torch.Tensor) -> torch.Tensor:
+    """Entropy divided by ln(vocabulary size), in [0, 1]."""
+    return entropy(probs) / math.log(probs.shape[-1])
+
+
+def margin(probs: torch.Tensor) -> torch.Tensor:
+    """Top-1 minus top-2 probability per row."""
+    top2 = torch.topk(probs, 2, dim=-1).values
+    return top2[..., 0] - top2[..., 1]
+
+
+# ---------------------------------------------------------------------------------------------- acceptance
+
+
+def residual_distribution(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    """normalize(max(q - p, 0)); falls back to q when the residual has no mass."""
+    res = (q - p).clamp_min(0)
+    total = res.sum(dim=-1, keepdim=True)
+    return torch.where(total > 0, res / total.clamp_min(1e-30), q)
+
+
+def accept_length_strict(drafts: torch.Tensor, q_argmax: torch.Tensor) -> int:
+    """Strict greedy rule: accepted prefix length where ``draft == argmax q``."""
+    ok = drafts == q_argmax
+    return int(ok.long().cumprod(0).sum())
+
+
+def accept_length_probabilistic(
+    p_draft: torch.Tensor, q_draft: torch.Tensor, uniforms: torch.Tensor, tempering: float = 1.0
+) -> int:
+    """Paper's rule: accept x_i while u_i < min(1, (q_i(x_i) / p_i(x_i))^g), left to right."""
+    ratio = (q_draft / p_draft.clamp_min(1e-30)).pow(tempering).clamp(max=1.0)
+    ok = uniforms < ratio
+    return int(ok.long().cumprod(0).sum())
+
+
+def speculative_commit(
+    p: torch.Tensor,
+    q: torch.Tensor,
+    drafts: torch.Tensor,
+    *,
+    strict: bool,
+    tempering: float = 1.0,
+    generator: torch.Generator | None = None,
+) -> tuple[int, int | None]:
+    """Accept a span of drafts against the verifier.
+
+    ``p`` and ``q`` are ``[s, V]`` (drafter and AR-mode distributions after the same transforms),
+    ``drafts`` the ``[s]`` drafted tokens. Returns ``(n_accepted, correction)`` where ``correction`` is
+    the token committed at the first rejected position (``None`` when all were accepted).
+    """
+    if strict:
+        q_arg = q.argmax(dim=-1)
+        n = accept_length_strict(drafts, q_arg)
+        return n, (int(q_arg[n]) if n < drafts.numel() else None)
+    uniforms = torch.rand(drafts.numel(), generator=generator)
+    n = accept_length_probabilistic(token_probs(p, drafts), token_probs(q, drafts), uniforms, tempering)
+    if n == drafts.numel():
+        return n, None
+    resid = residual_distribution(p[n], q[n])
+    return n, int(torch.multinomial(resid, 1, generator=generator))
+
+
+# ---------------------------------------------------------------------------------------------- estimators
+
+
+def acceptance_estimate(
+    name: str, probs: torch.Tensor, drafts: torch.Tensor, param: float | None
+) -> torch.Tensor:
+    """Per-token acceptance estimate alpha_i from the drafter's own distributions (ALGORITHM.md 4)."""
+    if name == "hard-margin":
+        return (margin(probs) > param).float()
+    if name == "hard-entropy":
+        return (normalized_entropy(probs) < param).float()
+    if name == "confidence-power":
+        return token_probs(probs, drafts).pow(param)
+    if name == "clipped-margin":
+        return (param * margin(probs)).clamp(0.0, 1.0)
+    if name == "soft-entropy":
+        return torch.exp(-param * normalized_entropy(probs))
+    if name == "renyi2":
+        return probs.pow(2).sum(dim=-1)
+    raise ValueError(f"unknown estimator {name!r}")
+
+
+def expected_accept_length(alpha: torch.Tensor) -> float:
+    """E[K] = sum_k prod_{i<=k} alpha_i."""
+    return float(torch.cumprod(alpha, dim=0).sum())
+
+
+def verify_score(expected_len: float, *, kind: str, penalty: float, n_dynamic: int = 0) -> float:
+    """s = E[K] - c (static) or E[K] - c * n_dynamic (dynamic)."""
+    return expected_len - (penalty if kind == "static" else penalty * n_dynamic)
+
+
+# ---------------------------------------------------------------------------------------------- baselines
+
+
+def quota(step: int, unit: int, steps: int) -> int:
+    """Tokens step ``step`` must commit in a unit of ``unit`` positions decoded in ``steps`` steps."""
+    steps = min(steps, unit)
+    return unit // steps + (1 if step < unit % steps else 0)
+
+
+def select_static(conf: torch.Tensor, k: int) -> torch.Tensor:
+    """Indices of the ``k`` most confident positions."""
+    k = min(k, conf.numel())
+    return torch.topk(conf, k).indices
+
+
+def select_dynamic(conf: torch.Tensor, tau: float, k_min: int) -> torch.Tensor:
+    """Every position with confidence > tau; at least the ``k_min`` most confident."""
+    above = torch.nonzero(conf > tau).view(-1)
+    if above.numel() >= min(k_min, conf.numel()):
+        return above
+    return select_static(conf, k_min)
+
+
+def select_entropy_bounded(ent: torch.Tensor, gamma: float, k_min: int = 1) -> torch.Tensor:
+    """Largest prefix of positions sorted by entropy whose entropy sum stays within gamma (>= k_min)."""
+    order = torch.argsort(ent)
+    n = int((torch.cumsum(ent[order], dim=0) <= gamma).sum())
+    return order[: max(n, min(k_min, ent.numel()))]
+
+
+def bin_index(value: float, lo: float, hi: float, bins: int) -> int:
+    """Equal-width bin of ``value`` over [lo, hi] (clamped)."""
+    if hi <= lo:
+        return 0
+    return min(bins - 1, max(0, int((value - lo) / (hi - lo) * bins)))

@@ -1,0 +1,62 @@
+"""Per-generation statistics and the optional per-step trace."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+@dataclass
+class StepTrace:
+    """One decoding step: which block positions were committed and how."""
+
+    block_start: int
+    step: int
+    #: ``(absolute position, token id, how)`` with how in accepted | resampled | fallback | edited
+    commits: list[tuple[int, int, str]] = field(default_factory=list)
+    verified: bool = False
+    span: int = 0
+    accepted: int = 0
+
+
+@dataclass
+class GenerationStats:
+    """Counters of one generation. ``nfe`` counts every model forward."""
+
+    nfe_prefill: int = 0
+    nfe_draft: int = 0
+    nfe_verify: int = 0
+    nfe_commit: int = 0
+    generated_tokens: int = 0
+    verify_steps: int = 0
+    drafted: int = 0
+    accepted: int = 0
+    seconds: float = 0.0
+    steps: int = 0
+    blocks: int = 0
+    fallback_commits: int = 0
+    edits: int = 0
+    finish_reason: str = "length"
+
+    @property
+    def nfe(self) -> int:
+        return self.nfe_prefill + self.nfe_draft + self.nfe_verify + self.nfe_commit
+
+    @property
+    def nfe_per_token(self) -> float:
+        return self.nfe / max(self.generated_tokens, 1)
+
+    @property
+    def acceptance_rate(self) -> float:
+        return self.accepted / self.drafted if self.drafted else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["nfe"] = self.nfe
+        return d
+
+    def add(self, other: GenerationStats) -> None:
+        """Accumulate ``other`` into this one (for totals over many generations)."""
+        for k, v in asdict(other).items():
+            if isinstance(v, (int, float)) and not isinstance(v, bool):
+                setattr(self, k, getattr(self, k) + v)

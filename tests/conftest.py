@@ -1,0 +1,96 @@
+"""Shared test fixtures: paths to the conformance checkpoints and a small random SDAR-format model."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+
+# Tiny models run fastest single-threaded, and tests must not fight a busy machine for cores.
+torch.set_num_threads(1)
+
+
+def fixtures_dir() -> Path:
+    env = os.environ.get("S2D2_FIXTURES")
+    return Path(env) if env else REPO.parent / "shared" / "fixtures"
+
+
+FIXTURES = fixtures_dir()
+SDAR_FIXTURE = FIXTURES / "sdar"
+
+
+def make_random_sdar(
+    directory: Path, *, vocab: int = 48, seed: int = 0, max_positions: int = 256, std: float = 0.5
+) -> Path:
+    """Write a small random Qwen3 network in the SDAR on-disk format (config.json + safetensors)."""
+    from safetensors.torch import save_file
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    directory.mkdir(parents=True, exist_ok=True)
+    cfg = dict(
+        model_type="sdar",
+        architectures=["SDARForCausalLM"],
+        vocab_size=vocab,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=16,
+        hidden_act="silu",
+        max_position_embeddings=max_positions,
+        rms_norm_eps=1e-6,
+        rope_theta=10000.0,
+        tie_word_embeddings=False,
+        use_sliding_window=False,
+        sliding_window=None,
+        attention_bias=False,
+        mask_token_id=vocab - 1,
+        eos_token_id=vocab - 2,
+        bos_token_id=vocab - 2,
+        block_size=4,
+    )
+    torch.manual_seed(seed)
+    q = Qwen3Config(
+        **{
+            k: v
+            for k, v in cfg.items()
+            if k not in ("model_type", "architectures", "mask_token_id", "block_size", "rope_theta")
+        }
+    )
+    model = Qwen3ForCausalLM(q)
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() > 1:
+                p.normal_(0.0, std)  # sharper distributions than the default init: less degenerate output
+    save_file(
+        {k: v.contiguous() for k, v in model.state_dict().items()}, str(directory / "model.safetensors")
+    )
+    (directory / "config.json").write_text(json.dumps(cfg, indent=1))
+    return directory
+
+
+@pytest.fixture(scope="session")
+def random_sdar_dir(tmp_path_factory) -> Path:
+    return make_random_sdar(tmp_path_factory.mktemp("random_sdar"))
+
+
+@pytest.fixture(scope="session")
+def random_sdar(random_sdar_dir):
+    import s2d2
+
+    return s2d2.load(random_sdar_dir, device="cpu", dtype="fp32")
+
+
+@pytest.fixture(scope="session")
+def sdar_fixture():
+    import s2d2
+
+    if not SDAR_FIXTURE.is_dir():
+        pytest.skip(f"conformance fixtures not found at {SDAR_FIXTURE}")
+    return s2d2.load(SDAR_FIXTURE, device="cpu", dtype="fp32")

@@ -20,14 +20,26 @@ VARIANTS = {
 }
 
 
+@pytest.fixture(scope="module", params=["fast-path", "transformers"])
+def adapter(request):
+    """The SDAR adapter on both forward paths: the lean Qwen path and transformers' own forward."""
+    from s2d2.adapters import load_adapter
+
+    ad = load_adapter(SDAR_FIXTURE, device="cpu", dtype="fp32")
+    if request.param == "transformers":
+        ad.fast = None
+    else:
+        assert ad.fast is not None
+    return ad
+
+
 @pytest.fixture(scope="module")
 def golden():
     return load_file(str(SDAR_FIXTURE / "golden.safetensors"))
 
 
 @pytest.mark.parametrize("causal", [False, True], ids=["default", "causal-cache"])
-def test_sdar_golden_through_protocol(sdar_fixture, golden, causal):
-    adapter = sdar_fixture.adapter
+def test_sdar_golden_through_protocol(adapter, golden, causal):
     pre_name, den_name, ver_name = VARIANTS[causal]
     state = adapter.new_state()
     # prefill logits: the same mask the adapter's prefill uses, with logits kept for the comparison
@@ -51,9 +63,8 @@ def test_sdar_golden_through_protocol(sdar_fixture, golden, causal):
     torch.testing.assert_close(sub, golden[ver_name][5:7], atol=ATOL, rtol=0)
 
 
-def test_folded_commit_equals_prefill(sdar_fixture, golden):
+def test_folded_commit_equals_prefill(adapter, golden):
     """Committing the prompt inside the first draft forward (pending) gives the prefill's cache."""
-    adapter = sdar_fixture.adapter
     state = adapter.new_state()
     den = adapter.draft(state, PROMPT, BLOCK, start=8, block_size=4, causal=False)
     assert state.length == 8
@@ -62,9 +73,8 @@ def test_folded_commit_equals_prefill(sdar_fixture, golden):
     torch.testing.assert_close(ver, golden["verify2L_logits"][4:], atol=ATOL, rtol=0)
 
 
-def test_wrong_positions_would_be_caught(sdar_fixture, golden):
+def test_wrong_positions_would_be_caught(adapter, golden):
     """Sanity check that the tolerance has teeth: 2L second half at positions 12..15 is far off."""
-    adapter = sdar_fixture.adapter
     state = adapter.new_state()
     adapter.prefill(state, PROMPT, block_size=4, causal=False)
     from s2d2.adapters.base import verify2l_mask
@@ -74,3 +84,20 @@ def test_wrong_positions_would_be_caught(sdar_fixture, golden):
         state, ids, torch.arange(8, 16), verify2l_mask(8, 4, [0, 1, 2, 3]), n_logits=4, keep=0
     )
     assert (wrong - golden["verify2L_logits"][4:]).abs().max() > 0.1
+
+
+def test_fast_path_equals_transformers_over_a_generation(random_sdar_dir):
+    """Both forward paths give the same tokens and forward counts over whole generations."""
+    import s2d2
+
+    fast = s2d2.load(random_sdar_dir, device="cpu", dtype="fp32")
+    slow = s2d2.load(random_sdar_dir, device="cpu", dtype="fp32")
+    slow.adapter.fast = None
+    for kw in (
+        dict(decoder="ar"),
+        dict(decoder="dynamic", block_size=8, threshold=0.5),
+        dict(decoder="s2d2", block_size=4, policy="always", causal_cache=True),
+    ):
+        a = fast.generate(list(range(1, 12)), max_new_tokens=24, ignore_eos=True, **kw)
+        b = slow.generate(list(range(1, 12)), max_new_tokens=24, ignore_eos=True, **kw)
+        assert a.token_ids == b.token_ids and a.stats.nfe == b.stats.nfe

@@ -179,6 +179,9 @@ def train_tiny_cmd(
     typer.echo(f"best model: {best}")
 
 
+# ---------------------------------------------------------------------------------------------- other modules
+# Commands implemented in their own modules register here, one line each (keep their imports light).
+
 # ---------------------------------------------------------------------------------------------- entry point
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv

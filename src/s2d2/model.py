@@ -141,12 +141,21 @@ def load_tokenizer(path: Path) -> Any | None:
     """The directory's tokenizer through transformers (never remote code), or None if it has none."""
     if not any((path / f).is_file() for f in ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")):
         return None
-    from transformers import AutoTokenizer
+    import warnings
 
+    from transformers import AutoTokenizer
+    from transformers.utils import logging as hf_logging
+
+    verbosity = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()  # AutoTokenizer reads config.json and warns about the unknown model_type
     try:
-        return AutoTokenizer.from_pretrained(str(path), trust_remote_code=False)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return AutoTokenizer.from_pretrained(str(path), trust_remote_code=False)
     except Exception as exc:  # tokenizers raise many types; the user needs one line
         raise ModelLoadError(f"cannot load the tokenizer in {path}: {str(exc).splitlines()[0]}") from None
+    finally:
+        hf_logging.set_verbosity(verbosity)
 
 
 def load(

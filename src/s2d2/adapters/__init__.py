@@ -37,8 +37,8 @@ def detect_family(config: dict[str, Any], path: Path | str = "model") -> ModuleT
     names = ", ".join(f.FAMILY for f in FAMILIES)
     if config.get("auto_map"):
         raise ModelLoadError(
-            f"{path}: model_type {model_type!r} is not a supported family and its config.json names only "
-            f"remote code (auto_map), which s2d2 never runs; supported families: {names}"
+            f"{path}: unsupported model_type {model_type!r}: its config.json names only remote code "
+            f"(auto_map), which s2d2 never runs; supported families: {names}"
         )
     raise ModelLoadError(f"{path}: unsupported model_type {model_type!r}; supported families: {names}")
 

@@ -13,6 +13,7 @@ from typing import Any
 import torch
 
 from .base import KVState, ModelAdapter, ModelInfo, context_mask, draft_mask, verify2l_mask
+from .fastpath import FastQwen
 
 
 class HFAdapter(ModelAdapter):
@@ -25,9 +26,13 @@ class HFAdapter(ModelAdapter):
         param = next(model.parameters())
         self.device = param.device
         self.dtype = param.dtype
+        #: lean forward for Qwen2/Qwen3 backbones (None: transformers' own forward with a DynamicCache)
+        self.fast = FastQwen(model) if FastQwen.supports(model) else None
 
     # ------------------------------------------------------------------ plumbing
     def new_state(self) -> KVState:
+        if self.fast is not None:
+            return KVState(cache=self.fast.new_cache(), length=0)
         from transformers import DynamicCache
 
         return KVState(cache=DynamicCache(config=self.model.config), length=0)
@@ -51,6 +56,10 @@ class HFAdapter(ModelAdapter):
         """Run ``ids`` at positions ``pos`` with ``mask``; return the last ``n_logits`` rows of logits
         (float32) and keep only the first ``keep`` new tokens' keys/values in the cache."""
         n_new = ids.numel()
+        if self.fast is not None and attention_mask is None:
+            logits = self.fast.forward(state.cache, ids, pos, mask, start=state.length, n_logits=n_logits)
+            state.length += keep
+            return logits
         out = self.model(
             input_ids=ids.view(1, -1).to(self.device),
             position_ids=pos.view(1, -1).to(self.device),

@@ -181,6 +181,10 @@ def train_tiny_cmd(
 
 # ---------------------------------------------------------------------------------------------- other modules
 # Commands implemented in their own modules register here, one line each (keep their imports light).
+from .bench import bench_command  # noqa: E402
+
+app.command("bench")(bench_command)
+
 
 # ---------------------------------------------------------------------------------------------- entry point
 def main(argv: list[str] | None = None) -> None:

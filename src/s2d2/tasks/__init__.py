@@ -1,0 +1,1 @@
+"""Built-in tasks (data sets) for the tiny models."""

@@ -1,0 +1,1 @@
+"""Training code for the built-in tiny models."""

@@ -1,0 +1,68 @@
+"""The shipped ``tiny-gsm`` model: loads by name, answers test problems, and S2D2 saves forwards on it."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+import s2d2
+from s2d2.model import builtin_path
+from s2d2.tasks import tiny_gsm
+
+pytestmark = pytest.mark.skipif(
+    not (builtin_path("tiny-gsm") / "config.json").is_file(), reason="built-in tiny-gsm weights not shipped"
+)
+
+README_QUESTION = (
+    "Priya starts with 111 shells. She gives 4 kids 11 shells each. "
+    "How many shells does Priya have in the end?"
+)
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    return s2d2.load()
+
+
+@pytest.fixture(scope="module")
+def problems():
+    return tiny_gsm.load_split("test", 24)
+
+
+def test_default_model_is_tiny_gsm(tiny):
+    assert tiny.name == "tiny-gsm"
+    assert tiny.info.family == "sdar"
+    assert tiny.tokenizer is not None
+
+
+def test_ar_answers_test_problems(tiny, problems):
+    correct = sum(
+        tiny_gsm.is_correct(tiny.generate(p["question"], decoder="ar", max_new_tokens=64).text, p["final"])
+        for p in problems
+    )
+    assert correct >= 0.85 * len(problems)
+
+
+def test_lossless_matches_ar_with_fewer_forwards(tiny, problems):
+    ar_nfe = s2_nfe = 0
+    for p in problems[:12]:
+        ar = tiny.generate(p["question"], decoder="ar", max_new_tokens=64)
+        s2 = tiny.generate(p["question"], preset="lossless", block_size=8, max_new_tokens=64)
+        assert s2.token_ids == ar.token_ids
+        ar_nfe += ar.stats.nfe
+        s2_nfe += s2.stats.nfe
+    assert s2_nfe < ar_nfe
+
+
+def test_readme_command_prints_a_correct_worked_answer():
+    proc = subprocess.run(
+        [sys.executable, "-m", "s2d2.cli", "generate", README_QUESTION],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "####" in proc.stdout
+    assert tiny_gsm.extract_answer(proc.stdout) == "67"

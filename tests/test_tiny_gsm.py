@@ -1,0 +1,231 @@
+"""tiny-gsm data, tokenizer and the block-diffusion training objective (no real training here)."""
+
+from __future__ import annotations
+
+import random
+import re
+
+import numpy as np
+import pytest
+import torch
+
+from s2d2.tasks import tiny_gsm
+from s2d2.training import tiny
+
+EQ = re.compile(r"^(\d+) ([-+*/]) (\d+) = (\d+)\.$")
+
+
+def _check_answer(prob: dict) -> None:
+    eqs_text, final = prob["answer"].split(" #### ")
+    assert final == prob["final"]
+    eqs = re.findall(r"\d+ [-+*/] \d+ = \d+\.", eqs_text)
+    assert " ".join(eqs) == eqs_text
+    assert 2 <= len(eqs) <= 4
+    numbers = [int(n) for n in re.findall(r"\d+", prob["question"] + " " + prob["answer"])]
+    assert all(0 <= n <= 999 for n in numbers)
+    for e in eqs:
+        a, op, b, c = EQ.match(e).groups()
+        a, b, c = int(a), int(b), int(c)
+        if op == "+":
+            assert a + b == c
+        elif op == "-":
+            assert a - b == c
+        elif op == "*":
+            assert a * b == c
+        else:
+            assert b != 0 and a % b == 0 and a // b == c
+    # the last equation produces the final answer
+    assert EQ.match(eqs[-1]).group(4) == final
+
+
+def test_generator_deterministic_by_seed():
+    a = [tiny_gsm.generate_problem(random.Random(7)) for _ in range(3)]
+    b = [tiny_gsm.generate_problem(random.Random(7)) for _ in range(3)]
+    assert a == b
+    assert tiny_gsm.make_split("train", 20, seed=3) == tiny_gsm.make_split("train", 20, seed=3)
+    assert tiny_gsm.make_split("train", 20, seed=3) != tiny_gsm.make_split("train", 20, seed=4)
+
+
+def test_generated_answers_are_right():
+    rng = random.Random(0)
+    for _ in range(2000):
+        _check_answer(tiny_gsm.generate_problem(rng))
+
+
+def test_commutative_orders_vary():
+    rng = random.Random(1)
+    forms = set()
+    for _ in range(500):
+        ans = tiny_gsm.generate_problem(rng)["answer"]
+        for a, _op, b in re.findall(r"(\d+) ([+*]) (\d+)", ans):
+            forms.add(int(a) < int(b))
+    assert forms == {True, False}
+
+
+def test_committed_splits_match_generator():
+    test = tiny_gsm.load_split("test")
+    dev = tiny_gsm.load_split("dev")
+    assert len(test) == 1000 and len(dev) == 1000
+    assert test == tiny_gsm.make_split("test", 1000)
+    assert dev[:200] == tiny_gsm.make_split("dev", 200)
+    for p in test[:300] + dev[:300]:
+        assert set(p) == {"id", "question", "answer", "final"}
+        _check_answer(p)
+    assert tiny_gsm.load_split("dev", 5) == dev[:5]
+
+
+def test_no_overlap_between_splits():
+    test_q = {p["question"] for p in tiny_gsm.load_split("test")}
+    dev_q = {p["question"] for p in tiny_gsm.load_split("dev")}
+    assert len(test_q) == 1000 and len(dev_q) == 1000
+    assert not test_q & dev_q
+    train = tiny_gsm.load_split("train", 500)
+    assert not {p["question"] for p in train} & (test_q | dev_q)
+    held = tiny_gsm.heldout_questions()
+    stream = tiny_gsm.iter_train_problems(0)
+    for _ in range(300):
+        assert tiny_gsm.question_hash(next(stream)["question"]) not in held
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("3 * 8 = 24. 47 - 24 = 23. #### 23", "23"),
+        ("3 * 8 = 24 . 47 - 24 = 23 . #### 23", "23"),
+        ("#### 007", "7"),
+        ("the answer is 12 or maybe 15", "15"),
+        ("12. ####", None),
+        ("no numbers here", None),
+        ("", None),
+        ("x = -4 #### -4", "-4"),
+    ],
+)
+def test_extract_answer(text, expected):
+    assert tiny_gsm.extract_answer(text) == expected
+
+
+def test_is_correct():
+    assert tiny_gsm.is_correct("1 + 2 = 3. #### 3", "3")
+    assert not tiny_gsm.is_correct("1 + 2 = 3. #### 4", "3")
+    assert tiny_gsm.is_correct("5 + 5 = 10", "10")
+    assert not tiny_gsm.is_correct("", "10")
+
+
+@pytest.fixture(scope="module")
+def tok():
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(str(tiny_gsm.tokenizer_dir()))
+
+
+def test_tokenizer_round_trip(tok):
+    assert tok.eos_token == "<eos>" and tok.pad_token == "<pad>"
+    assert tok.mask_token == "<mask>" and tok.unk_token == "<unk>"
+    ids = tok.encode("24.", add_special_tokens=False)
+    assert tok.convert_ids_to_tokens(ids) == ["2", "@@4", "."]
+    for p in tiny_gsm.load_split("test", 300):
+        for text in (p["question"], p["answer"]):
+            ids = tok.encode(text, add_special_tokens=False)
+            assert tok.unk_token_id not in ids
+            assert tok.decode(ids) == text
+        assert len(tok.encode(p["question"], add_special_tokens=False)) <= 56
+        assert len(tok.encode(p["answer"], add_special_tokens=False)) <= 50
+    # the committed tokenizer is the one the code builds
+    built = tiny_gsm.build_tokenizer(None)
+    assert built.get_vocab() == tok.get_vocab()
+
+
+def test_sdar_config(tok):
+    cfg = tiny.sdar_config(tok)
+    assert cfg["model_type"] == "sdar" and cfg["architectures"] == ["SDARForCausalLM"]
+    assert cfg["mask_token_id"] == tok.mask_token_id and cfg["eos_token_id"] == tok.eos_token_id
+    assert cfg["vocab_size"] >= len(tok) and cfg["tie_word_embeddings"] is False
+    assert cfg["num_attention_heads"] * cfg["head_dim"] == 128
+
+
+def test_training_batch_mask_hand_checked():
+    M, E, P = 90, 91, 92  # mask, eos, pad ids
+    prompt, answer = [10, 11, 12], [13, E]  # x = 10 11 12 13 E | E (pad to block of 2)
+    rng = np.random.default_rng(0)
+    b = tiny.build_batch([(prompt, answer)], rng, M, E, P, block_sizes=[2], token_causal=[False])
+    ids = b["input_ids"][0].tolist()
+    # clean x (6) + noisy copy of blocks 1 and 2 (positions 2..5)
+    assert ids[:6] == [10, 11, 12, 13, E, E]
+    assert b["position_ids"][0].tolist() == [0, 1, 2, 3, 4, 5, 2, 3, 4, 5]
+    assert ids[6] == 12  # prompt token inside a noisy block stays clean
+    assert ids[7] == M  # the only answer position of block 1 is always masked
+    assert M in ids[8:10]
+    masked_flat = [i for i in range(6, 10) if ids[i] == M]
+    assert b["loss_index"].tolist() == masked_flat
+    assert b["targets"].tolist() == [[10, 11, 12, 13, E, E][b["position_ids"][0, i]] for i in masked_flat]
+    T = 1
+    F_ = 0
+    expected = [
+        # clean 0..5 (blocks 0 0 1 1 2 2)  | noisy 6..9 (blocks 1 1 2 2)
+        [T, T, F_, F_, F_, F_, F_, F_, F_, F_],
+        [T, T, F_, F_, F_, F_, F_, F_, F_, F_],
+        [T, T, T, T, F_, F_, F_, F_, F_, F_],
+        [T, T, T, T, F_, F_, F_, F_, F_, F_],
+        [T, T, T, T, T, T, F_, F_, F_, F_],
+        [T, T, T, T, T, T, F_, F_, F_, F_],
+        [T, T, F_, F_, F_, F_, T, T, F_, F_],
+        [T, T, F_, F_, F_, F_, T, T, F_, F_],
+        [T, T, T, T, F_, F_, F_, F_, T, T],
+        [T, T, T, T, F_, F_, F_, F_, T, T],
+    ]
+    assert b["attention_mask"].shape == (1, 1, 10, 10)
+    assert b["attention_mask"][0, 0].int().tolist() == expected
+    # token-causal clean copy: lower-triangular clean part, noisy rows unchanged
+    bc = tiny.build_batch(
+        [(prompt, answer)], np.random.default_rng(0), M, E, P, block_sizes=[2], token_causal=[True]
+    )
+    m = bc["attention_mask"][0, 0].int()
+    assert m[:6, :6].tolist() == torch.tril(torch.ones(6, 6, dtype=torch.int)).tolist()
+    assert m[6:].tolist() == [row for row in expected[6:]]
+
+
+def test_training_batch_ar_mode_and_padding():
+    M, E, P = 90, 91, 92
+    rng = np.random.default_rng(1)
+    exs = [([10, 11, 12], [13, 14, E]), ([10, 11], [13, E])]
+    b = tiny.build_batch(exs, rng, M, E, P, block_sizes=[1, 1], token_causal=[False, False])
+    # B=1: every answer position is masked in the noisy copy; no prompt position is copied
+    assert b["input_ids"][0].tolist() == [10, 11, 12, 13, 14, E, M, M, M]
+    assert b["input_ids"][1].tolist()[:6] == [10, 11, 13, E, M, M]
+    assert b["input_ids"][1].tolist()[6:] == [P, P, P]
+    m = b["attention_mask"][0, 0]
+    # noisy query for position 4 sees clean positions 0..3 and itself only
+    assert m[7].nonzero().flatten().tolist() == [0, 1, 2, 3, 7]
+    # padded rows see only themselves, real rows never see padding
+    m1 = b["attention_mask"][1, 0]
+    assert m1[7].nonzero().flatten().tolist() == [7]
+    assert not m1[:6, 6:].any()
+    assert b["targets"].tolist() == [13, 14, E, 13, E]
+
+
+def test_decode_batch_and_loss_run(tok):
+    cfg = tiny.sdar_config(tok)
+    model = tiny.build_model(cfg, seed=0).eval()
+    probs = tiny_gsm.load_split("dev", 3)
+    prompts = [tok.encode(p["question"], add_special_tokens=False) for p in probs]
+    outs, fwd = tiny.decode_batch(
+        model, prompts, 4, 0.9, tok.mask_token_id, tok.eos_token_id, max_new_tokens=8
+    )
+    assert len(outs) == 3 and fwd >= 1
+    ar_full, _ = tiny.decode_batch(
+        model, prompts, 1, 1.0, tok.mask_token_id, tok.eos_token_id, max_new_tokens=6
+    )
+    ar_cached, _ = tiny.decode_ar_cached(
+        model, prompts, tok.mask_token_id, tok.eos_token_id, max_new_tokens=6
+    )
+    assert ar_full == ar_cached
+    assert all(len(o) <= 12 for o in outs)
+    exs = [
+        (pr, tok.encode(p["answer"], add_special_tokens=False) + [tok.eos_token_id])
+        for pr, p in zip(prompts, probs, strict=True)
+    ]
+    batch = tiny.build_batch(
+        exs, np.random.default_rng(0), tok.mask_token_id, tok.eos_token_id, tok.pad_token_id
+    )
+    loss = tiny.batch_loss(model, batch)
+    assert torch.isfinite(loss) and 4.0 < float(loss.detach()) < 7.5  # ~ln(320) at init

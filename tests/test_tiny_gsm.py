@@ -65,8 +65,8 @@ def test_commutative_orders_vary():
 def test_committed_splits_match_generator():
     test = tiny_gsm.load_split("test")
     dev = tiny_gsm.load_split("dev")
-    assert len(test) == 1000 and len(dev) == 1000
-    assert test == tiny_gsm.make_split("test", 1000)
+    assert len(test) == 500 and len(dev) == 1000
+    assert test == tiny_gsm.make_split("test", 500)
     assert dev[:200] == tiny_gsm.make_split("dev", 200)
     for p in test[:300] + dev[:300]:
         assert set(p) == {"id", "question", "answer", "final"}
@@ -77,7 +77,7 @@ def test_committed_splits_match_generator():
 def test_no_overlap_between_splits():
     test_q = {p["question"] for p in tiny_gsm.load_split("test")}
     dev_q = {p["question"] for p in tiny_gsm.load_split("dev")}
-    assert len(test_q) == 1000 and len(dev_q) == 1000
+    assert len(test_q) == 500 and len(dev_q) == 1000
     assert not test_q & dev_q
     train = tiny_gsm.load_split("train", 500)
     assert not {p["question"] for p in train} & (test_q | dev_q)

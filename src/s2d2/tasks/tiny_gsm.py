@@ -45,7 +45,11 @@ __all__ = [
 ]
 
 SPLIT_SEEDS = {"test": 20260001, "dev": 20260002, "train": 20260003}
-SPLIT_SIZES = {"test": 1000, "dev": 1000}
+SPLIT_SIZES = {"test": 500, "dev": 1000}
+#: Questions reserved for testing: the first RESERVED_TEST problems of the test seed. The committed test
+#: split is their first SPLIT_SIZES["test"]; dev and train exclude all of them, so the test split can grow
+#: up to this size without touching dev or train.
+RESERVED_TEST = 1000
 MAX_VALUE = 999
 MAX_QUESTION_TOKENS = 56
 
@@ -323,7 +327,7 @@ def make_split(name: str, n: int, seed: int | None = None) -> list[dict]:
     seed = SPLIT_SEEDS[name] if seed is None else seed
     exclude: set[str] = set()
     if name in ("dev", "train"):
-        exclude |= {question_hash(p["question"]) for p in _default_split("test")}
+        exclude |= _reserved_test_hashes()
     if name == "train":
         exclude |= {question_hash(p["question"]) for p in _default_split("dev")}
     return _generate_unique(n, seed, exclude, name)
@@ -341,14 +345,25 @@ def _default_split(name: str) -> list[dict]:
         else:
             exclude: set[str] = set()
             if name == "dev":
-                exclude = {question_hash(p["question"]) for p in _default_split("test")}
+                exclude = _reserved_test_hashes()
             _CACHE[name] = _generate_unique(SPLIT_SIZES[name], SPLIT_SEEDS[name], exclude, name)
     return _CACHE[name]
 
 
 def heldout_questions() -> set[str]:
     """Hashes of every test and dev question (the train stream never yields these)."""
-    return {question_hash(p["question"]) for s in ("test", "dev") for p in _default_split(s)}
+    return _reserved_test_hashes() | {question_hash(p["question"]) for p in _default_split("dev")}
+
+
+_RESERVED: set[str] = set()
+
+
+def _reserved_test_hashes() -> set[str]:
+    """Hashes of the reserved test questions (a superset of the committed test split)."""
+    if not _RESERVED:
+        pool = _generate_unique(RESERVED_TEST, SPLIT_SEEDS["test"], set(), "test")
+        _RESERVED.update(question_hash(p["question"]) for p in pool)
+    return _RESERVED
 
 
 def iter_train_problems(seed: int, start: int = 0) -> Iterator[dict]:
@@ -413,9 +428,7 @@ def write_split_files(directory: Path | None = None) -> None:
     directory.mkdir(parents=True, exist_ok=True)
     _CACHE.clear()
     test = _generate_unique(SPLIT_SIZES["test"], SPLIT_SEEDS["test"], set(), "test")
-    dev = _generate_unique(
-        SPLIT_SIZES["dev"], SPLIT_SEEDS["dev"], {question_hash(p["question"]) for p in test}, "dev"
-    )
+    dev = _generate_unique(SPLIT_SIZES["dev"], SPLIT_SEEDS["dev"], _reserved_test_hashes(), "dev")
     for name, probs in (("test", test), ("dev", dev)):
         with open(directory / f"{name}.jsonl", "w", encoding="utf-8") as f:
             for p in probs:

@@ -268,7 +268,7 @@ def test_plots_are_valid_pngs(tmp_path):
         (["--n", "-3"], ["n must be"]),
         (["--suite", "gsm9k"], ["unknown suite", "gsm9k"]),
         (["--split", "valid"], ["unknown split", "valid"]),
-        (["--n", "5000"], ["exceeds", "1000"]),
+        (["--n", "5000"], ["exceeds", "500 problems"]),
         (["--threads", "0"], ["--threads"]),
     ],
 )

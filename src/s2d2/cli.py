@@ -184,6 +184,13 @@ def train_tiny_cmd(
 from .bench import bench_command  # noqa: E402
 
 app.command("bench")(bench_command)
+from .evaluation.cli import eval_command, lm_eval_command  # noqa: E402
+
+app.command("eval")(eval_command)
+app.command(
+    "lm-eval",
+    context_settings={"allow_extra_args": True, "ignore_unknown_options": True, "help_option_names": []},
+)(lm_eval_command)
 
 
 # ---------------------------------------------------------------------------------------------- entry point

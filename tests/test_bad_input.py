@@ -10,29 +10,8 @@ import sys
 import pytest
 
 import s2d2
-from conftest import SDAR_FIXTURE
-from s2d2.cli import main
+from conftest import SDAR_FIXTURE, assert_one_line_error, run_cli
 from s2d2.errors import ConfigError, ModelLoadError, PromptError
-
-
-def run_cli(capsys, *args: str) -> tuple[int, str, str]:
-    try:
-        main(list(args))
-        code = 0
-    except SystemExit as exc:
-        code = exc.code
-    out = capsys.readouterr()
-    return code, out.out, out.err
-
-
-def assert_one_line_error(code, err, *fragments):
-    assert code != 0
-    lines = [line for line in err.strip().splitlines() if line.strip()]
-    assert len(lines) == 1, err
-    assert lines[0].startswith("error: "), err
-    assert "Traceback" not in err
-    for f in fragments:
-        assert f in lines[0], (f, lines[0])
 
 
 def copy_fixture(tmp_path, name="model", **config_changes):

@@ -11,11 +11,11 @@ import contextlib
 import io
 import json
 import math
-import os
 from pathlib import Path
 
 import pytest
 
+from conftest import assert_one_line_error, run_cli, tiny_model_path
 from s2d2.bench import (
     FAMILIES,
     GRIDS,
@@ -55,36 +55,6 @@ DIAGNOSTIC_KEYS = {
 }
 TOP_KEYS = {"model", "suite", "split", "n", "machine", "runs"}
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
-
-
-def tiny_model_path() -> Path | None:
-    env = os.environ.get("S2D2_TEST_TINY_MODEL")
-    if env:
-        return Path(env)
-    from s2d2.model import builtin_path
-
-    path = builtin_path("tiny-gsm")
-    return path if (path / "config.json").is_file() else None
-
-
-def run_cli(capsys, *args: str) -> tuple[int, str, str]:
-    try:
-        main(list(args))
-        code = 0
-    except SystemExit as exc:
-        code = exc.code
-    out = capsys.readouterr()
-    return code, out.out, out.err
-
-
-def assert_one_line_error(code, err, *fragments):
-    assert code != 0
-    lines = [line for line in err.strip().splitlines() if line.strip()]
-    assert len(lines) == 1, err
-    assert lines[0].startswith("error: "), err
-    assert "Traceback" not in err
-    for f in fragments:
-        assert f in lines[0], (f, lines[0])
 
 
 def assert_png(path: Path) -> None:

@@ -18,7 +18,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from s2d2.cli import main
+from conftest import run_cli, tiny_model_path
 from s2d2.decoding.stats import GenerationStats
 from s2d2.errors import S2D2Error
 from s2d2.evaluation import (
@@ -34,16 +34,6 @@ from s2d2.evaluation import (
 CODE_TIMEOUT = 2.0
 
 
-def tiny_model_path() -> Path | None:
-    env = os.environ.get("S2D2_TEST_TINY_MODEL")
-    if env:
-        return Path(env)
-    from s2d2.model import builtin_path
-
-    path = builtin_path("tiny-gsm")
-    return path if (path / "config.json").is_file() else None
-
-
 needs_tiny_model = pytest.mark.skipif(
     tiny_model_path() is None,
     reason="the built-in tiny-gsm model is not installed yet (s2d2/models/tiny-gsm/config.json)",
@@ -53,16 +43,6 @@ needs_tiny_model = pytest.mark.skipif(
 def write_jsonl(path: Path, records: list[dict]) -> Path:
     path.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
     return path
-
-
-def run_cli(capsys, *args: str) -> tuple[int, str, str]:
-    try:
-        main(list(args))
-        code = 0
-    except SystemExit as exc:
-        code = exc.code
-    out = capsys.readouterr()
-    return code, out.out, out.err
 
 
 class FakeModel:

@@ -272,3 +272,43 @@ def load_weights_into(model: torch.nn.Module, weights: dict[str, torch.Tensor], 
                 f"expected {tuple(own[k].shape)}"
             )
     model.load_state_dict(weights, strict=True)
+
+
+# ------------------------------------------------------------------------------------------ family helpers
+def matches_family(
+    config: dict[str, Any],
+    model_types: tuple[str, ...],
+    architectures: tuple[str, ...],
+    auto_map_names: tuple[str, ...] = (),
+) -> bool:
+    """Whether ``config`` names this family by model_type, architectures or (lower-cased) auto_map names."""
+    if str(config.get("model_type", "")).lower() in model_types:
+        return True
+    if any(a in architectures for a in config.get("architectures") or []):
+        return True
+    auto_map = config.get("auto_map")
+    if isinstance(auto_map, dict) and auto_map_names:
+        return any(n in str(v).lower() for v in auto_map.values() for n in auto_map_names)
+    return False
+
+
+def find_mask_token(config: dict[str, Any], added: dict[str, int], names: tuple[str, ...]) -> int | None:
+    """``mask_token_id`` from config.json, else the first of ``names`` among the tokenizer's added tokens."""
+    if config.get("mask_token_id") is not None:
+        return int(config["mask_token_id"])
+    return next((added[n] for n in names if n in added), None)
+
+
+def require_mask_token(
+    path: Path, config: dict[str, Any], added: dict[str, int], names: tuple[str, ...], vocab_size: int
+) -> int:
+    """The mask token id, or a one-line :class:`ModelLoadError` (missing, or outside the vocabulary)."""
+    mask_id = find_mask_token(config, added, names)
+    if mask_id is None:
+        raise ModelLoadError(
+            f"{path}: no mask token: config.json has no mask_token_id and neither added_tokens.json nor "
+            f"tokenizer.json defines {names[0]!r}"
+        )
+    if not 0 <= mask_id < vocab_size:
+        raise ModelLoadError(f"mask token id {mask_id} is outside the vocabulary (size {vocab_size})")
+    return mask_id

@@ -31,7 +31,17 @@ from typing import Any
 import torch
 
 from ..errors import ModelLoadError
-from .base import KVState, ModelInfo, context_mask, draft_mask, load_safetensors, token_causal
+from .base import (
+    KVState,
+    ModelInfo,
+    context_mask,
+    draft_mask,
+    find_mask_token,
+    load_safetensors,
+    matches_family,
+    require_mask_token,
+    token_causal,
+)
 from .hf import HFAdapter
 from .sdar import eos_ids
 
@@ -64,23 +74,11 @@ NEXT_LOGITS = "fast_dllm_v2.next_logits"
 
 
 def detect(config: dict[str, Any]) -> bool:
-    if str(config.get("model_type", "")).lower() in MODEL_TYPES:
-        return True
-    if any(a in ARCHITECTURES for a in config.get("architectures") or []):
-        return True
-    auto_map = config.get("auto_map")
-    if isinstance(auto_map, dict):
-        return any(AUTO_MAP_NAME in str(v).lower() for v in auto_map.values())
-    return False
+    return matches_family(config, MODEL_TYPES, ARCHITECTURES, (AUTO_MAP_NAME,))
 
 
 def mask_token_id(config: dict[str, Any], added: dict[str, int]) -> int | None:
-    if config.get("mask_token_id") is not None:
-        return int(config["mask_token_id"])
-    for name in MASK_TOKENS:
-        if name in added:
-            return added[name]
-    return None
+    return find_mask_token(config, added, MASK_TOKENS)
 
 
 def qwen2_config(config: dict[str, Any]) -> Any:
@@ -193,12 +191,6 @@ def load(
 
     if options:
         raise ModelLoadError(f"unknown option(s) for the {FAMILY} family: {', '.join(sorted(options))}")
-    mask_id = mask_token_id(config, added)
-    if mask_id is None:
-        raise ModelLoadError(
-            f"{path}: no mask token: config.json has no mask_token_id and neither added_tokens.json nor "
-            f"tokenizer.json defines {MASK_TOKENS[0]!r}"
-        )
     try:
         qcfg = qwen2_config(config)
         bd_size = config.get("bd_size")
@@ -207,8 +199,7 @@ def load(
         raise ModelLoadError(
             f"{path}/config.json is not a valid Fast-dLLM v2 config ({exc.__class__.__name__}: {exc})"
         ) from None
-    if not 0 <= mask_id < qcfg.vocab_size:
-        raise ModelLoadError(f"mask token id {mask_id} is outside the vocabulary (size {qcfg.vocab_size})")
+    mask_id = require_mask_token(path, config, added, MASK_TOKENS, qcfg.vocab_size)
     weights = load_safetensors(path)
     model = HFAdapter.build_native(Qwen2ForCausalLM, qcfg, weights, path, device, dtype)
     info = ModelInfo(

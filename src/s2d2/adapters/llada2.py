@@ -44,7 +44,15 @@ from typing import Any
 import torch
 
 from ..errors import ModelLoadError
-from .base import KVState, ModelInfo, context_mask, load_safetensors
+from .base import (
+    KVState,
+    ModelInfo,
+    context_mask,
+    find_mask_token,
+    load_safetensors,
+    matches_family,
+    require_mask_token,
+)
 from .hf import HFAdapter
 from .sdar import eos_ids
 
@@ -63,23 +71,11 @@ _EXPERT = re.compile(r"^(?P<layer>.+\.mlp)\.experts\.(?P<e>\d+)\.(?P<proj>(gate|
 
 
 def detect(config: dict[str, Any]) -> bool:
-    if str(config.get("model_type", "")).lower() in MODEL_TYPES:
-        return True
-    if any(a in ARCHITECTURES for a in config.get("architectures") or []):
-        return True
-    auto_map = config.get("auto_map")
-    if isinstance(auto_map, dict):
-        return any(n in str(v).lower() for v in auto_map.values() for n in AUTO_MAP_NAMES)
-    return False
+    return matches_family(config, MODEL_TYPES, ARCHITECTURES, AUTO_MAP_NAMES)
 
 
 def mask_token_id(config: dict[str, Any], added: dict[str, int]) -> int | None:
-    if config.get("mask_token_id") is not None:
-        return int(config["mask_token_id"])
-    for name in MASK_TOKENS:
-        if name in added:
-            return added[name]
-    return None
+    return find_mask_token(config, added, MASK_TOKENS)
 
 
 def glm4_moe_config(config: dict[str, Any], *, attention_bias: bool) -> Any:
@@ -244,12 +240,7 @@ def load(
         )
     if prefill_mask not in PREFILL_MASKS:
         raise _bad_prefill_mask(prefill_mask)
-    mask_id = mask_token_id(config, added)
-    if mask_id is None:
-        raise ModelLoadError(
-            f"{path}: no mask token: config.json has no mask_token_id and neither added_tokens.json nor "
-            f"tokenizer.json defines {MASK_TOKENS[0]!r}"
-        )
+    mask_id = require_mask_token(path, config, added, MASK_TOKENS, int(config.get("vocab_size") or 2**62))
     weights = load_safetensors(path)
     if any(k.endswith(".attention.dense.bias") for k in weights):
         raise ModelLoadError(f"{path}: LLaDA2 with an attention output bias (use_bias) is not supported")
@@ -260,8 +251,6 @@ def load(
         raise ModelLoadError(
             f"{path}/config.json is not a valid LLaDA2 config ({exc.__class__.__name__}: {exc})"
         ) from None
-    if not 0 <= mask_id < gcfg.vocab_size:
-        raise ModelLoadError(f"mask token id {mask_id} is outside the vocabulary (size {gcfg.vocab_size})")
     weights = remap_weights(weights, gcfg)
     model = HFAdapter.build_native(Glm4MoeForCausalLM, gcfg, weights, path, device, dtype)
     block = config.get("block_length", config.get("block_size"))

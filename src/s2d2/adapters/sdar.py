@@ -13,12 +13,13 @@ from typing import Any
 import torch
 
 from ..errors import ModelLoadError
-from .base import ModelInfo, load_safetensors
+from .base import ModelInfo, find_mask_token, load_safetensors, matches_family, require_mask_token
 from .hf import HFAdapter
 
 FAMILY = "sdar"
 MODEL_TYPES = ("sdar", "trado")
 ARCHITECTURES = ("SDARForCausalLM", "TraDoForCausalLM")
+MASK_TOKENS = ("<|MASK|>", "<|mask|>", "<mask>", "|<MASK>|")
 
 _QWEN3_KEYS = (
     "vocab_size",
@@ -40,18 +41,11 @@ _QWEN3_KEYS = (
 
 
 def detect(config: dict[str, Any]) -> bool:
-    if str(config.get("model_type", "")).lower() in MODEL_TYPES:
-        return True
-    return any(a in ARCHITECTURES for a in config.get("architectures") or [])
+    return matches_family(config, MODEL_TYPES, ARCHITECTURES)
 
 
 def mask_token_id(config: dict[str, Any], added: dict[str, int]) -> int | None:
-    if config.get("mask_token_id") is not None:
-        return int(config["mask_token_id"])
-    for name in ("<|MASK|>", "<|mask|>", "<mask>", "|<MASK>|"):
-        if name in added:
-            return added[name]
-    return None
+    return find_mask_token(config, added, MASK_TOKENS)
 
 
 def eos_ids(config: dict[str, Any]) -> list[int]:
@@ -94,17 +88,13 @@ def load(
 
     if options:
         raise ModelLoadError(f"unknown option(s) for the {FAMILY} family: {', '.join(sorted(options))}")
-    mask_id = mask_token_id(config, added)
-    if mask_id is None:
-        raise ModelLoadError(f"{path}/config.json has no mask_token_id (and no mask token in the tokenizer)")
     try:
         qcfg = qwen3_config(config)
     except (KeyError, TypeError, ValueError) as exc:
         raise ModelLoadError(
             f"{path}/config.json is not a valid SDAR config ({exc.__class__.__name__}: {exc})"
         ) from None
-    if not 0 <= mask_id < qcfg.vocab_size:
-        raise ModelLoadError(f"mask_token_id {mask_id} is outside the vocabulary (size {qcfg.vocab_size})")
+    mask_id = require_mask_token(path, config, added, MASK_TOKENS, qcfg.vocab_size)
     weights = load_safetensors(path)
     model = HFAdapter.build_native(Qwen3ForCausalLM, qcfg, weights, path, device, dtype)
     info = ModelInfo(

@@ -218,3 +218,40 @@ def test_model_info_defaults(sdar_fixture):
     assert sdar_fixture.default_config().block_size == 4
     out = sdar_fixture.generate(torch.tensor([17, 42, 101]), max_new_tokens=5, ignore_eos=True)
     assert len(out.token_ids) == 5
+
+
+def test_mask_token_is_never_generated(random_sdar):
+    """A model that predicts its own mask token must not stall decoding: the mask id is never committed."""
+    adapter = random_sdar.adapter
+    M = adapter.info.mask_token_id
+
+    class LovesMask:
+        info = adapter.info
+
+        def new_state(self):
+            return adapter.new_state()
+
+        def prefill(self, state, ids, **kw):
+            return adapter.prefill(state, ids, **kw)
+
+        def draft(self, state, pending, block, **kw):
+            logits = adapter.draft(state, pending, block, **kw).clone()
+            logits[:, M] = 1e4
+            return logits
+
+        def verify(self, state, filled, **kw):
+            logits = adapter.verify(state, filled, **kw).clone()
+            logits[:, M] = 1e4
+            return logits
+
+        def commit(self, state, ids, **kw):
+            return adapter.commit(state, ids, **kw)
+
+    for kw in (
+        dict(decoder="ar"),
+        dict(decoder="dynamic", block_size=4),
+        dict(preset="lossless", block_size=4),
+        dict(decoder="s2d2", block_size=4, temperature=1.0, acceptance="probabilistic", seed=0),
+    ):
+        out = decode(LovesMask(), [1, 2, 3], DecodeConfig.build(max_new_tokens=9, ignore_eos=True, **kw))
+        assert len(out.token_ids) == 9 and M not in out.token_ids

@@ -84,9 +84,15 @@ class _Run:
         self.trace: list[StepTrace] | None = [] if cfg.trace else None
 
     # ------------------------------------------------------------------ helpers
+    def _no_mask(self, logits: torch.Tensor) -> torch.Tensor:
+        """The mask token is never a prediction: committing it would leave the position masked forever."""
+        logits = logits.clone()
+        logits[:, self.mask_id] = float("-inf")
+        return logits
+
     def _probs(self, logits: torch.Tensor) -> torch.Tensor:
         c = self.cfg
-        return F.probs_from_logits(logits, c.temperature, c.top_k, c.top_p)
+        return F.probs_from_logits(self._no_mask(logits), c.temperature, c.top_k, c.top_p)
 
     def _first_stop(self, block: torch.Tensor, lo: int, hi: int) -> int | None:
         if self.stop_ids.numel() == 0 or hi <= lo:
@@ -176,7 +182,7 @@ class _Run:
                 slots = span_cand[:span_n].tolist()
                 q_logits = self.adapter.verify(self.state, filled, start=start, slots=slots)
                 self.stats.nfe_verify += 1
-                q = q_logits if self.strict else self._probs(q_logits)
+                q = self._no_mask(q_logits) if self.strict else self._probs(q_logits)
                 n_acc, correction = F.speculative_commit(
                     probs[sp],
                     q,

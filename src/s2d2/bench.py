@@ -211,14 +211,15 @@ SUITES: dict[str, dict[str, Any]] = {
 }
 
 
-def load_problems(suite: str, split: str, n: int) -> list[dict]:
-    """The first ``n`` problems of ``suite``/``split`` (each with ``id``, ``question``, ``final``)."""
+def load_problems(suite: str, split: str, n: int | None = None) -> list[dict]:
+    """The first ``n`` problems of ``suite``/``split`` (all of them when ``n`` is None); each has ``id``,
+    ``question`` and ``final``."""
     if suite not in SUITES:
         raise S2D2Error(f"unknown suite {suite!r}; choose one of: {', '.join(SUITES)}")
     splits = SUITES[suite]["splits"]
     if split not in splits:
         raise S2D2Error(f"unknown split {split!r} of suite {suite}; choose one of: {', '.join(splits)}")
-    if not isinstance(n, int) or n < 1:
+    if n is not None and (not isinstance(n, int) or n < 1):
         raise S2D2Error(f"n must be an integer >= 1, got {n!r}")
     from .tasks import tiny_gsm
 
@@ -226,7 +227,7 @@ def load_problems(suite: str, split: str, n: int) -> list[dict]:
         problems = tiny_gsm.load_split(split, n)
     except (FileNotFoundError, ValueError) as exc:
         raise S2D2Error(f"cannot load {suite} {split}: {exc}") from None
-    if len(problems) < n:
+    if n is not None and len(problems) < n:
         raise S2D2Error(f"n={n} exceeds the {len(problems)} problems of {suite} {split}")
     return problems
 
@@ -663,7 +664,9 @@ def bench_command(
     model: ModelOpt = "tiny-gsm",
     suite: Annotated[str, typer.Option(help="Benchmark suite: tiny-gsm.")] = "tiny-gsm",
     split: Annotated[str, typer.Option(help="Split of the suite: test | dev.")] = "test",
-    n: Annotated[int, typer.Option("--n", help="Number of problems (the split's first N).")] = 200,
+    n: Annotated[
+        int | None, typer.Option("--n", help="Number of problems (the split's first N; default: all).")
+    ] = None,
     grid: Annotated[str, typer.Option(help="Configurations to run: default | paper | quick.")] = "default",
     out: Annotated[Path | None, typer.Option(help="Output directory (default: runs/bench-GRID).")] = None,
     threads: Annotated[

@@ -222,6 +222,16 @@ class DecodeConfig:
             fail("the ar decoder uses block_size 1")
 
 
+_FAST_DLLM_V2: dict[str, Any] = dict(
+    decoder="s2d2", block_size=32, steps=None, threshold=0.9, fallback="dynamic"
+)
+_FAST_DLLM_V2_HYSTERESIS: dict[str, Any] = dict(
+    policy="hysteresis", score="dynamic", penalty=1.0, hysteresis_on=1.0, hysteresis_off=-5.0
+)
+_LLADA2: dict[str, Any] = dict(
+    decoder="s2d2", block_size=32, steps=None, fallback="dynamic", policy="score", score="static", penalty=4.0
+)
+
 #: Named presets: partial settings applied before the user's own.
 PRESETS: dict[str, dict[str, Any]] = {
     # SDAR-8B, B=4: score threshold 0 with a static penalty c=1, soft-entropy estimator.
@@ -250,68 +260,13 @@ PRESETS: dict[str, dict[str, Any]] = {
     ),
     # Fast-dLLM v2 7B (block 32, tau 0.9): sub-blocks of 4 or 16 with hysteresis routing (on 1, off -5,
     # dynamic score, c = 1); whole 32-token sub-blocks with a minimum span of 8.
-    "paper-fast-dllm-v2-sub4": dict(
-        decoder="s2d2",
-        block_size=32,
-        sub_block_size=4,
-        steps=None,
-        threshold=0.9,
-        fallback="dynamic",
-        policy="hysteresis",
-        score="dynamic",
-        penalty=1.0,
-        hysteresis_on=1.0,
-        hysteresis_off=-5.0,
-    ),
-    "paper-fast-dllm-v2-sub16": dict(
-        decoder="s2d2",
-        block_size=32,
-        sub_block_size=16,
-        steps=None,
-        threshold=0.9,
-        fallback="dynamic",
-        policy="hysteresis",
-        score="dynamic",
-        penalty=1.0,
-        hysteresis_on=1.0,
-        hysteresis_off=-5.0,
-    ),
-    "paper-fast-dllm-v2-sub32": dict(
-        decoder="s2d2",
-        block_size=32,
-        sub_block_size=32,
-        steps=None,
-        threshold=0.9,
-        fallback="dynamic",
-        policy="min-span",
-        min_span=8,
-    ),
+    "paper-fast-dllm-v2-sub4": dict(_FAST_DLLM_V2, sub_block_size=4, **_FAST_DLLM_V2_HYSTERESIS),
+    "paper-fast-dllm-v2-sub16": dict(_FAST_DLLM_V2, sub_block_size=16, **_FAST_DLLM_V2_HYSTERESIS),
+    "paper-fast-dllm-v2-sub32": dict(_FAST_DLLM_V2, sub_block_size=32, policy="min-span", min_span=8),
     # LLaDA2.1-Mini (block 32) with token editing: conservative (mask tau 0.95, edit tau 0.9, score
     # threshold -5) and quality (mask tau 0.7, edit tau 0.5, score threshold 0); static score, c = 4.
-    "paper-llada2-conservative": dict(
-        decoder="s2d2",
-        block_size=32,
-        steps=None,
-        threshold=0.95,
-        editing_threshold=0.9,
-        fallback="dynamic",
-        policy="score",
-        score="static",
-        penalty=4.0,
-        score_threshold=-5.0,
-    ),
-    "paper-llada2-quality": dict(
-        decoder="s2d2",
-        block_size=32,
-        steps=None,
-        threshold=0.7,
-        editing_threshold=0.5,
-        fallback="dynamic",
-        policy="score",
-        score="static",
-        penalty=4.0,
-        score_threshold=0.0,
-    ),
+    "paper-llada2-conservative": dict(_LLADA2, threshold=0.95, editing_threshold=0.9, score_threshold=-5.0),
+    "paper-llada2-quality": dict(_LLADA2, threshold=0.7, editing_threshold=0.5, score_threshold=0.0),
     # Output equals AR greedy decoding token for token, at any block size.
     "lossless": dict(
         decoder="s2d2",

@@ -129,7 +129,7 @@ class _Run:
         for s, t in zip(slots[change].tolist(), new[change].tolist(), strict=True):
             block[s] = t
             if rec is not None:
-                rec.commits.append((self.stats_start + s, t, "edited"))
+                rec.commits.append((rec.block_start + s, t, "edited"))
         n = int(change.sum())
         self.stats.edits += n
         return n
@@ -243,7 +243,6 @@ class _Run:
             n_valid = min(L, self.limit - start)
             first_gen = max(0, self.n_prompt - start)
             self.stats.blocks += 1
-            self.stats_start = start
             unit_id, step = -1, 0
             while True:
                 hi = n_valid

@@ -177,11 +177,40 @@ def test_training_batch_mask_hand_checked():
     assert b["attention_mask"][0, 0].int().tolist() == expected
     # token-causal clean copy: lower-triangular clean part, noisy rows unchanged
     bc = tiny.build_batch(
-        [(prompt, answer)], np.random.default_rng(0), M, E, P, block_sizes=[2], token_causal=[True]
+        [(prompt, answer)],
+        np.random.default_rng(0),
+        M,
+        E,
+        P,
+        block_sizes=[2],
+        token_causal=[True],
+        ar_copy=[False],
     )
     m = bc["attention_mask"][0, 0].int()
     assert m[:6, :6].tolist() == torch.tril(torch.ones(6, 6, dtype=torch.int)).tolist()
     assert m[6:].tolist() == [row for row in expected[6:]]
+
+
+def test_training_batch_ar_copy_shares_the_clean_copy():
+    M, E, P = 90, 91, 92
+    prompt, answer = [10, 11, 12], [13, E]  # x = 10 11 12 13 E E (B=2)
+    b = tiny.build_batch(
+        [(prompt, answer)], np.random.default_rng(0), M, E, P, block_sizes=[2], token_causal=[True]
+    )
+    assert b["ar_copy"] == [True]  # default for a token-causal sample with B > 1
+    ids = b["input_ids"][0].tolist()
+    # clean (6) + B=2 noisy copy of positions 2..5 (4) + B=1 copy of answer positions 3..5 (3)
+    assert b["position_ids"][0].tolist() == [0, 1, 2, 3, 4, 5, 2, 3, 4, 5, 3, 4, 5]
+    assert ids[10:] == [M, M, M]
+    m = b["attention_mask"][0, 0]
+    # AR-copy query for position 4 sees clean 0..3 and itself; never the other noisy copy
+    assert m[11].nonzero().flatten().tolist() == [0, 1, 2, 3, 11]
+    assert not m[6:10, 10:].any() and not m[10:, 6:10].any()
+    assert b["targets"].tolist()[-3:] == [13, E, E]
+    with pytest.raises(ValueError, match="token-causal"):
+        tiny.build_batch(
+            [(prompt, answer)], np.random.default_rng(0), M, E, P, [2], token_causal=[False], ar_copy=[True]
+        )
 
 
 def test_training_batch_ar_mode_and_padding():
@@ -229,3 +258,38 @@ def test_decode_batch_and_loss_run(tok):
     )
     loss = tiny.batch_loss(model, batch)
     assert torch.isfinite(loss) and 4.0 < float(loss.detach()) < 7.5  # ~ln(320) at init
+
+
+def test_train_tiny_cli_trains_resumes_and_loads(tmp_path, capsys):
+    """A short real `s2d2 train-tiny` run: writes an SDAR directory that s2d2.load() serves, resumes."""
+    import json
+
+    import s2d2
+    from conftest import assert_one_line_error, run_cli
+
+    threads = torch.get_num_threads()
+    out = tmp_path / "run"
+    try:
+        args = ["train-tiny", "--out", str(out), "--minutes", "3", "--dev-size", "16", "--eval-every", "60"]
+        code, stdout, _ = run_cli(capsys, *args, "--steps", "12")
+        assert code == 0 and "best model:" in stdout
+        log = [json.loads(line) for line in (out / "train_log.jsonl").read_text().splitlines()]
+        assert [r["step"] for r in log if r["kind"] == "eval"] == [12]
+        assert json.loads((out / "best" / "config.json").read_text())["model_type"] == "sdar"
+        first_lr = [r["lr"] for r in log if r["kind"] == "train" and r["step"] == 1]
+        # resuming continues from the checkpoint (step 12), not from scratch
+        code, _, _ = run_cli(capsys, *args, "--steps", "20")
+        assert code == 0
+        log = [json.loads(line) for line in (out / "train_log.jsonl").read_text().splitlines()]
+        assert [r["step"] for r in log if r["kind"] == "eval"] == [12, 20]
+        assert [r["lr"] for r in log if r["kind"] == "train" and r["step"] == 1] == first_lr
+        code, _, err = run_cli(capsys, "train-tiny", "--out", str(out), "--steps", "0")
+        assert_one_line_error(code, err, "--steps")
+    finally:
+        torch.set_num_threads(threads)
+    model = s2d2.load(str(out / "best"))
+    assert model.adapter.info.mask_token_id == tiny_gsm.build_tokenizer(None).mask_token_id
+    res = model.generate(
+        "Ana has 3 pens. She buys 2 more pens. How many pens does Ana have now?", max_new_tokens=5
+    )
+    assert 1 <= len(res.token_ids) <= 5

@@ -161,21 +161,52 @@ def generate(
 
 
 # ---------------------------------------------------------------------------------------------- train-tiny
+DEFAULT_TRAIN_STEPS = 3200  # keep in step with src/s2d2/models/tiny-gsm/MODEL_CARD.md
+
+
 @app.command("train-tiny")
 def train_tiny_cmd(
-    minutes: Annotated[float, typer.Option(help="Training time budget in minutes.")] = 50.0,
+    steps: Annotated[
+        int, typer.Option(help="Optimiser steps (the shipped model's budget; about 60 min on 2 cores).")
+    ] = DEFAULT_TRAIN_STEPS,
+    minutes: Annotated[
+        float, typer.Option(help="Wall-clock cap in minutes (evaluations included); first to end wins.")
+    ] = 60.0,
     out: Annotated[Path, typer.Option(help="Output directory (checkpoints, logs, best/).")] = Path(
         "runs/tiny-gsm"
     ),
     seed: Annotated[int, typer.Option(help="Random seed.")] = 0,
     resume: Annotated[bool, typer.Option(help="Resume from OUT/ckpt.pt if present.")] = True,
+    dev_size: Annotated[
+        int, typer.Option(help="Dev problems decoded per evaluation (checkpoint selection; >= 500 advised).")
+    ] = 500,
+    eval_every: Annotated[float, typer.Option(help="Minutes between dev evaluations.")] = 7.0,
 ) -> None:
-    """Train the built-in tiny-gsm model from scratch (CPU); the selected model lands in OUT/best/."""
+    """Train the built-in tiny-gsm model from scratch (CPU); the selected model lands in OUT/best/.
+
+    Stops after STEPS optimiser steps or MINUTES of wall-clock time, whichever comes first; a killed run
+    resumes from OUT/ckpt.pt. Evaluates greedy AR and dynamic B=8 decoding on DEV_SIZE dev problems and
+    keeps the checkpoint with the best sum of the two accuracies.
+    """
     from .training.tiny import train_tiny
 
     if minutes <= 0:
         raise S2D2Error(f"--minutes must be > 0, got {minutes}")
-    best = train_tiny(minutes=minutes, out=out, seed=seed, resume=resume)
+    if steps < 1:
+        raise S2D2Error(f"--steps must be >= 1, got {steps}")
+    if dev_size < 1 or eval_every <= 0:
+        raise S2D2Error("--dev-size must be >= 1 and --eval-every > 0")
+    if out.exists() and not out.is_dir():
+        raise S2D2Error(f"--out {out} exists and is not a directory")
+    best = train_tiny(
+        minutes=minutes,
+        out=out,
+        seed=seed,
+        steps=steps,
+        resume=resume,
+        dev_size=dev_size,
+        eval_every_minutes=eval_every,
+    )
     typer.echo(f"best model: {best}")
 
 

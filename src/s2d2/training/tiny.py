@@ -65,8 +65,8 @@ MODEL_SIZE = dict(
     head_dim=32,
     intermediate_size=384,
 )
-BLOCK_MIX = {1: 0.3, 2: 0.1, 4: 0.25, 8: 0.2, 16: 0.15}
-P_TOKEN_CAUSAL = 0.3
+BLOCK_MIX = {2: 0.1, 4: 0.3, 8: 0.35, 16: 0.25}
+P_TOKEN_CAUSAL = 0.6
 MASK_EPS = 1e-3
 BATCH_SIZE = 64
 POOL_BATCHES = 16
@@ -199,21 +199,48 @@ def load_sdar_dir(directory: Path):
 # --------------------------------------------------------------------------------------------------
 
 
-def attention_mask_from(pos, blk, noisy, valid, token_causal) -> torch.Tensor:
+def attention_mask_from(pos, bstart, copy, valid, token_causal) -> torch.Tensor:
     """Boolean [b, 1, T, T] mask (True = may attend) from per-token attributes (each [b, T]).
 
-    ``token_causal`` [b] selects the token-causal clean copy for a sample.
+    ``pos``: position id; ``bstart``: first position of the token's block (under its own copy's block
+    size); ``copy``: 0 for the clean copy, 1, 2, ... for noisy copies; ``valid``: not padding.
+    ``token_causal`` [b] selects the token-causal clean copy for a sample (else block-causal).
     """
     pq, pk = pos[:, :, None], pos[:, None, :]
-    bq, bk = blk[:, :, None], blk[:, None, :]
-    nq, nk = noisy[:, :, None], noisy[:, None, :]
-    clean_clean = torch.where(token_causal[:, None, None], pk <= pq, bk <= bq) & ~nq & ~nk
-    noisy_clean = nq & ~nk & (bk < bq)
-    noisy_noisy = nq & nk & (bk == bq)
+    sq, sk = bstart[:, :, None], bstart[:, None, :]
+    cq, ck = copy[:, :, None], copy[:, None, :]
+    clean_q, clean_k = cq == 0, ck == 0
+    clean_clean = torch.where(token_causal[:, None, None], pk <= pq, sk <= sq) & clean_q & clean_k
+    noisy_clean = ~clean_q & clean_k & (pk < sq)
+    noisy_noisy = ~clean_q & (cq == ck) & (sk == sq)
     m = (clean_clean | noisy_clean | noisy_noisy) & valid[:, :, None] & valid[:, None, :]
     eye = torch.eye(pos.shape[1], dtype=torch.bool)[None]
     m = m | (eye & ~valid[:, :, None])  # padding rows see themselves only (no NaN)
     return m[:, None]
+
+
+def _noisy_copy(x: np.ndarray, p: int, B: int, rng: np.random.Generator, mask_id: int):
+    """A noisy copy (block size ``B``) of the blocks of ``x`` holding answer positions ``p..``.
+
+    Returns ``(tokens, positions, masked answer positions)``. In every block a fraction
+    ``t ~ U(eps, 1)`` of its answer positions is masked (at least one, so B=1 masks every position).
+    """
+    L = len(x)
+    s = (p // B) * B
+    noisy_tok = x[s:].copy()
+    apos = np.arange(p, L)
+    ablk = apos // B
+    starts = np.flatnonzero(np.r_[True, ablk[1:] != ablk[:-1]])
+    nblk = len(starts)
+    t = rng.uniform(MASK_EPS, 1.0, size=nblk)
+    blk_index = np.repeat(np.arange(nblk), np.diff(np.r_[starts, len(apos)]))
+    u = rng.random(len(apos))
+    masked = u < t[blk_index]
+    any_masked = np.logical_or.reduceat(masked, starts)
+    umin = np.minimum.reduceat(u, starts)
+    masked |= (~any_masked[blk_index]) & (u == umin[blk_index])
+    noisy_tok[apos[masked] - s] = mask_id
+    return noisy_tok, np.arange(s, L), apos[masked]
 
 
 def build_batch(
@@ -224,13 +251,17 @@ def build_batch(
     pad_id: int,
     block_sizes=None,
     token_causal=None,
+    ar_copy=None,
 ):
     """Build one training batch.
 
     ``examples``: list of ``(prompt_ids, answer_ids)`` with ``answer_ids`` ending in ``<eos>``.
     ``block_sizes`` (per sample) default to ONE size for the whole batch drawn from :data:`BLOCK_MIX`
     (less padding than per-sample sizes); ``token_causal`` (per sample) is drawn with probability
-    :data:`P_TOKEN_CAUSAL` for B > 1 when not given. Returns a dict with ``input_ids``, ``position_ids``,
+    :data:`P_TOKEN_CAUSAL` for B > 1 when not given. ``ar_copy`` (per sample; default: every
+    token-causal sample with B > 1) appends a second noisy copy with block size 1 (AR mode, every answer
+    position masked): with a token-causal clean copy it is exactly the AR-mode objective, so the clean
+    copy's cost is shared by two objectives. Returns a dict with ``input_ids``, ``position_ids``,
     ``attention_mask`` ([b,1,T,T] bool), ``loss_index`` (flat indices into [b*T]) and ``targets``.
     """
     n = len(examples)
@@ -239,55 +270,47 @@ def build_batch(
         block_sizes = [int(rng.choice(np.array(sizes), p=np.array(probs) / sum(probs)))] * n
     if token_causal is None:
         token_causal = [(b > 1 and rng.random() < P_TOKEN_CAUSAL) for b in block_sizes]
+    if ar_copy is None:
+        ar_copy = [tc and b > 1 for tc, b in zip(token_causal, block_sizes, strict=True)]
+    for tc, b, ac in zip(token_causal, block_sizes, ar_copy, strict=True):
+        if ac and not (tc or b == 1):
+            raise ValueError("an AR-mode copy needs a token-causal clean copy (or B=1)")
     rows = []
-    for (prompt, answer), B in zip(examples, block_sizes, strict=True):
+    for (prompt, answer), B, ac in zip(examples, block_sizes, ar_copy, strict=True):
         p = len(prompt)
         x = list(prompt) + list(answer)
         L = -(-len(x) // B) * B
         x = np.array(x + [eos_id] * (L - len(x)), dtype=np.int64)
-        s = (p // B) * B
-        # noisy copy: positions s..L-1; mask answer positions p..L-1 block by block
-        noisy_tok = x[s:].copy()
-        apos = np.arange(p, L)
-        ablk = apos // B
-        starts = np.flatnonzero(np.r_[True, ablk[1:] != ablk[:-1]])
-        nblk = len(starts)
-        t = rng.uniform(MASK_EPS, 1.0, size=nblk)
-        blk_index = np.repeat(np.arange(nblk), np.diff(np.r_[starts, len(apos)]))
-        u = rng.random(len(apos))
-        masked = u < t[blk_index]
-        any_masked = np.logical_or.reduceat(masked, starts)
-        umin = np.minimum.reduceat(u, starts)
-        masked |= (~any_masked[blk_index]) & (u == umin[blk_index])
-        noisy_tok[apos[masked] - s] = mask_id
-        pos = np.r_[np.arange(L), np.arange(s, L)]
-        rows.append(
-            (
-                np.r_[x, noisy_tok],
-                pos,
-                pos // B,
-                np.r_[np.zeros(L, bool), np.ones(L - s, bool)],
-                L + apos[masked] - s,
-                x[apos[masked]],
-            )
-        )
+        ar_pos = np.arange(L)
+        toks, poss, bst, cps, loss_at, tgts = [x], [ar_pos], [(ar_pos // B) * B], [np.zeros(L, int)], [], []
+        offset = L
+        for c, Bc in enumerate([B] + ([1] if ac else []), start=1):
+            ntok, npos, mpos = _noisy_copy(x, p, Bc, rng, mask_id)
+            toks.append(ntok)
+            poss.append(npos)
+            bst.append((npos // Bc) * Bc)
+            cps.append(np.full(len(npos), c))
+            loss_at.append(offset + mpos - npos[0])
+            tgts.append(x[mpos])
+            offset += len(npos)
+        rows.append(tuple(np.concatenate(a) for a in (toks, poss, bst, cps, loss_at, tgts)))
     T = max(len(r[0]) for r in rows)
     ids = torch.full((n, T), pad_id, dtype=torch.long)
     pos = torch.zeros((n, T), dtype=torch.long)
-    blk = torch.zeros((n, T), dtype=torch.long)
-    noisy = torch.zeros((n, T), dtype=torch.bool)
+    bstart = torch.zeros((n, T), dtype=torch.long)
+    copy = torch.zeros((n, T), dtype=torch.long)
     valid = torch.zeros((n, T), dtype=torch.bool)
     loss_index, targets = [], []
-    for i, (tok, ps, bl, nz, li, tg) in enumerate(rows):
+    for i, (tok, ps, bs, cp, li, tg) in enumerate(rows):
         k = len(tok)
         ids[i, :k] = torch.from_numpy(tok)
         pos[i, :k] = torch.from_numpy(ps)
-        blk[i, :k] = torch.from_numpy(bl)
-        noisy[i, :k] = torch.from_numpy(nz)
+        bstart[i, :k] = torch.from_numpy(bs)
+        copy[i, :k] = torch.from_numpy(cp)
         valid[i, :k] = True
         loss_index.append(torch.from_numpy(li + i * T))
         targets.append(torch.from_numpy(tg))
-    mask = attention_mask_from(pos, blk, noisy, valid, torch.tensor(token_causal, dtype=torch.bool))
+    mask = attention_mask_from(pos, bstart, copy, valid, torch.tensor(token_causal, dtype=torch.bool))
     return {
         "input_ids": ids,
         "position_ids": pos,
@@ -296,6 +319,7 @@ def build_batch(
         "targets": torch.cat(targets),
         "block_sizes": list(block_sizes),
         "token_causal": list(token_causal),
+        "ar_copy": list(ar_copy),
     }
 
 
@@ -563,6 +587,7 @@ def train_tiny(
     minutes: float,
     out: Path,
     seed: int = 0,
+    steps: int | None = None,
     resume: bool = True,
     eval_every_minutes: float = 7.0,
     dev_size: int = 500,
@@ -570,7 +595,9 @@ def train_tiny(
     eval_start_fraction: float = 0.4,
     ckpt_every_minutes: float = 2.0,
 ) -> Path:
-    """Train tiny-gsm for ``minutes`` of wall-clock time (evaluations included); return ``out/best``.
+    """Train tiny-gsm for ``steps`` optimiser steps or ``minutes`` of wall-clock time (evaluations
+    included), whichever ends first; return ``out/best``. The learning-rate schedule follows whichever
+    budget is closer to its end, so it completes its decay either way.
 
     Evaluates on the first ``dev_size`` dev problems every ``eval_every_minutes`` once
     ``eval_start_fraction`` of the budget has passed, and at the end; keeps the best by
@@ -595,6 +622,8 @@ def train_tiny(
         betas=BETAS,
     )
     total_s = minutes * 60.0
+    if steps is not None and steps < 1:
+        raise ValueError(f"steps must be >= 1, got {steps}")
     state = {"step": 0, "elapsed": 0.0, "stream_index": 0, "best": None, "last_eval": 0.0, "evals": []}
     rng = np.random.default_rng(seed)
     random.seed(seed)
@@ -610,6 +639,7 @@ def train_tiny(
         random.setstate(ck["py_rng"])
         torch.set_rng_state(ck["torch_rng"])
         total_s = ck.get("total_s", total_s) if minutes <= 0 else total_s
+        steps = ck.get("steps", steps) if steps is None else steps
     elif not resume and log_path.exists():
         log_path.unlink()
     dev = tiny_gsm.load_split("dev", dev_size)
@@ -630,6 +660,7 @@ def train_tiny(
                 "py_rng": random.getstate(),
                 "torch_rng": torch.get_rng_state(),
                 "total_s": total_s,
+                "steps": steps,
                 "config": cfg,
             },
             ckpt_path,
@@ -655,25 +686,31 @@ def train_tiny(
         write_log(res)
         return res
 
+    def progress_frac() -> float:
+        frac = state["elapsed"] / total_s
+        return max(frac, state["step"] / steps) if steps else frac
+
+    def finished() -> bool:
+        return state["elapsed"] >= total_s or (steps is not None and state["step"] >= steps)
+
     bar = tqdm(
-        total=int(total_s),
-        unit="s",
+        total=1000,
         disable=not progress,
-        initial=int(state["elapsed"]),
-        bar_format="{l_bar}{bar}| {n_fmt}/{total_fmt}s [{elapsed}<{remaining}{postfix}]",
+        initial=int(1000 * progress_frac()),
+        bar_format="{l_bar}{bar}| [{elapsed}<{remaining}{postfix}]",
     )
     batches: list = []
     last_ckpt = state["elapsed"]
     loss_ema = None
     t_prev = time.time()
     step_times: list[float] = []
-    while state["elapsed"] < total_s:
+    while not finished():
         if not batches:
             batches = _pool(stream, tok, BATCH_SIZE * POOL_BATCHES, rng)
             state["stream_index"] += BATCH_SIZE * POOL_BATCHES
         t0 = time.time()
         batch = build_batch(batches.pop(), rng, tok.mask_token_id, tok.eos_token_id, tok.pad_token_id)
-        lr = LR * _lr_factor(state["step"], state["elapsed"] / total_s)
+        lr = LR * _lr_factor(state["step"], progress_frac())
         for g in opt.param_groups:
             g["lr"] = lr
         loss = batch_loss(model, batch)
@@ -706,19 +743,21 @@ def train_tiny(
                 }
             )
         if progress:
-            bar.n = min(int(state["elapsed"]), int(total_s))
+            bar.n = min(int(1000 * progress_frac()), 1000)
             best = state["best"]
             bar.set_postfix_str(
-                f"step {state['step']} loss {loss_ema:.3f} lr {lr:.1e}"
+                f"step {state['step']}"
+                + (f"/{steps}" if steps else "")
+                + f" loss {loss_ema:.3f} lr {lr:.1e}"
                 + (f" best ar {best['acc_ar']:.3f} dyn8 {best['acc_dyn8']:.3f}" if best else ""),
                 refresh=False,
             )
             bar.refresh()
         eval_due = (
-            state["elapsed"] >= eval_start_fraction * total_s
+            progress_frac() >= eval_start_fraction
             and state["elapsed"] - state["last_eval"] >= eval_every_minutes * 60
         )
-        if eval_due and state["elapsed"] < total_s:
+        if eval_due and not finished():
             state["last_eval"] = state["elapsed"]
             res = do_eval()
             if progress:
@@ -756,6 +795,7 @@ def train_tiny(
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description="Train the built-in tiny-gsm block-diffusion model (CPU).")
     ap.add_argument("--minutes", type=float, required=True, help="wall-clock budget, evaluations included")
+    ap.add_argument("--steps", type=int, default=None, help="optimiser-step budget (first to end wins)")
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--no-resume", action="store_true")
@@ -768,6 +808,7 @@ def main(argv=None) -> None:
         a.minutes,
         a.out,
         seed=a.seed,
+        steps=a.steps,
         resume=not a.no_resume,
         eval_every_minutes=a.eval_every,
         dev_size=a.dev_size,

@@ -126,6 +126,8 @@ def test_trace_records_every_commit(random_sdar):
             committed[pos] = tok
     assert [committed[4 + i] for i in range(12)] == out.token_ids
     assert sum(s.verified for s in out.trace) == out.stats.verify_steps
+    full = sum(s.verified and s.accepted == s.span for s in out.trace)
+    assert full == out.stats.full_accepts and full < out.stats.verify_steps
 
 
 def test_seed_determinism_and_sampling(random_sdar):

@@ -160,6 +160,8 @@ def _default_grid() -> list[BenchConfig]:
         for routing in S2D2_ROUTINGS:
             grid += [_s2d2(b, routing, acc) for acc in ("strict", "probabilistic")]
         grid.append(_lossless(b))
+    # cheap S2D2 points: dynamic-score routing with a low fallback threshold (to face dynamic tau .5/.7)
+    grid += [_s2d2(b, "score-dynamic", "strict", fallback_tau=tau) for b in blocks for tau in (0.5, 0.7)]
     # routing that skips verification falls back to the threshold rule: a stricter fallback + causal cache
     grid += [
         _s2d2(b, "score-static", "strict", fallback_tau=tau, causal_cache=True)
@@ -433,7 +435,7 @@ def run_bench(
     decode_cfgs = []
     for c in cfgs:
         config = {**c.expanded(), "max_new_tokens": max_new_tokens, "seed": 0}
-        dc = model.make_config(**config, trace=True)
+        dc = model.make_config(**config)
         config["block_size"], config["steps"] = dc.block_size, dc.num_steps  # resolved, for the record
         configs_out.append(config)
         decode_cfgs.append(dc)
@@ -482,7 +484,7 @@ def run_bench(
                 t.drafted += s.drafted
                 t.accepted += s.accepted
                 t.fallback_commits += s.fallback_commits
-                t.full_accepts += sum(1 for st in res.trace or () if st.verified and st.accepted == st.span)
+                t.full_accepts += s.full_accepts
                 t.seconds += seconds
                 if records is not None:
                     rec = {

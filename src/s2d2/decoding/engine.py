@@ -201,6 +201,7 @@ class _Run:
                 self.stats.verify_steps += 1
                 self.stats.drafted += span_n
                 self.stats.accepted += n_acc
+                self.stats.full_accepts += int(n_acc == span_n)
                 if rec is not None:
                     rec.verified, rec.span, rec.accepted = True, span_n, n_acc
                     rec.commits += [(start + s, int(block[s]), "accepted") for s in slots[:n_acc]]

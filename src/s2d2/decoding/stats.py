@@ -31,6 +31,8 @@ class GenerationStats:
     verify_steps: int = 0
     drafted: int = 0
     accepted: int = 0
+    #: verifications whose whole span was accepted (the forward bought no correction)
+    full_accepts: int = 0
     seconds: float = 0.0
     steps: int = 0
     blocks: int = 0

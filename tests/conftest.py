@@ -23,6 +23,20 @@ def fixtures_dir() -> Path:
 FIXTURES = fixtures_dir()
 SDAR_FIXTURE = FIXTURES / "sdar"
 
+#: Statistics every `s2d2 generate --json` reply carries.
+STAT_KEYS = {
+    "nfe",
+    "nfe_prefill",
+    "nfe_draft",
+    "nfe_verify",
+    "nfe_commit",
+    "generated_tokens",
+    "verify_steps",
+    "drafted",
+    "accepted",
+    "seconds",
+}
+
 
 def make_random_sdar(
     directory: Path, *, vocab: int = 48, seed: int = 0, max_positions: int = 256, std: float = 0.5

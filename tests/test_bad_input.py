@@ -10,7 +10,7 @@ import sys
 import pytest
 
 import s2d2
-from conftest import SDAR_FIXTURE, assert_one_line_error, run_cli
+from conftest import SDAR_FIXTURE, STAT_KEYS, assert_one_line_error, run_cli
 from s2d2.errors import ConfigError, ModelLoadError, PromptError
 
 
@@ -173,18 +173,7 @@ def test_generate_json_contract(capsys):
     assert code == 0
     obj = json.loads(out)
     assert set(obj) >= {"text", "token_ids", "stats"}
-    assert set(obj["stats"]) >= {
-        "nfe",
-        "nfe_prefill",
-        "nfe_draft",
-        "nfe_verify",
-        "nfe_commit",
-        "generated_tokens",
-        "verify_steps",
-        "drafted",
-        "accepted",
-        "seconds",
-    }
+    assert set(obj["stats"]) >= STAT_KEYS
     assert len(obj["token_ids"]) == obj["stats"]["generated_tokens"] <= 6
     assert obj["stats"]["nfe"] == sum(
         obj["stats"][k] for k in ("nfe_prefill", "nfe_draft", "nfe_verify", "nfe_commit")

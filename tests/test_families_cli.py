@@ -7,22 +7,10 @@ import json
 
 import pytest
 
-from conftest import FIXTURES, run_cli
+from conftest import FIXTURES, STAT_KEYS, run_cli
 
 FAMILY_DIRS = {"sdar": "sdar", "fast_dllm_v2": "fast_dllm_v2", "llada2": "llada2"}
 PROMPT = "17 42 101 7 250 3 88 199 5"
-STAT_KEYS = {
-    "nfe",
-    "nfe_prefill",
-    "nfe_draft",
-    "nfe_verify",
-    "nfe_commit",
-    "generated_tokens",
-    "verify_steps",
-    "drafted",
-    "accepted",
-    "seconds",
-}
 
 
 def generate_json(capsys, family, *args):

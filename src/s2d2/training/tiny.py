@@ -9,11 +9,14 @@ Objective (same-position prediction, blocks aligned to ABSOLUTE positions, exact
   ANSWER positions is replaced by ``<mask>`` (at least one; prompt tokens inside a noisy block stay clean;
   a B=1 block is therefore always masked).
 * Attention: the clean copy is block-causal (query i sees key j iff ``j // B <= i // B``) or, with
-  probability :data:`P_TOKEN_CAUSAL` for B > 1, token-causal (the engine's causal-cache variant); noisy
-  block k sees itself bidirectionally and the clean blocks ``< k``; the clean copy never sees the noisy one.
+  probability :data:`P_TOKEN_CAUSAL` for B > 1, token-causal (the causal-cache variant); noisy block k sees
+  itself bidirectionally and the clean blocks ``< k``; the clean copy never sees a noisy one.
+* A token-causal sample (B > 1) also carries an AR-mode copy (B=1, every answer position masked) after
+  its noisy copy: with a token-causal clean copy that is exactly the AR objective, at the cost of the
+  answer's length only (the prompt and the clean copy are shared). Noisy copies never see each other.
 * Loss: mean cross-entropy over all masked positions of the batch, logits at a masked position predicting
   the token at that same position (no shift).
-* Block size drawn per batch from :data:`BLOCK_MIX` (B=1 is AR mode); token-causal clean copy per sample.
+* Block size drawn per batch from :data:`BLOCK_MIX`; the clean copy's kind per sample.
 
 Model selection: every evaluation decodes the first ``dev_size`` dev problems greedily, batched, in AR mode
 (B=1, :func:`decode_ar_cached`, KV cache) and with the dynamic-threshold decoder (B=8, tau=0.9,

@@ -260,6 +260,24 @@ def test_decode_batch_and_loss_run(tok):
     assert torch.isfinite(loss) and 4.0 < float(loss.detach()) < 7.5  # ~ln(320) at init
 
 
+def test_parse_block_mix_and_batches_follow_it():
+    assert tiny.parse_block_mix("1=1") == {1: 1.0}
+    assert tiny.parse_block_mix(" 2=.1, 16=0.25") == {2: 0.1, 16: 0.25}
+    for bad in ["", "1", "0=1", "4=0", "4=-1", "x=1", "4=nan", "4=1,4=2"]:
+        with pytest.raises(ValueError, match="block"):
+            tiny.parse_block_mix(bad)
+    M, E, P = 90, 91, 92
+    exs = [([10, 11, 12], [13, 14, 15, E])] * 3
+    rng = np.random.default_rng(0)
+    for mix, allowed in [({1: 1.0}, {1}), ({4: 1.0, 8: 3.0}, {4, 8})]:
+        batches = [tiny.build_batch(exs, rng, M, E, P, block_mix=mix) for _ in range(20)]
+        seen = {b for batch in batches for b in batch["block_sizes"]}
+        assert seen == allowed
+    # AR mode only: every answer position is a loss position, once
+    b = tiny.build_batch(exs, rng, M, E, P, block_mix={1: 1.0})
+    assert b["targets"].tolist() == [13, 14, 15, E] * 3
+
+
 def test_train_tiny_cli_trains_resumes_and_loads(tmp_path, capsys):
     """A short real `s2d2 train-tiny` run: writes an SDAR directory that s2d2.load() serves, resumes."""
     import json
@@ -285,6 +303,9 @@ def test_train_tiny_cli_trains_resumes_and_loads(tmp_path, capsys):
         assert [r["lr"] for r in log if r["kind"] == "train" and r["step"] == 1] == first_lr
         code, _, err = run_cli(capsys, "train-tiny", "--out", str(out), "--steps", "0")
         assert_one_line_error(code, err, "--steps")
+        code, _, err = run_cli(capsys, "train-tiny", "--out", str(out), "--block-mix", "4=1,x")
+        assert_one_line_error(code, err, "--block-mix")
+        assert json.loads((out / "best" / "config.json").read_text())["model_type"] == "sdar"  # untouched
     finally:
         torch.set_num_threads(threads)
     model = s2d2.load(str(out / "best"))

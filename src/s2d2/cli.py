@@ -181,6 +181,13 @@ def train_tiny_cmd(
         int, typer.Option(help="Dev problems decoded per evaluation (checkpoint selection; >= 500 advised).")
     ] = 500,
     eval_every: Annotated[float, typer.Option(help="Minutes between dev evaluations.")] = 7.0,
+    block_mix: Annotated[
+        str | None,
+        typer.Option(
+            help="Block sizes to train and their weights as B=WEIGHT,... (e.g. '1=1' for AR mode only; "
+            "default: the shipped recipe 2=.1,4=.3,8=.35,16=.25)."
+        ),
+    ] = None,
 ) -> None:
     """Train the built-in tiny-gsm model from scratch (CPU); the selected model lands in OUT/best/.
 
@@ -188,7 +195,7 @@ def train_tiny_cmd(
     resumes from OUT/ckpt.pt. Evaluates greedy AR and dynamic B=8 decoding on DEV_SIZE dev problems and
     keeps the checkpoint with the best sum of the two accuracies.
     """
-    from .training.tiny import train_tiny
+    from .training.tiny import parse_block_mix, train_tiny
 
     if minutes <= 0:
         raise S2D2Error(f"--minutes must be > 0, got {minutes}")
@@ -198,6 +205,10 @@ def train_tiny_cmd(
         raise S2D2Error("--dev-size must be >= 1 and --eval-every > 0")
     if out.exists() and not out.is_dir():
         raise S2D2Error(f"--out {out} exists and is not a directory")
+    try:
+        mix = None if block_mix is None else parse_block_mix(block_mix)
+    except ValueError as exc:
+        raise S2D2Error(f"--block-mix: {exc}") from None
     best = train_tiny(
         minutes=minutes,
         out=out,
@@ -206,6 +217,7 @@ def train_tiny_cmd(
         resume=resume,
         dev_size=dev_size,
         eval_every_minutes=eval_every,
+        block_mix=mix,
     )
     typer.echo(f"best model: {best}")
 

@@ -16,7 +16,8 @@ Objective (same-position prediction, blocks aligned to ABSOLUTE positions, exact
   answer's length only (the prompt and the clean copy are shared). Noisy copies never see each other.
 * Loss: mean cross-entropy over all masked positions of the batch, logits at a masked position predicting
   the token at that same position (no shift).
-* Block size drawn per batch from :data:`BLOCK_MIX`; the clean copy's kind per sample.
+* Block size drawn per batch from :data:`BLOCK_MIX` (or ``--block-mix``); the clean copy's kind per
+  sample.
 
 Model selection: every evaluation decodes the first ``dev_size`` dev problems greedily, batched, in AR mode
 (B=1, :func:`decode_ar_cached`, KV cache) and with the dynamic-threshold decoder (B=8, tau=0.9,
@@ -48,6 +49,7 @@ from s2d2.tasks import tiny_gsm
 
 __all__ = [
     "BLOCK_MIX",
+    "parse_block_mix",
     "MODEL_SIZE",
     "build_batch",
     "build_model",
@@ -222,6 +224,29 @@ def attention_mask_from(pos, bstart, copy, valid, token_causal) -> torch.Tensor:
     return m[:, None]
 
 
+def parse_block_mix(text: str) -> dict[int, float]:
+    """Parse ``"B=weight,B=weight,..."`` (e.g. ``"1=1"`` or ``"2=.1,4=.3,8=.35,16=.25"``) into a mix.
+
+    Block sizes are integers >= 1, weights positive numbers (normalised when drawing); a size may appear
+    once. Raises ``ValueError`` with a one-line message otherwise.
+    """
+    mix: dict[int, float] = {}
+    for part in text.split(","):
+        size, sep, weight = part.strip().partition("=")
+        try:
+            b, w = int(size), float(weight)
+        except ValueError:
+            b, w = 0, 0.0
+        if not sep or b < 1 or not (w > 0 and math.isfinite(w)):
+            raise ValueError(
+                f"bad block mix entry {part.strip()!r}: expected B=WEIGHT with B >= 1, WEIGHT > 0"
+            )
+        if b in mix:
+            raise ValueError(f"block size {b} appears twice in the block mix")
+        mix[b] = w
+    return mix
+
+
 def _noisy_copy(x: np.ndarray, p: int, B: int, rng: np.random.Generator, mask_id: int):
     """A noisy copy (block size ``B``) of the blocks of ``x`` holding answer positions ``p..``.
 
@@ -255,21 +280,23 @@ def build_batch(
     block_sizes=None,
     token_causal=None,
     ar_copy=None,
+    block_mix: dict[int, float] | None = None,
 ):
     """Build one training batch.
 
     ``examples``: list of ``(prompt_ids, answer_ids)`` with ``answer_ids`` ending in ``<eos>``.
     ``block_sizes`` (per sample) default to ONE size for the whole batch drawn from :data:`BLOCK_MIX`
-    (less padding than per-sample sizes); ``token_causal`` (per sample) is drawn with probability
-    :data:`P_TOKEN_CAUSAL` for B > 1 when not given. ``ar_copy`` (per sample; default: every
-    token-causal sample with B > 1) appends a second noisy copy with block size 1 (AR mode, every answer
-    position masked): with a token-causal clean copy it is exactly the AR-mode objective, so the clean
-    copy's cost is shared by two objectives. Returns a dict with ``input_ids``, ``position_ids``,
-    ``attention_mask`` ([b,1,T,T] bool), ``loss_index`` (flat indices into [b*T]) and ``targets``.
+    (less padding than per-sample sizes), or from ``block_mix`` when given; ``token_causal`` (per
+    sample) is drawn with probability :data:`P_TOKEN_CAUSAL` for B > 1 when not given. ``ar_copy``
+    (per sample; default: every token-causal sample with B > 1) appends a second noisy copy with block
+    size 1 (AR mode, every answer position masked): with a token-causal clean copy it is exactly the
+    AR-mode objective, so the clean copy's cost is shared by two objectives. Returns a dict with
+    ``input_ids``, ``position_ids``, ``attention_mask`` ([b,1,T,T] bool), ``loss_index`` (flat indices
+    into [b*T]) and ``targets``.
     """
     n = len(examples)
     if block_sizes is None:
-        sizes, probs = zip(*BLOCK_MIX.items(), strict=True)
+        sizes, probs = zip(*(block_mix or BLOCK_MIX).items(), strict=True)
         block_sizes = [int(rng.choice(np.array(sizes), p=np.array(probs) / sum(probs)))] * n
     if token_causal is None:
         token_causal = [(b > 1 and rng.random() < P_TOKEN_CAUSAL) for b in block_sizes]
@@ -597,6 +624,7 @@ def train_tiny(
     progress: bool = True,
     eval_start_fraction: float = 0.4,
     ckpt_every_minutes: float = 2.0,
+    block_mix: dict[int, float] | None = None,
 ) -> Path:
     """Train tiny-gsm for ``steps`` optimiser steps or ``minutes`` of wall-clock time (evaluations
     included), whichever ends first; return ``out/best``. The learning-rate schedule follows whichever
@@ -605,6 +633,8 @@ def train_tiny(
     Evaluates on the first ``dev_size`` dev problems every ``eval_every_minutes`` once
     ``eval_start_fraction`` of the budget has passed, and at the end; keeps the best by
     ``acc_ar + acc_dyn8`` (see module docstring). With ``resume`` a run restarts from ``out/ckpt.pt``.
+    ``block_mix`` replaces :data:`BLOCK_MIX` (e.g. ``{1: 1.0}``: AR mode only); a resumed run keeps the
+    mix it was started with unless one is given.
     """
     from tqdm import tqdm
 
@@ -643,6 +673,7 @@ def train_tiny(
         torch.set_rng_state(ck["torch_rng"])
         total_s = ck.get("total_s", total_s) if minutes <= 0 else total_s
         steps = ck.get("steps", steps) if steps is None else steps
+        block_mix = ck.get("block_mix") if block_mix is None else block_mix
     elif not resume and log_path.exists():
         log_path.unlink()
     dev = tiny_gsm.load_split("dev", dev_size)
@@ -664,6 +695,7 @@ def train_tiny(
                 "torch_rng": torch.get_rng_state(),
                 "total_s": total_s,
                 "steps": steps,
+                "block_mix": block_mix,
                 "config": cfg,
             },
             ckpt_path,
@@ -712,7 +744,9 @@ def train_tiny(
             batches = _pool(stream, tok, BATCH_SIZE * POOL_BATCHES, rng)
             state["stream_index"] += BATCH_SIZE * POOL_BATCHES
         t0 = time.time()
-        batch = build_batch(batches.pop(), rng, tok.mask_token_id, tok.eos_token_id, tok.pad_token_id)
+        batch = build_batch(
+            batches.pop(), rng, tok.mask_token_id, tok.eos_token_id, tok.pad_token_id, block_mix=block_mix
+        )
         lr = LR * _lr_factor(state["step"], progress_frac())
         for g in opt.param_groups:
             g["lr"] = lr
@@ -805,6 +839,7 @@ def main(argv=None) -> None:
     ap.add_argument("--eval-every", type=float, default=7.0, help="minutes between dev evaluations")
     ap.add_argument("--eval-start", type=float, default=0.4, help="fraction of the budget before evaluating")
     ap.add_argument("--dev-size", type=int, default=500)
+    ap.add_argument("--block-mix", type=parse_block_mix, default=None, help="B=WEIGHT,... (see BLOCK_MIX)")
     ap.add_argument("--no-progress", action="store_true")
     a = ap.parse_args(argv)
     best = train_tiny(
@@ -817,6 +852,7 @@ def main(argv=None) -> None:
         dev_size=a.dev_size,
         progress=not a.no_progress,
         eval_start_fraction=a.eval_start,
+        block_mix=a.block_mix,
     )
     print(f"best model: {best}")
 

@@ -49,13 +49,13 @@ from s2d2.tasks import tiny_gsm
 
 __all__ = [
     "BLOCK_MIX",
-    "parse_block_mix",
     "MODEL_SIZE",
     "build_batch",
     "build_model",
     "decode_batch",
     "evaluate",
     "load_sdar_dir",
+    "parse_block_mix",
     "qwen3_config",
     "save_sdar_dir",
     "sdar_config",

@@ -25,6 +25,8 @@ def adapter(request):
     """The SDAR adapter on both forward paths: the lean Qwen path and transformers' own forward."""
     from s2d2.adapters import load_adapter
 
+    if not SDAR_FIXTURE.is_dir():
+        pytest.skip(f"conformance fixtures not found at {SDAR_FIXTURE}")
     ad = load_adapter(SDAR_FIXTURE, device="cpu", dtype="fp32")
     if request.param == "transformers":
         ad.fast = None

@@ -278,6 +278,18 @@ def test_parse_block_mix_and_batches_follow_it():
     assert b["targets"].tolist() == [13, 14, 15, E] * 3
 
 
+def test_mix_at_ar_phase_then_block_mix():
+    mix = {4: 1.0}
+    assert tiny.mix_at(0.0, 0.0, mix) == mix  # no AR phase
+    assert tiny.mix_at(0.0, 0.5, mix) == {1: 1.0}
+    assert tiny.mix_at(0.499, 0.5, None) == {1: 1.0}
+    assert tiny.mix_at(0.5, 0.5, mix) == mix
+    assert tiny.mix_at(0.9, 0.5, None) == tiny.BLOCK_MIX
+    for bad in (-0.1, 1.0, 2.0):
+        with pytest.raises(ValueError, match="ar_first"):
+            tiny.mix_at(0.0, bad, mix)
+
+
 def test_train_tiny_cli_trains_resumes_and_loads(tmp_path, capsys):
     """A short real `s2d2 train-tiny` run: writes an SDAR directory that s2d2.load() serves, resumes."""
     import json
@@ -289,10 +301,13 @@ def test_train_tiny_cli_trains_resumes_and_loads(tmp_path, capsys):
     out = tmp_path / "run"
     try:
         args = ["train-tiny", "--out", str(out), "--minutes", "3", "--dev-size", "16", "--eval-every", "60"]
-        code, stdout, _ = run_cli(capsys, *args, "--steps", "12")
+        code, stdout, _ = run_cli(capsys, *args, "--steps", "12", "--ar-first", "0.7")
         assert code == 0 and "best model:" in stdout
         log = [json.loads(line) for line in (out / "train_log.jsonl").read_text().splitlines()]
         assert [r["step"] for r in log if r["kind"] == "eval"] == [12]
+        # --ar-first 0.7: AR mode only (B=1) at the start, the block mix from 70% of the budget on
+        sizes = {r["step"]: r["block_size"] for r in log if r["kind"] == "train"}
+        assert sizes[1] == 1 and sizes[10] in tiny.BLOCK_MIX
         assert json.loads((out / "best" / "config.json").read_text())["model_type"] == "sdar"
         first_lr = [r["lr"] for r in log if r["kind"] == "train" and r["step"] == 1]
         # resuming continues from the checkpoint (step 12), not from scratch
@@ -301,10 +316,13 @@ def test_train_tiny_cli_trains_resumes_and_loads(tmp_path, capsys):
         log = [json.loads(line) for line in (out / "train_log.jsonl").read_text().splitlines()]
         assert [r["step"] for r in log if r["kind"] == "eval"] == [12, 20]
         assert [r["lr"] for r in log if r["kind"] == "train" and r["step"] == 1] == first_lr
+        assert torch.load(out / "ckpt.pt", weights_only=False)["ar_first"] == 0.7  # kept on resume
         code, _, err = run_cli(capsys, "train-tiny", "--out", str(out), "--steps", "0")
         assert_one_line_error(code, err, "--steps")
         code, _, err = run_cli(capsys, "train-tiny", "--out", str(out), "--block-mix", "4=1,x")
         assert_one_line_error(code, err, "--block-mix")
+        code, _, err = run_cli(capsys, "train-tiny", "--out", str(out), "--ar-first", "1")
+        assert_one_line_error(code, err, "--ar-first")
         assert json.loads((out / "best" / "config.json").read_text())["model_type"] == "sdar"  # untouched
     finally:
         torch.set_num_threads(threads)

@@ -17,7 +17,8 @@ Objective (same-position prediction, blocks aligned to ABSOLUTE positions, exact
 * Loss: mean cross-entropy over all masked positions of the batch, logits at a masked position predicting
   the token at that same position (no shift).
 * Block size drawn per batch from :data:`BLOCK_MIX` (or ``--block-mix``); the clean copy's kind per
-  sample.
+  sample. With ``ar_first`` (``--ar-first``) the first part of the budget trains AR mode only (every batch
+  B=1: the clean copy plus one all-masked copy), then the mix (see :func:`mix_at`).
 
 Model selection: every evaluation decodes the first ``dev_size`` dev problems greedily, batched, in AR mode
 (B=1, :func:`decode_ar_cached`, KV cache) and with the dynamic-threshold decoder (B=8, tau=0.9,
@@ -48,6 +49,7 @@ import torch.nn.functional as F
 from s2d2.tasks import tiny_gsm
 
 __all__ = [
+    "AR_FIRST",
     "BLOCK_MIX",
     "MODEL_SIZE",
     "build_batch",
@@ -55,6 +57,7 @@ __all__ = [
     "decode_batch",
     "evaluate",
     "load_sdar_dir",
+    "mix_at",
     "parse_block_mix",
     "qwen3_config",
     "save_sdar_dir",
@@ -72,6 +75,8 @@ MODEL_SIZE = dict(
 )
 BLOCK_MIX = {2: 0.1, 4: 0.3, 8: 0.35, 16: 0.25}
 P_TOKEN_CAUSAL = 0.6
+#: Fraction of the budget trained in AR mode only before the block mix starts (new runs; see mix_at).
+AR_FIRST = 0.5
 MASK_EPS = 1e-3
 BATCH_SIZE = 64
 POOL_BATCHES = 16
@@ -245,6 +250,22 @@ def parse_block_mix(text: str) -> dict[int, float]:
             raise ValueError(f"block size {b} appears twice in the block mix")
         mix[b] = w
     return mix
+
+
+AR_ONLY_MIX: dict[int, float] = {1: 1.0}
+
+
+def mix_at(progress: float, ar_first: float, block_mix: dict[int, float] | None) -> dict[int, float]:
+    """The block mix to train at ``progress`` (fraction of the budget done): AR mode only
+    (:data:`AR_ONLY_MIX`) while ``progress < ar_first``, then ``block_mix`` (default :data:`BLOCK_MIX`).
+
+    Diffusion samples teach AR mode almost nothing on this task (measured: AR-only training reaches a
+    given AR accuracy in less than half the time of the mixed objective), so an AR phase first buys
+    the verifier's accuracy cheaply and the drafter is then trained on top of it.
+    """
+    if not 0.0 <= ar_first < 1.0:
+        raise ValueError(f"ar_first must be in [0, 1), got {ar_first}")
+    return AR_ONLY_MIX if progress < ar_first else (block_mix or BLOCK_MIX)
 
 
 def _noisy_copy(x: np.ndarray, p: int, B: int, rng: np.random.Generator, mask_id: int):
@@ -625,6 +646,7 @@ def train_tiny(
     eval_start_fraction: float = 0.4,
     ckpt_every_minutes: float = 2.0,
     block_mix: dict[int, float] | None = None,
+    ar_first: float | None = None,
 ) -> Path:
     """Train tiny-gsm for ``steps`` optimiser steps or ``minutes`` of wall-clock time (evaluations
     included), whichever ends first; return ``out/best``. The learning-rate schedule follows whichever
@@ -634,7 +656,9 @@ def train_tiny(
     ``eval_start_fraction`` of the budget has passed, and at the end; keeps the best by
     ``acc_ar + acc_dyn8`` (see module docstring). With ``resume`` a run restarts from ``out/ckpt.pt``.
     ``block_mix`` replaces :data:`BLOCK_MIX` (e.g. ``{1: 1.0}``: AR mode only); a resumed run keeps the
-    mix it was started with unless one is given.
+    mix it was started with unless one is given. ``ar_first`` (default :data:`AR_FIRST` for a new run;
+    a resumed run keeps its own): the fraction of the budget trained in AR mode only before the mix
+    starts (:func:`mix_at`).
     """
     from tqdm import tqdm
 
@@ -674,8 +698,11 @@ def train_tiny(
         total_s = ck.get("total_s", total_s) if minutes <= 0 else total_s
         steps = ck.get("steps", steps) if steps is None else steps
         block_mix = ck.get("block_mix") if block_mix is None else block_mix
+        ar_first = ck.get("ar_first", 0.0) if ar_first is None else ar_first  # older runs: no AR phase
     elif not resume and log_path.exists():
         log_path.unlink()
+    ar_first = AR_FIRST if ar_first is None else float(ar_first)
+    mix_at(0.0, ar_first, block_mix)  # validates ar_first before any work
     dev = tiny_gsm.load_split("dev", dev_size)
     stream = tiny_gsm.iter_train_problems(seed, start=state["stream_index"])
     log = open(log_path, "a", encoding="utf-8")  # noqa: SIM115 (closed at the end of the run)
@@ -696,6 +723,7 @@ def train_tiny(
                 "total_s": total_s,
                 "steps": steps,
                 "block_mix": block_mix,
+                "ar_first": ar_first,
                 "config": cfg,
             },
             ckpt_path,
@@ -745,7 +773,12 @@ def train_tiny(
             state["stream_index"] += BATCH_SIZE * POOL_BATCHES
         t0 = time.time()
         batch = build_batch(
-            batches.pop(), rng, tok.mask_token_id, tok.eos_token_id, tok.pad_token_id, block_mix=block_mix
+            batches.pop(),
+            rng,
+            tok.mask_token_id,
+            tok.eos_token_id,
+            tok.pad_token_id,
+            block_mix=mix_at(progress_frac(), ar_first, block_mix),
         )
         lr = LR * _lr_factor(state["step"], progress_frac())
         for g in opt.param_groups:
@@ -777,6 +810,7 @@ def train_tiny(
                     "s_per_step": round(spst, 3),
                     "threads": threads.n,
                     "positions": int(batch["input_ids"].numel()),
+                    "block_size": batch["block_sizes"][0],
                 }
             )
         if progress:
@@ -840,6 +874,7 @@ def main(argv=None) -> None:
     ap.add_argument("--eval-start", type=float, default=0.4, help="fraction of the budget before evaluating")
     ap.add_argument("--dev-size", type=int, default=500)
     ap.add_argument("--block-mix", type=parse_block_mix, default=None, help="B=WEIGHT,... (see BLOCK_MIX)")
+    ap.add_argument("--ar-first", type=float, default=None, help="fraction of the budget in AR mode only")
     ap.add_argument("--no-progress", action="store_true")
     a = ap.parse_args(argv)
     best = train_tiny(
@@ -853,6 +888,7 @@ def main(argv=None) -> None:
         progress=not a.no_progress,
         eval_start_fraction=a.eval_start,
         block_mix=a.block_mix,
+        ar_first=a.ar_first,
     )
     print(f"best model: {best}")
 

@@ -819,6 +819,7 @@ def train_tiny(
             bar.set_postfix_str(
                 f"step {state['step']}"
                 + (f"/{steps}" if steps else "")
+                + (" AR phase" if batch["block_sizes"][0] == 1 and ar_first > 0 else "")
                 + f" loss {loss_ema:.3f} lr {lr:.1e}"
                 + (f" best ar {best['acc_ar']:.3f} dyn8 {best['acc_dyn8']:.3f}" if best else ""),
                 refresh=False,

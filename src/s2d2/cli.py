@@ -204,7 +204,7 @@ def train_tiny_cmd(
     resumes from OUT/ckpt.pt. Evaluates greedy AR and dynamic B=8 decoding on DEV_SIZE dev problems and
     keeps the checkpoint with the best sum of the two accuracies.
     """
-    from .training.tiny import parse_block_mix, train_tiny
+    from .training.tiny import check_ar_first, parse_block_mix, train_tiny
 
     if minutes <= 0:
         raise S2D2Error(f"--minutes must be > 0, got {minutes}")
@@ -218,8 +218,10 @@ def train_tiny_cmd(
         mix = None if block_mix is None else parse_block_mix(block_mix)
     except ValueError as exc:
         raise S2D2Error(f"--block-mix: {exc}") from None
-    if ar_first is not None and not 0.0 <= ar_first < 1.0:
-        raise S2D2Error(f"--ar-first must be in [0, 1), got {ar_first}")
+    try:
+        ar_first = None if ar_first is None else check_ar_first(ar_first)
+    except ValueError as exc:
+        raise S2D2Error(f"--ar-first: {exc}") from None
     best = train_tiny(
         minutes=minutes,
         out=out,

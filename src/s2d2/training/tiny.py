@@ -54,6 +54,7 @@ __all__ = [
     "MODEL_SIZE",
     "build_batch",
     "build_model",
+    "check_ar_first",
     "decode_batch",
     "evaluate",
     "load_sdar_dir",
@@ -255,6 +256,13 @@ def parse_block_mix(text: str) -> dict[int, float]:
 AR_ONLY_MIX: dict[int, float] = {1: 1.0}
 
 
+def check_ar_first(ar_first: float) -> float:
+    """``ar_first`` as a float in [0, 1); ``ValueError`` with a one-line message otherwise."""
+    if not 0.0 <= ar_first < 1.0:
+        raise ValueError(f"ar_first must be in [0, 1), got {ar_first}")
+    return float(ar_first)
+
+
 def mix_at(progress: float, ar_first: float, block_mix: dict[int, float] | None) -> dict[int, float]:
     """The block mix to train at ``progress`` (fraction of the budget done): AR mode only
     (:data:`AR_ONLY_MIX`) while ``progress < ar_first``, then ``block_mix`` (default :data:`BLOCK_MIX`).
@@ -263,9 +271,7 @@ def mix_at(progress: float, ar_first: float, block_mix: dict[int, float] | None)
     given AR accuracy in less than half the time of the mixed objective), so an AR phase first buys
     the verifier's accuracy cheaply and the drafter is then trained on top of it.
     """
-    if not 0.0 <= ar_first < 1.0:
-        raise ValueError(f"ar_first must be in [0, 1), got {ar_first}")
-    return AR_ONLY_MIX if progress < ar_first else (block_mix or BLOCK_MIX)
+    return AR_ONLY_MIX if progress < check_ar_first(ar_first) else (block_mix or BLOCK_MIX)
 
 
 def _noisy_copy(x: np.ndarray, p: int, B: int, rng: np.random.Generator, mask_id: int):
@@ -701,8 +707,7 @@ def train_tiny(
         ar_first = ck.get("ar_first", 0.0) if ar_first is None else ar_first  # older runs: no AR phase
     elif not resume and log_path.exists():
         log_path.unlink()
-    ar_first = AR_FIRST if ar_first is None else float(ar_first)
-    mix_at(0.0, ar_first, block_mix)  # validates ar_first before any work
+    ar_first = check_ar_first(AR_FIRST if ar_first is None else ar_first)
     dev = tiny_gsm.load_split("dev", dev_size)
     stream = tiny_gsm.iter_train_problems(seed, start=state["stream_index"])
     log = open(log_path, "a", encoding="utf-8")  # noqa: SIM115 (closed at the end of the run)
@@ -772,15 +777,12 @@ def train_tiny(
             batches = _pool(stream, tok, BATCH_SIZE * POOL_BATCHES, rng)
             state["stream_index"] += BATCH_SIZE * POOL_BATCHES
         t0 = time.time()
+        frac = progress_frac()
+        mix = mix_at(frac, ar_first, block_mix)
         batch = build_batch(
-            batches.pop(),
-            rng,
-            tok.mask_token_id,
-            tok.eos_token_id,
-            tok.pad_token_id,
-            block_mix=mix_at(progress_frac(), ar_first, block_mix),
+            batches.pop(), rng, tok.mask_token_id, tok.eos_token_id, tok.pad_token_id, block_mix=mix
         )
-        lr = LR * _lr_factor(state["step"], progress_frac())
+        lr = LR * _lr_factor(state["step"], frac)
         for g in opt.param_groups:
             g["lr"] = lr
         loss = batch_loss(model, batch)
@@ -819,7 +821,7 @@ def train_tiny(
             bar.set_postfix_str(
                 f"step {state['step']}"
                 + (f"/{steps}" if steps else "")
-                + (" AR phase" if batch["block_sizes"][0] == 1 and ar_first > 0 else "")
+                + (" AR phase" if mix is AR_ONLY_MIX else "")
                 + f" loss {loss_ema:.3f} lr {lr:.1e}"
                 + (f" best ar {best['acc_ar']:.3f} dyn8 {best['acc_dyn8']:.3f}" if best else ""),
                 refresh=False,

@@ -290,6 +290,34 @@ def test_mix_at_ar_phase_then_block_mix():
             tiny.mix_at(0.0, bad, mix)
 
 
+def test_train_tiny_compile_falls_back_to_eager(tmp_path, monkeypatch):
+    """If torch.compile's code fails (e.g. no C++ compiler), training warns once and goes on eagerly."""
+    import json
+
+    calls = []
+
+    def broken_compile(module, **kwargs):
+        def run(*args, **kw):
+            calls.append(1)
+            raise RuntimeError("no C++ compiler")
+
+        return run
+
+    monkeypatch.setattr(torch, "compile", broken_compile)
+    threads = torch.get_num_threads()
+    try:
+        with pytest.warns(UserWarning, match="torch.compile failed .*no C\\+\\+ compiler.*eagerly"):
+            best = tiny.train_tiny(
+                3, tmp_path / "run", steps=3, dev_size=4, progress=False, compile=True, ar_first=0.0
+            )
+    finally:
+        torch.set_num_threads(threads)
+    assert calls == [1]  # tried once, then eager for every step
+    log = [json.loads(line) for line in (tmp_path / "run" / "train_log.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in log if r["kind"] == "done"] == [3]
+    assert (best / "model.safetensors").is_file()
+
+
 def test_train_tiny_cli_trains_resumes_and_loads(tmp_path, capsys):
     """A short real `s2d2 train-tiny` run: writes an SDAR directory that s2d2.load() serves, resumes."""
     import json
@@ -301,7 +329,8 @@ def test_train_tiny_cli_trains_resumes_and_loads(tmp_path, capsys):
     out = tmp_path / "run"
     try:
         args = ["train-tiny", "--out", str(out), "--minutes", "3", "--dev-size", "16", "--eval-every", "60"]
-        code, stdout, _ = run_cli(capsys, *args, "--steps", "12", "--ar-first", "0.7")
+        args.append("--no-compile")  # compilation alone takes a minute; test_train_tiny_compile_falls_back
+        code, stdout, _ = run_cli(capsys, *args, "--steps", "12", "--ar-first", "0.7", "--lr", "3e-3")
         assert code == 0 and "best model:" in stdout
         log = [json.loads(line) for line in (out / "train_log.jsonl").read_text().splitlines()]
         assert [r["step"] for r in log if r["kind"] == "eval"] == [12]
@@ -310,19 +339,23 @@ def test_train_tiny_cli_trains_resumes_and_loads(tmp_path, capsys):
         assert sizes[1] == 1 and sizes[10] in tiny.BLOCK_MIX
         assert json.loads((out / "best" / "config.json").read_text())["model_type"] == "sdar"
         first_lr = [r["lr"] for r in log if r["kind"] == "train" and r["step"] == 1]
+        assert first_lr == [pytest.approx(3e-3 / tiny.WARMUP_STEPS, rel=0.01)]  # --lr is the warm-up's target
         # resuming continues from the checkpoint (step 12), not from scratch
         code, _, _ = run_cli(capsys, *args, "--steps", "20")
         assert code == 0
         log = [json.loads(line) for line in (out / "train_log.jsonl").read_text().splitlines()]
         assert [r["step"] for r in log if r["kind"] == "eval"] == [12, 20]
         assert [r["lr"] for r in log if r["kind"] == "train" and r["step"] == 1] == first_lr
-        assert torch.load(out / "ckpt.pt", weights_only=False)["ar_first"] == 0.7  # kept on resume
+        ck = torch.load(out / "ckpt.pt", weights_only=False)
+        assert (ck["ar_first"], ck["lr"]) == (0.7, 3e-3)  # kept on resume
         code, _, err = run_cli(capsys, "train-tiny", "--out", str(out), "--steps", "0")
         assert_one_line_error(code, err, "--steps")
         code, _, err = run_cli(capsys, "train-tiny", "--out", str(out), "--block-mix", "4=1,x")
         assert_one_line_error(code, err, "--block-mix")
         code, _, err = run_cli(capsys, "train-tiny", "--out", str(out), "--ar-first", "1")
         assert_one_line_error(code, err, "--ar-first")
+        code, _, err = run_cli(capsys, "train-tiny", "--out", str(out), "--lr", "0")
+        assert_one_line_error(code, err, "--lr")
         assert json.loads((out / "best" / "config.json").read_text())["model_type"] == "sdar"  # untouched
     finally:
         torch.set_num_threads(threads)

@@ -40,6 +40,7 @@ import os
 import random
 import shutil
 import time
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -55,6 +56,7 @@ __all__ = [
     "build_batch",
     "build_model",
     "check_ar_first",
+    "check_lr",
     "decode_batch",
     "evaluate",
     "load_sdar_dir",
@@ -263,6 +265,13 @@ def check_ar_first(ar_first: float) -> float:
     return float(ar_first)
 
 
+def check_lr(lr: float) -> float:
+    """A peak learning rate in (0, 1); ``ValueError`` with a one-line message otherwise."""
+    if not 0.0 < lr < 1.0:
+        raise ValueError(f"learning rate must be in (0, 1), got {lr}")
+    return float(lr)
+
+
 def mix_at(progress: float, ar_first: float, block_mix: dict[int, float] | None) -> dict[int, float]:
     """The block mix to train at ``progress`` (fraction of the budget done): AR mode only
     (:data:`AR_ONLY_MIX`) while ``progress < ar_first``, then ``block_mix`` (default :data:`BLOCK_MIX`).
@@ -380,8 +389,10 @@ def build_batch(
     }
 
 
-def batch_loss(model, batch) -> torch.Tensor:
-    hidden = model.model(
+def batch_loss(model, batch, body=None) -> torch.Tensor:
+    """Mean cross-entropy over the batch's masked positions; ``body`` (default ``model.model``) runs the
+    transformer stack, e.g. a ``torch.compile``-d copy of it."""
+    hidden = (model.model if body is None else body)(
         input_ids=batch["input_ids"],
         attention_mask=batch["attention_mask"],
         position_ids=batch["position_ids"],
@@ -653,6 +664,8 @@ def train_tiny(
     ckpt_every_minutes: float = 2.0,
     block_mix: dict[int, float] | None = None,
     ar_first: float | None = None,
+    compile: bool = False,
+    lr: float | None = None,
 ) -> Path:
     """Train tiny-gsm for ``steps`` optimiser steps or ``minutes`` of wall-clock time (evaluations
     included), whichever ends first; return ``out/best``. The learning-rate schedule follows whichever
@@ -664,7 +677,10 @@ def train_tiny(
     ``block_mix`` replaces :data:`BLOCK_MIX` (e.g. ``{1: 1.0}``: AR mode only); a resumed run keeps the
     mix it was started with unless one is given. ``ar_first`` (default :data:`AR_FIRST` for a new run;
     a resumed run keeps its own): the fraction of the budget trained in AR mode only before the mix
-    starts (:func:`mix_at`).
+    starts (:func:`mix_at`). ``compile``: run the training forward/backward through ``torch.compile``
+    (steps about 15% faster on 2 CPU cores after a warm-up of about 2 minutes, which counts against the
+    budget; falls back to eager with a warning if compilation fails). Evaluation always runs eager.
+    ``lr``: peak learning rate (default :data:`LR` for a new run; a resumed run keeps its own).
     """
     from tqdm import tqdm
 
@@ -705,11 +721,15 @@ def train_tiny(
         steps = ck.get("steps", steps) if steps is None else steps
         block_mix = ck.get("block_mix") if block_mix is None else block_mix
         ar_first = ck.get("ar_first", 0.0) if ar_first is None else ar_first  # older runs: no AR phase
+        lr = ck.get("lr", LR) if lr is None else lr
     elif not resume and log_path.exists():
         log_path.unlink()
     ar_first = check_ar_first(AR_FIRST if ar_first is None else ar_first)
+    peak_lr = check_lr(LR if lr is None else lr)
     dev = tiny_gsm.load_split("dev", dev_size)
     stream = tiny_gsm.iter_train_problems(seed, start=state["stream_index"])
+    # dynamic shapes: batches differ in length and (in the mix) in block size; one compilation serves all
+    body = torch.compile(model.model, dynamic=True) if compile else model.model
     log = open(log_path, "a", encoding="utf-8")  # noqa: SIM115 (closed at the end of the run)
 
     def write_log(rec):
@@ -729,6 +749,7 @@ def train_tiny(
                 "steps": steps,
                 "block_mix": block_mix,
                 "ar_first": ar_first,
+                "lr": peak_lr,
                 "config": cfg,
             },
             ckpt_path,
@@ -782,10 +803,18 @@ def train_tiny(
         batch = build_batch(
             batches.pop(), rng, tok.mask_token_id, tok.eos_token_id, tok.pad_token_id, block_mix=mix
         )
-        lr = LR * _lr_factor(state["step"], frac)
+        lr = peak_lr * _lr_factor(state["step"], frac)
         for g in opt.param_groups:
             g["lr"] = lr
-        loss = batch_loss(model, batch)
+        try:
+            loss = batch_loss(model, batch, body)
+        except Exception as exc:  # a compiler problem (no C++ toolchain, unsupported op): go eager
+            if body is model.model:
+                raise
+            msg = f"torch.compile failed ({type(exc).__name__}: {exc}); training eagerly"
+            warnings.warn(msg, stacklevel=1)
+            body = model.model
+            loss = batch_loss(model, batch, body)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         gnorm = torch.nn.utils.clip_grad_norm_(model.parameters(), CLIP)
@@ -879,6 +908,8 @@ def main(argv=None) -> None:
     ap.add_argument("--block-mix", type=parse_block_mix, default=None, help="B=WEIGHT,... (see BLOCK_MIX)")
     ap.add_argument("--ar-first", type=float, default=None, help="fraction of the budget in AR mode only")
     ap.add_argument("--no-progress", action="store_true")
+    ap.add_argument("--compile", action="store_true", help="train through torch.compile")
+    ap.add_argument("--lr", type=float, default=None, help=f"peak learning rate (default {LR})")
     a = ap.parse_args(argv)
     best = train_tiny(
         a.minutes,
@@ -892,6 +923,8 @@ def main(argv=None) -> None:
         eval_start_fraction=a.eval_start,
         block_mix=a.block_mix,
         ar_first=a.ar_first,
+        compile=a.compile,
+        lr=a.lr,
     )
     print(f"best model: {best}")
 

@@ -164,6 +164,16 @@ def generate(
 DEFAULT_TRAIN_STEPS = 4400  # keep in step with src/s2d2/models/tiny-gsm/MODEL_CARD.md
 
 
+def _checked_option(flag: str, check, value):
+    """``check(value)`` (None passes through); its ``ValueError`` becomes a one-line error naming ``flag``."""
+    if value is None:
+        return None
+    try:
+        return check(value)
+    except ValueError as exc:
+        raise S2D2Error(f"{flag}: {exc}") from None
+
+
 @app.command("train-tiny")
 def train_tiny_cmd(
     steps: Annotated[
@@ -229,18 +239,9 @@ def train_tiny_cmd(
         raise S2D2Error("--dev-size must be >= 1 and --eval-every > 0")
     if out.exists() and not out.is_dir():
         raise S2D2Error(f"--out {out} exists and is not a directory")
-    try:
-        mix = None if block_mix is None else parse_block_mix(block_mix)
-    except ValueError as exc:
-        raise S2D2Error(f"--block-mix: {exc}") from None
-    try:
-        ar_first = None if ar_first is None else check_ar_first(ar_first)
-    except ValueError as exc:
-        raise S2D2Error(f"--ar-first: {exc}") from None
-    try:
-        lr = None if lr is None else check_lr(lr)
-    except ValueError as exc:
-        raise S2D2Error(f"--lr: {exc}") from None
+    mix = _checked_option("--block-mix", parse_block_mix, block_mix)
+    ar_first = _checked_option("--ar-first", check_ar_first, ar_first)
+    lr = _checked_option("--lr", check_lr, lr)
     best = train_tiny(
         minutes=minutes,
         out=out,

@@ -330,8 +330,18 @@ def test_train_tiny_cli_trains_resumes_and_loads(tmp_path, capsys):
     try:
         args = ["train-tiny", "--out", str(out), "--minutes", "3", "--dev-size", "16", "--eval-every", "60"]
         args.append("--no-compile")  # compilation alone takes a minute; test_train_tiny_compile_falls_back
-        code, stdout, _ = run_cli(capsys, *args, "--steps", "12", "--ar-first", "0.7", "--lr", "3e-3")
+        first = ["--steps", "12", "--ar-first", "0.7", "--lr", "3e-3", "--ema", "0.9"]
+        code, stdout, _ = run_cli(capsys, *args, *first)
         assert code == 0 and "best model:" in stdout
+        # --ema: best/ (saved at the step-12 evaluation, the last step) holds the averaged weights
+        ck = torch.load(out / "ckpt.pt", weights_only=False)
+        assert (ck["ema_decay"], ck["ema"]["updates"]) == (0.9, 12)
+        from safetensors.torch import load_file
+
+        saved = load_file(str(out / "best" / "model.safetensors"))
+        names = [n for n, _ in tiny.build_model(ck["config"]).named_parameters()]
+        assert all(torch.equal(saved[n], e) for n, e in zip(names, ck["ema"]["shadow"], strict=True))
+        assert not all(torch.equal(saved[n], ck["model"][n]) for n in names)
         log = [json.loads(line) for line in (out / "train_log.jsonl").read_text().splitlines()]
         assert [r["step"] for r in log if r["kind"] == "eval"] == [12]
         # --ar-first 0.7: AR mode only (B=1) at the start, the block mix from 70% of the budget on
@@ -347,7 +357,8 @@ def test_train_tiny_cli_trains_resumes_and_loads(tmp_path, capsys):
         assert [r["step"] for r in log if r["kind"] == "eval"] == [12, 20]
         assert [r["lr"] for r in log if r["kind"] == "train" and r["step"] == 1] == first_lr
         ck = torch.load(out / "ckpt.pt", weights_only=False)
-        assert (ck["ar_first"], ck["lr"]) == (0.7, 3e-3)  # kept on resume
+        assert (ck["ar_first"], ck["lr"], ck["ema_decay"]) == (0.7, 3e-3, 0.9)  # kept on resume
+        assert ck["ema"]["updates"] == 20
         code, _, err = run_cli(capsys, "train-tiny", "--out", str(out), "--steps", "0")
         assert_one_line_error(code, err, "--steps")
         code, _, err = run_cli(capsys, "train-tiny", "--out", str(out), "--block-mix", "4=1,x")
@@ -356,6 +367,8 @@ def test_train_tiny_cli_trains_resumes_and_loads(tmp_path, capsys):
         assert_one_line_error(code, err, "--ar-first")
         code, _, err = run_cli(capsys, "train-tiny", "--out", str(out), "--lr", "0")
         assert_one_line_error(code, err, "--lr")
+        code, _, err = run_cli(capsys, "train-tiny", "--out", str(out), "--ema", "1")
+        assert_one_line_error(code, err, "--ema")
         assert json.loads((out / "best" / "config.json").read_text())["model_type"] == "sdar"  # untouched
     finally:
         torch.set_num_threads(threads)
@@ -365,3 +378,29 @@ def test_train_tiny_cli_trains_resumes_and_loads(tmp_path, capsys):
         "Ana has 3 pens. She buys 2 more pens. How many pens does Ana have now?", max_new_tokens=5
     )
     assert 1 <= len(res.token_ids) <= 5
+
+
+def test_weight_ema_averages_swaps_and_restores():
+    """WeightEMA: warm-up decay (1+n)/(10+n) capped at the decay, exact lerp, swap in and back out."""
+    lin = torch.nn.Linear(2, 1, bias=False)
+    with torch.no_grad():
+        lin.weight.fill_(0.0)
+    ema = tiny.WeightEMA(lin, 0.5)
+    with torch.no_grad():
+        lin.weight.fill_(1.0)
+    ema.update()  # decay min(0.5, 1/10) = 0.1: 0.1 * 0 + 0.9 * 1
+    assert torch.allclose(ema.shadow[0], torch.full((1, 2), 0.9))
+    ema.update()  # decay min(0.5, 2/11) = 2/11
+    assert torch.allclose(ema.shadow[0], torch.full((1, 2), 0.9 * 2 / 11 + 9 / 11))
+    for _ in range(20):
+        ema.update()
+    assert ema.updates == 22
+    with ema.swapped_in():
+        assert torch.equal(lin.weight, ema.shadow[0])
+    assert torch.equal(lin.weight, torch.ones(1, 2))  # live weights restored
+    state = ema.state_dict()
+    other = tiny.WeightEMA(lin, 0.2)
+    other.load_state_dict(state)
+    assert (other.decay, other.updates) == (0.5, 22) and torch.equal(other.shadow[0], ema.shadow[0])
+    with pytest.raises(ValueError, match="EMA decay"):
+        tiny.WeightEMA(lin, 1.0)

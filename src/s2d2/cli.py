@@ -222,6 +222,14 @@ def train_tiny_cmd(
             "a resumed run keeps its own unless given)."
         ),
     ] = None,
+    ema: Annotated[
+        float | None,
+        typer.Option(
+            help="Decay of an exponential moving average of the weights, which is then what gets "
+            "evaluated and saved to OUT/best (e.g. 0.995; default 0 = off; a resumed run keeps its own "
+            "unless given)."
+        ),
+    ] = None,
 ) -> None:
     """Train the built-in tiny-gsm model from scratch (CPU); the selected model lands in OUT/best/.
 
@@ -229,7 +237,7 @@ def train_tiny_cmd(
     resumes from OUT/ckpt.pt. Evaluates greedy AR and dynamic B=8 decoding on DEV_SIZE dev problems and
     keeps the checkpoint with the best sum of the two accuracies.
     """
-    from .training.tiny import check_ar_first, check_lr, parse_block_mix, train_tiny
+    from .training.tiny import check_ar_first, check_ema, check_lr, parse_block_mix, train_tiny
 
     if minutes <= 0:
         raise S2D2Error(f"--minutes must be > 0, got {minutes}")
@@ -242,6 +250,7 @@ def train_tiny_cmd(
     mix = _checked_option("--block-mix", parse_block_mix, block_mix)
     ar_first = _checked_option("--ar-first", check_ar_first, ar_first)
     lr = _checked_option("--lr", check_lr, lr)
+    ema = _checked_option("--ema", check_ema, ema)
     best = train_tiny(
         minutes=minutes,
         out=out,
@@ -254,6 +263,7 @@ def train_tiny_cmd(
         ar_first=ar_first,
         compile=compile,
         lr=lr,
+        ema=ema,
     )
     typer.echo(f"best model: {best}")
 

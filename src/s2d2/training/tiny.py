@@ -34,6 +34,7 @@ resumes from it), ``best/`` (config.json, model.safetensors, tokenizer files), `
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -84,6 +85,8 @@ MASK_EPS = 1e-3
 BATCH_SIZE = 64
 POOL_BATCHES = 16
 LR, BETAS, WEIGHT_DECAY, WARMUP_STEPS, LR_FLOOR, CLIP = 2e-3, (0.9, 0.98), 0.1, 200, 0.1, 1.0
+#: Decay of the weight average that is evaluated and shipped (0 = evaluate the live weights).
+EMA_DECAY = 0.0
 MAX_NEW_TOKENS = 56
 DEFAULT_BLOCK_SIZE = 4
 
@@ -263,6 +266,56 @@ def check_ar_first(ar_first: float) -> float:
     if not 0.0 <= ar_first < 1.0:
         raise ValueError(f"ar_first must be in [0, 1), got {ar_first}")
     return float(ar_first)
+
+
+def check_ema(decay: float) -> float:
+    """An EMA decay in [0, 1) (0 = no averaging); ``ValueError`` with a one-line message otherwise."""
+    if not 0.0 <= decay < 1.0:
+        raise ValueError(f"EMA decay must be in [0, 1), got {decay}")
+    return float(decay)
+
+
+class WeightEMA:
+    """Exponential moving average of a model's parameters (the weights that get evaluated and saved).
+
+    ``update()`` after each optimiser step moves the average towards the live weights with decay
+    ``min(decay, (1 + n) / (10 + n))`` (n = updates so far: early averages are not dominated by the random
+    initialisation). ``swapped_in(model)`` is a context manager that puts the averaged weights into the
+    model and restores the live ones afterwards.
+    """
+
+    def __init__(self, model, decay: float):
+        self.decay = check_ema(decay)
+        self.params = [p for p in model.parameters()]
+        self.shadow = [p.detach().clone() for p in self.params]
+        self.updates = 0
+
+    @torch.no_grad()
+    def update(self) -> None:
+        d = min(self.decay, (1 + self.updates) / (10 + self.updates))
+        torch._foreach_lerp_(self.shadow, [p.detach() for p in self.params], 1.0 - d)
+        self.updates += 1
+
+    def state_dict(self) -> dict:
+        return {"decay": self.decay, "updates": self.updates, "shadow": [t.clone() for t in self.shadow]}
+
+    def load_state_dict(self, st: dict) -> None:
+        self.decay, self.updates = float(st["decay"]), int(st["updates"])
+        for t, v in zip(self.shadow, st["shadow"], strict=True):
+            t.copy_(v)
+
+    @contextlib.contextmanager
+    def swapped_in(self):
+        live = [p.detach().clone() for p in self.params]
+        with torch.no_grad():
+            for p, e in zip(self.params, self.shadow, strict=True):
+                p.copy_(e)
+        try:
+            yield
+        finally:
+            with torch.no_grad():
+                for p, v in zip(self.params, live, strict=True):
+                    p.copy_(v)
 
 
 def check_lr(lr: float) -> float:
@@ -666,6 +719,7 @@ def train_tiny(
     ar_first: float | None = None,
     compile: bool = False,
     lr: float | None = None,
+    ema: float | None = None,
 ) -> Path:
     """Train tiny-gsm for ``steps`` optimiser steps or ``minutes`` of wall-clock time (evaluations
     included), whichever ends first; return ``out/best``. The learning-rate schedule follows whichever
@@ -682,6 +736,9 @@ def train_tiny(
     a 60-minute run, after a warm-up of about 2 minutes that counts against the budget; falls back to
     eager with a warning if compilation fails). Evaluation always runs eager.
     ``lr``: peak learning rate (default :data:`LR` for a new run; a resumed run keeps its own).
+    ``ema``: decay of an exponential moving average of the weights (default :data:`EMA_DECAY` for a new
+    run, 0 = off; a resumed run keeps its own); when on, evaluation and ``best/`` use the averaged
+    weights (:class:`WeightEMA`).
     """
     from tqdm import tqdm
 
@@ -723,10 +780,15 @@ def train_tiny(
         block_mix = ck.get("block_mix") if block_mix is None else block_mix
         ar_first = ck.get("ar_first", 0.0) if ar_first is None else ar_first  # older runs: no AR phase
         lr = ck.get("lr", LR) if lr is None else lr
+        ema = ck.get("ema_decay", 0.0) if ema is None else ema
     elif not resume and log_path.exists():
         log_path.unlink()
     ar_first = check_ar_first(AR_FIRST if ar_first is None else ar_first)
     peak_lr = check_lr(LR if lr is None else lr)
+    ema_decay = check_ema(EMA_DECAY if ema is None else ema)
+    averager = WeightEMA(model, ema_decay) if ema_decay > 0 else None
+    if averager is not None and resume and ckpt_path.is_file() and ck.get("ema") is not None:
+        averager.load_state_dict(ck["ema"])
     dev = tiny_gsm.load_split("dev", dev_size)
     stream = tiny_gsm.iter_train_problems(seed, start=state["stream_index"])
     # dynamic shapes: batches differ in length and (in the mix) in block size; one compilation serves all
@@ -751,12 +813,18 @@ def train_tiny(
                 "block_mix": block_mix,
                 "ar_first": ar_first,
                 "lr": peak_lr,
+                "ema_decay": averager.decay if averager is not None else 0.0,
+                "ema": averager.state_dict() if averager is not None else None,
                 "config": cfg,
             },
             ckpt_path,
         )
 
     def do_eval():
+        with averager.swapped_in() if averager is not None else contextlib.nullcontext():
+            return _eval_and_keep()
+
+    def _eval_and_keep():
         t0 = time.time()
         res = evaluate(model, tok, dev)
         res.update(
@@ -820,6 +888,8 @@ def train_tiny(
         loss.backward()
         gnorm = torch.nn.utils.clip_grad_norm_(model.parameters(), CLIP)
         opt.step()
+        if averager is not None:
+            averager.update()
         state["step"] += 1
         step_times.append(time.time() - t0)
         threads.record(step_times[-1] / batch["input_ids"].numel(), state["step"])
@@ -911,6 +981,7 @@ def main(argv=None) -> None:
     ap.add_argument("--no-progress", action="store_true")
     ap.add_argument("--compile", action="store_true", help="train through torch.compile")
     ap.add_argument("--lr", type=float, default=None, help=f"peak learning rate (default {LR})")
+    ap.add_argument("--ema", type=float, default=None, help=f"weight-average decay (default {EMA_DECAY})")
     a = ap.parse_args(argv)
     best = train_tiny(
         a.minutes,
@@ -926,6 +997,7 @@ def main(argv=None) -> None:
         ar_first=a.ar_first,
         compile=a.compile,
         lr=a.lr,
+        ema=a.ema,
     )
     print(f"best model: {best}")
 

@@ -280,13 +280,14 @@ class WeightEMA:
 
     ``update()`` after each optimiser step moves the average towards the live weights with decay
     ``min(decay, (1 + n) / (10 + n))`` (n = updates so far: early averages are not dominated by the random
-    initialisation). ``swapped_in(model)`` is a context manager that puts the averaged weights into the
-    model and restores the live ones afterwards.
+    initialisation). ``swapped_in()`` is a context manager that puts the averaged weights into the
+    model and restores the live ones afterwards. ``load_state_dict`` restores the average and its update
+    count but keeps this instance's decay (a resumed run may be given a new one).
     """
 
     def __init__(self, model, decay: float):
         self.decay = check_ema(decay)
-        self.params = [p for p in model.parameters()]
+        self.params = list(model.parameters())
         self.shadow = [p.detach().clone() for p in self.params]
         self.updates = 0
 
@@ -300,7 +301,7 @@ class WeightEMA:
         return {"decay": self.decay, "updates": self.updates, "shadow": [t.clone() for t in self.shadow]}
 
     def load_state_dict(self, st: dict) -> None:
-        self.decay, self.updates = float(st["decay"]), int(st["updates"])
+        self.updates = int(st["updates"])
         for t, v in zip(self.shadow, st["shadow"], strict=True):
             t.copy_(v)
 
@@ -767,6 +768,7 @@ def train_tiny(
     torch.manual_seed(seed)
     ckpt_path = out / "ckpt.pt"
     log_path = out / "train_log.jsonl"
+    ck = None
     if resume and ckpt_path.is_file():
         ck = torch.load(ckpt_path, map_location="cpu", weights_only=False)
         model.load_state_dict(ck["model"])
@@ -787,7 +789,7 @@ def train_tiny(
     peak_lr = check_lr(LR if lr is None else lr)
     ema_decay = check_ema(EMA_DECAY if ema is None else ema)
     averager = WeightEMA(model, ema_decay) if ema_decay > 0 else None
-    if averager is not None and resume and ckpt_path.is_file() and ck.get("ema") is not None:
+    if averager is not None and ck is not None and ck.get("ema") is not None:
         averager.load_state_dict(ck["ema"])
     dev = tiny_gsm.load_split("dev", dev_size)
     stream = tiny_gsm.iter_train_problems(seed, start=state["stream_index"])
@@ -821,25 +823,23 @@ def train_tiny(
         )
 
     def do_eval():
-        with averager.swapped_in() if averager is not None else contextlib.nullcontext():
-            return _eval_and_keep()
-
-    def _eval_and_keep():
         t0 = time.time()
-        res = evaluate(model, tok, dev)
-        res.update(
-            step=state["step"],
-            elapsed_min=round(state["elapsed"] / 60, 2),
-            eval_s=round(time.time() - t0, 1),
-            kind="eval",
-        )
-        key = (res["score"], res["acc_ar"])
-        best = state["best"]
-        if best is None or key > (best["score"], best["acc_ar"]):
-            state["best"] = {k: res[k] for k in ("score", "acc_ar", "acc_dyn8", "step", "elapsed_min")}
-            save_sdar_dir(model, cfg, out / "best", tok_dir)
-            (out / "best.json").write_text(json.dumps(state["best"], indent=2) + "\n")
-            res["new_best"] = True
+        # evaluate, and keep as best/, the averaged weights when --ema is on
+        with averager.swapped_in() if averager is not None else contextlib.nullcontext():
+            res = evaluate(model, tok, dev)
+            res.update(
+                step=state["step"],
+                elapsed_min=round(state["elapsed"] / 60, 2),
+                eval_s=round(time.time() - t0, 1),
+                kind="eval",
+            )
+            key = (res["score"], res["acc_ar"])
+            best = state["best"]
+            if best is None or key > (best["score"], best["acc_ar"]):
+                state["best"] = {k: res[k] for k in ("score", "acc_ar", "acc_dyn8", "step", "elapsed_min")}
+                save_sdar_dir(model, cfg, out / "best", tok_dir)
+                (out / "best.json").write_text(json.dumps(state["best"], indent=2) + "\n")
+                res["new_best"] = True
         state["evals"].append(res)
         write_log(res)
         return res

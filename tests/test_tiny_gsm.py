@@ -405,3 +405,22 @@ def test_weight_ema_averages_swaps_and_restores():
     assert (other.decay, other.updates) == (0.2, 22) and torch.equal(other.shadow[0], ema.shadow[0])
     with pytest.raises(ValueError, match="EMA decay"):
         tiny.WeightEMA(lin, 1.0)
+
+
+@pytest.mark.parametrize(
+    ("flag", "value", "message"),
+    [
+        ("--ema", "1", "EMA decay must be in [0, 1), got 1.0"),
+        ("--lr", "0", "learning rate must be in (0, 1), got 0.0"),
+        ("--ar-first", "1", "ar_first must be in [0, 1), got 1.0"),
+        ("--ar-first", "half", "could not convert string to float: 'half'"),
+    ],
+)
+def test_module_entry_point_rejects_bad_values_with_a_usage_error(tmp_path, capsys, flag, value, message):
+    """`python -m s2d2.training.tiny` checks --ema/--lr/--ar-first like `s2d2 train-tiny`: no traceback."""
+    out = tmp_path / "run"
+    with pytest.raises(SystemExit) as exc:
+        tiny.main(["--minutes", "1", "--out", str(out), flag, value])
+    assert exc.value.code == 2
+    assert capsys.readouterr().err.splitlines()[-1].endswith(f"error: argument {flag}: {message}")
+    assert not out.exists()

@@ -226,8 +226,8 @@ def train_tiny_cmd(
         float | None,
         typer.Option(
             help="Decay of an exponential moving average of the weights, which is then what gets "
-            "evaluated and saved to OUT/best (e.g. 0.995; default 0 = off; a resumed run keeps its own "
-            "unless given)."
+            "evaluated and saved to OUT/best (default 0.995, the shipped recipe; 0 = off, evaluate the live "
+            "weights; a resumed run keeps its own unless given)."
         ),
     ] = None,
 ) -> None:

@@ -85,8 +85,9 @@ MASK_EPS = 1e-3
 BATCH_SIZE = 64
 POOL_BATCHES = 16
 LR, BETAS, WEIGHT_DECAY, WARMUP_STEPS, LR_FLOOR, CLIP = 2e-3, (0.9, 0.98), 0.1, 200, 0.1, 1.0
-#: Decay of the weight average that is evaluated and shipped (0 = evaluate the live weights).
-EMA_DECAY = 0.0
+#: Decay of the weight average that is evaluated and shipped (0 = evaluate the live weights). A horizon
+#: of about 200 steps: +0.8 dev AR points over the live weights at the end of a paired 60-minute run.
+EMA_DECAY = 0.995
 MAX_NEW_TOKENS = 56
 DEFAULT_BLOCK_SIZE = 4
 
@@ -738,7 +739,7 @@ def train_tiny(
     eager with a warning if compilation fails). Evaluation always runs eager.
     ``lr``: peak learning rate (default :data:`LR` for a new run; a resumed run keeps its own).
     ``ema``: decay of an exponential moving average of the weights (default :data:`EMA_DECAY` for a new
-    run, 0 = off; a resumed run keeps its own); when on, evaluation and ``best/`` use the averaged
+    run; 0 = off; a resumed run keeps its own); when on, evaluation and ``best/`` use the averaged
     weights (:class:`WeightEMA`).
     """
     from tqdm import tqdm
@@ -966,6 +967,18 @@ def train_tiny(
     return out / "best"
 
 
+def _checked(check):
+    """An argparse ``type``: a float passed through ``check``, whose ValueError becomes the usage error."""
+
+    def parse(text: str) -> float:
+        try:
+            return check(float(text))
+        except ValueError as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
+
+    return parse
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description="Train the built-in tiny-gsm block-diffusion model (CPU).")
     ap.add_argument("--minutes", type=float, required=True, help="wall-clock budget, evaluations included")
@@ -977,11 +990,18 @@ def main(argv=None) -> None:
     ap.add_argument("--eval-start", type=float, default=0.4, help="fraction of the budget before evaluating")
     ap.add_argument("--dev-size", type=int, default=500)
     ap.add_argument("--block-mix", type=parse_block_mix, default=None, help="B=WEIGHT,... (see BLOCK_MIX)")
-    ap.add_argument("--ar-first", type=float, default=None, help="fraction of the budget in AR mode only")
+    ap.add_argument(
+        "--ar-first",
+        type=_checked(check_ar_first),
+        default=None,
+        help="fraction of the budget in AR mode only",
+    )
     ap.add_argument("--no-progress", action="store_true")
     ap.add_argument("--compile", action="store_true", help="train through torch.compile")
-    ap.add_argument("--lr", type=float, default=None, help=f"peak learning rate (default {LR})")
-    ap.add_argument("--ema", type=float, default=None, help=f"weight-average decay (default {EMA_DECAY})")
+    ap.add_argument("--lr", type=_checked(check_lr), default=None, help=f"peak learning rate (default {LR})")
+    ap.add_argument(
+        "--ema", type=_checked(check_ema), default=None, help=f"weight-average decay (default {EMA_DECAY})"
+    )
     a = ap.parse_args(argv)
     best = train_tiny(
         a.minutes,

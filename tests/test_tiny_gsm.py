@@ -414,10 +414,13 @@ def test_weight_ema_averages_swaps_and_restores():
         ("--lr", "0", "learning rate must be in (0, 1), got 0.0"),
         ("--ar-first", "1", "ar_first must be in [0, 1), got 1.0"),
         ("--ar-first", "half", "could not convert string to float: 'half'"),
+        ("--block-mix", "8=.5,8=.5", "block size 8 appears twice in the block mix"),
+        ("--block-mix", "4", "bad block mix entry '4': expected B=WEIGHT with B >= 1, WEIGHT > 0"),
     ],
 )
 def test_module_entry_point_rejects_bad_values_with_a_usage_error(tmp_path, capsys, flag, value, message):
-    """`python -m s2d2.training.tiny` checks --ema/--lr/--ar-first like `s2d2 train-tiny`: no traceback."""
+    """`python -m s2d2.training.tiny` checks --ema/--lr/--ar-first/--block-mix like `s2d2 train-tiny`: no
+    traceback."""
     out = tmp_path / "run"
     with pytest.raises(SystemExit) as exc:
         tiny.main(["--minutes", "1", "--out", str(out), flag, value])

@@ -967,12 +967,13 @@ def train_tiny(
     return out / "best"
 
 
-def _checked(check):
-    """An argparse ``type``: a float passed through ``check``, whose ValueError becomes the usage error."""
+def _checked(check, convert=float):
+    """An argparse ``type``: ``convert(text)`` passed through ``check``; a ValueError from either becomes
+    the usage error (one line, no traceback)."""
 
-    def parse(text: str) -> float:
+    def parse(text: str):
         try:
-            return check(float(text))
+            return check(convert(text))
         except ValueError as e:
             raise argparse.ArgumentTypeError(str(e)) from None
 
@@ -989,7 +990,9 @@ def main(argv=None) -> None:
     ap.add_argument("--eval-every", type=float, default=7.0, help="minutes between dev evaluations")
     ap.add_argument("--eval-start", type=float, default=0.4, help="fraction of the budget before evaluating")
     ap.add_argument("--dev-size", type=int, default=500)
-    ap.add_argument("--block-mix", type=parse_block_mix, default=None, help="B=WEIGHT,... (see BLOCK_MIX)")
+    ap.add_argument(
+        "--block-mix", type=_checked(parse_block_mix, str), default=None, help="B=WEIGHT,... (see BLOCK_MIX)"
+    )
     ap.add_argument(
         "--ar-first",
         type=_checked(check_ar_first),

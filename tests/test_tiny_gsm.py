@@ -8,6 +8,8 @@ import re
 import numpy as np
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from s2d2.tasks import tiny_gsm
 from s2d2.training import tiny
@@ -85,6 +87,61 @@ def test_no_overlap_between_splits():
     stream = tiny_gsm.iter_train_problems(0)
     for _ in range(300):
         assert tiny_gsm.question_hash(next(stream)["question"]) not in held
+
+
+def _digit_sum(n: int) -> int:
+    return sum(int(d) for d in str(n))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(0, 10**6), st.integers(0, 10**6))
+def test_carries_and_borrows_match_the_digit_sum_identity(a, b):
+    """Each carry turns 10 in one column into 1 in the next: digit sums drop by 9 per carry (and per
+    borrow, read backwards), an oracle independent of the column-by-column count."""
+    assert tiny_gsm.carries(a, b) * 9 == _digit_sum(a) + _digit_sum(b) - _digit_sum(a + b)
+    hi, lo = max(a, b), min(a, b)
+    assert tiny_gsm.borrows(hi, lo) * 9 == _digit_sum(lo) + _digit_sum(hi - lo) - _digit_sum(hi)
+
+
+def test_hard_columns_counts_additions_and_subtractions_only():
+    assert tiny_gsm.carries(58, 67) == 2 and tiny_gsm.carries(12, 30) == 0 and tiny_gsm.carries(999, 1) == 3
+    assert tiny_gsm.borrows(100, 1) == 2 and tiny_gsm.borrows(47, 24) == 0 and tiny_gsm.borrows(52, 7) == 1
+    with pytest.raises(ValueError, match="a >= b"):
+        tiny_gsm.borrows(3, 5)
+    # 58 + 67: two carries; 125 - 8: one borrow; 9 * 9 and 81 / 3 count nothing
+    assert tiny_gsm.hard_columns("58 + 67 = 125. 125 - 8 = 117. 9 * 9 = 81. 81 / 3 = 27. #### 27") == 3
+    assert tiny_gsm.hard_columns("3 * 8 = 24. 47 - 24 = 23. #### 23") == 0
+
+
+def test_hard_focus_thins_easy_training_problems():
+    assert [tiny_gsm.keep_probability(h, 0.6) for h in (0, 1, 2, 5)] == pytest.approx([0.4, 0.7, 1.0, 1.0])
+    assert tiny_gsm.keep_probability(0, 0.0) == 1.0
+    for bad in (-0.1, 1.0):
+        with pytest.raises(ValueError, match=r"hard focus must be in \[0, 1\)"):
+            tiny_gsm.keep_probability(0, bad)
+        with pytest.raises(ValueError, match="hard focus"):
+            next(tiny_gsm.iter_train_problems(0, hard_focus=bad))
+
+    def take(n, **kw):
+        stream = tiny_gsm.iter_train_problems(0, **kw)
+        return [next(stream) for _ in range(n)]
+
+    natural = take(600)
+    # focus 0 is the natural stream, problem for problem (runs before --hard-focus reproduce)
+    rng, held = random.Random("tiny-gsm-train-0-0"), tiny_gsm.heldout_questions()
+    drawn = [tiny_gsm.generate_problem(rng) for _ in range(600)]
+    assert natural == [p for p in drawn if tiny_gsm.question_hash(p["question"]) not in held][:600]
+    focused = take(600, hard_focus=0.6)
+
+    def share_easy(probs):
+        return sum(tiny_gsm.hard_columns(p["answer"]) == 0 for p in probs) / len(probs)
+
+    # about a third of natural problems carry or borrow nowhere; kept with probability 0.4 that falls to
+    # about 0.4 * 1/3 / (expected keep rate ~0.73), i.e. under a fifth
+    assert share_easy(natural) > 0.28 and share_easy(focused) < 0.22
+    # a resumed stream restarts where it left off
+    resumed = tiny_gsm.iter_train_problems(0, start=590, hard_focus=0.6)
+    assert focused[590:] == [next(resumed) for _ in range(10)]
 
 
 @pytest.mark.parametrize(
@@ -330,7 +387,7 @@ def test_train_tiny_cli_trains_resumes_and_loads(tmp_path, capsys):
     try:
         args = ["train-tiny", "--out", str(out), "--minutes", "3", "--dev-size", "16", "--eval-every", "60"]
         args.append("--no-compile")  # compilation alone takes a minute; test_train_tiny_compile_falls_back
-        first = ["--steps", "12", "--ar-first", "0.7", "--lr", "3e-3", "--ema", "0.9"]
+        first = ["--steps", "12", "--ar-first", "0.7", "--lr", "3e-3", "--ema", "0.9", "--hard-focus", "0.5"]
         code, stdout, _ = run_cli(capsys, *args, *first)
         assert code == 0 and "best model:" in stdout
         # --ema: best/ (saved at the step-12 evaluation, the last step) holds the averaged weights
@@ -357,7 +414,7 @@ def test_train_tiny_cli_trains_resumes_and_loads(tmp_path, capsys):
         assert [r["step"] for r in log if r["kind"] == "eval"] == [12, 20]
         assert [r["lr"] for r in log if r["kind"] == "train" and r["step"] == 1] == first_lr
         ck = torch.load(out / "ckpt.pt", weights_only=False)
-        assert (ck["ar_first"], ck["lr"], ck["ema_decay"]) == (0.7, 3e-3, 0.9)  # kept on resume
+        assert (ck["ar_first"], ck["lr"], ck["ema_decay"], ck["hard_focus"]) == (0.7, 3e-3, 0.9, 0.5)  # kept
         assert ck["ema"]["updates"] == 20
         code, _, err = run_cli(capsys, "train-tiny", "--out", str(out), "--steps", "0")
         assert_one_line_error(code, err, "--steps")
@@ -369,6 +426,8 @@ def test_train_tiny_cli_trains_resumes_and_loads(tmp_path, capsys):
         assert_one_line_error(code, err, "--lr")
         code, _, err = run_cli(capsys, "train-tiny", "--out", str(out), "--ema", "1")
         assert_one_line_error(code, err, "--ema")
+        code, _, err = run_cli(capsys, "train-tiny", "--out", str(out), "--hard-focus", "1")
+        assert_one_line_error(code, err, "--hard-focus")
         assert json.loads((out / "best" / "config.json").read_text())["model_type"] == "sdar"  # untouched
     finally:
         torch.set_num_threads(threads)
@@ -414,13 +473,14 @@ def test_weight_ema_averages_swaps_and_restores():
         ("--lr", "0", "learning rate must be in (0, 1), got 0.0"),
         ("--ar-first", "1", "ar_first must be in [0, 1), got 1.0"),
         ("--ar-first", "half", "could not convert string to float: 'half'"),
+        ("--hard-focus", "1", "hard focus must be in [0, 1), got 1.0"),
         ("--block-mix", "8=.5,8=.5", "block size 8 appears twice in the block mix"),
         ("--block-mix", "4", "bad block mix entry '4': expected B=WEIGHT with B >= 1, WEIGHT > 0"),
     ],
 )
 def test_module_entry_point_rejects_bad_values_with_a_usage_error(tmp_path, capsys, flag, value, message):
-    """`python -m s2d2.training.tiny` checks --ema/--lr/--ar-first/--block-mix like `s2d2 train-tiny`: no
-    traceback."""
+    """`python -m s2d2.training.tiny` checks --ema/--lr/--ar-first/--block-mix/--hard-focus like
+    `s2d2 train-tiny`: no traceback."""
     out = tmp_path / "run"
     with pytest.raises(SystemExit) as exc:
         tiny.main(["--minutes", "1", "--out", str(out), flag, value])

@@ -230,6 +230,15 @@ def train_tiny_cmd(
             "weights; a resumed run keeps its own unless given)."
         ),
     ] = None,
+    hard_focus: Annotated[
+        float | None,
+        typer.Option(
+            help="In [0, 1): thin out training problems whose additions and subtractions carry or borrow "
+            "in fewer than two digit columns (kept with probability 1 - F for none, 1 - F/2 for one), so "
+            "that the steps the model gets wrong most are seen more (default 0, the natural distribution; "
+            "a resumed run keeps its own unless given)."
+        ),
+    ] = None,
 ) -> None:
     """Train the built-in tiny-gsm model from scratch (CPU); the selected model lands in OUT/best/.
 
@@ -237,6 +246,7 @@ def train_tiny_cmd(
     resumes from OUT/ckpt.pt. Evaluates greedy AR and dynamic B=8 decoding on DEV_SIZE dev problems and
     keeps the checkpoint with the best sum of the two accuracies.
     """
+    from .tasks.tiny_gsm import check_hard_focus
     from .training.tiny import check_ar_first, check_ema, check_lr, parse_block_mix, train_tiny
 
     if minutes <= 0:
@@ -251,6 +261,7 @@ def train_tiny_cmd(
     ar_first = _checked_option("--ar-first", check_ar_first, ar_first)
     lr = _checked_option("--lr", check_lr, lr)
     ema = _checked_option("--ema", check_ema, ema)
+    hard_focus = _checked_option("--hard-focus", check_hard_focus, hard_focus)
     best = train_tiny(
         minutes=minutes,
         out=out,
@@ -264,6 +275,7 @@ def train_tiny_cmd(
         compile=compile,
         lr=lr,
         ema=ema,
+        hard_focus=hard_focus,
     )
     typer.echo(f"best model: {best}")
 

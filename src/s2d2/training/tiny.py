@@ -722,6 +722,7 @@ def train_tiny(
     compile: bool = False,
     lr: float | None = None,
     ema: float | None = None,
+    hard_focus: float | None = None,
 ) -> Path:
     """Train tiny-gsm for ``steps`` optimiser steps or ``minutes`` of wall-clock time (evaluations
     included), whichever ends first; return ``out/best``. The learning-rate schedule follows whichever
@@ -741,6 +742,9 @@ def train_tiny(
     ``ema``: decay of an exponential moving average of the weights (default :data:`EMA_DECAY` for a new
     run; 0 = off; a resumed run keeps its own); when on, evaluation and ``best/`` use the averaged
     weights (:class:`WeightEMA`).
+    ``hard_focus``: thin out training problems with few carrying or borrowing digit columns
+    (:func:`s2d2.tasks.tiny_gsm.keep_probability`; default 0 = the natural distribution for a new run; a
+    resumed run keeps its own).
     """
     from tqdm import tqdm
 
@@ -784,16 +788,18 @@ def train_tiny(
         ar_first = ck.get("ar_first", 0.0) if ar_first is None else ar_first  # older runs: no AR phase
         lr = ck.get("lr", LR) if lr is None else lr
         ema = ck.get("ema_decay", 0.0) if ema is None else ema
+        hard_focus = ck.get("hard_focus", 0.0) if hard_focus is None else hard_focus
     elif not resume and log_path.exists():
         log_path.unlink()
     ar_first = check_ar_first(AR_FIRST if ar_first is None else ar_first)
     peak_lr = check_lr(LR if lr is None else lr)
     ema_decay = check_ema(EMA_DECAY if ema is None else ema)
+    hard_focus = tiny_gsm.check_hard_focus(0.0 if hard_focus is None else hard_focus)
     averager = WeightEMA(model, ema_decay) if ema_decay > 0 else None
     if averager is not None and ck is not None and ck.get("ema") is not None:
         averager.load_state_dict(ck["ema"])
     dev = tiny_gsm.load_split("dev", dev_size)
-    stream = tiny_gsm.iter_train_problems(seed, start=state["stream_index"])
+    stream = tiny_gsm.iter_train_problems(seed, start=state["stream_index"], hard_focus=hard_focus)
     # dynamic shapes: batches differ in length and (in the mix) in block size; one compilation serves all
     body = torch.compile(model.model, dynamic=True) if compile else model.model
     log = open(log_path, "a", encoding="utf-8")  # noqa: SIM115 (closed at the end of the run)
@@ -817,6 +823,7 @@ def train_tiny(
                 "ar_first": ar_first,
                 "lr": peak_lr,
                 "ema_decay": averager.decay if averager is not None else 0.0,
+                "hard_focus": hard_focus,
                 "ema": averager.state_dict() if averager is not None else None,
                 "config": cfg,
             },
@@ -1005,6 +1012,12 @@ def main(argv=None) -> None:
     ap.add_argument(
         "--ema", type=_checked(check_ema), default=None, help=f"weight-average decay (default {EMA_DECAY})"
     )
+    ap.add_argument(
+        "--hard-focus",
+        type=_checked(tiny_gsm.check_hard_focus),
+        default=None,
+        help="thin out problems without carries/borrows, in [0, 1) (default 0)",
+    )
     a = ap.parse_args(argv)
     best = train_tiny(
         a.minutes,
@@ -1021,6 +1034,7 @@ def main(argv=None) -> None:
         compile=a.compile,
         lr=a.lr,
         ema=a.ema,
+        hard_focus=a.hard_focus,
     )
     print(f"best model: {best}")
 

@@ -235,8 +235,9 @@ def train_tiny_cmd(
         typer.Option(
             help="In [0, 1): thin out training problems whose additions and subtractions carry or borrow "
             "in fewer than two digit columns (kept with probability 1 - F for none, 1 - F/2 for one), so "
-            "that the steps the model gets wrong most are seen more (default 0, the natural distribution; "
-            "a resumed run keeps its own unless given)."
+            "that the steps the model gets wrong most are seen more (default 0.6, the shipped recipe; "
+            "0 = the natural distribution, as the test split has it; a resumed run keeps its own unless "
+            "given)."
         ),
     ] = None,
 ) -> None:

@@ -6,35 +6,34 @@ import pytest
 import torch
 
 from s2d2 import DecodeConfig
-from s2d2.decoding.engine import decode
+from s2d2.engine.llm_engine import decode
 
 
 class Spy:
-    """Wraps an adapter and records every protocol call."""
+    """Wraps an adapter and records every segment the engine asks for (one per row and forward)."""
 
     def __init__(self, adapter):
         self.inner = adapter
         self.info = adapter.info
         self.calls: list[tuple] = []
 
-    def new_state(self):
-        return self.inner.new_state()
+    def new_pool(self):
+        return self.inner.new_pool()
 
-    def prefill(self, state, ids, **kw):
+    def prefill_segment(self, state, ids, **kw):
         self.calls.append(("prefill", ids.tolist(), state.length))
-        return self.inner.prefill(state, ids, **kw)
+        return self.inner.prefill_segment(state, ids, **kw)
 
-    def draft(self, state, pending, block, **kw):
+    def draft_segment(self, state, pending, block, **kw):
         self.calls.append(("draft", pending.tolist(), block.tolist(), kw["start"], state.length))
-        return self.inner.draft(state, pending, block, **kw)
+        return self.inner.draft_segment(state, pending, block, **kw)
 
-    def verify(self, state, filled, **kw):
+    def verify_segment(self, state, filled, **kw):
         self.calls.append(("verify", filled.tolist(), kw["slots"]))
-        return self.inner.verify(state, filled, **kw)
+        return self.inner.verify_segment(state, filled, **kw)
 
-    def commit(self, state, ids, **kw):
-        self.calls.append(("commit", ids.tolist()))
-        return self.inner.commit(state, ids, **kw)
+    def run(self, segments):
+        return self.inner.run(segments)
 
 
 def test_prompt_not_multiple_of_block(random_sdar):
@@ -227,27 +226,12 @@ def test_mask_token_is_never_generated(random_sdar):
     adapter = random_sdar.adapter
     M = adapter.info.mask_token_id
 
-    class LovesMask:
-        info = adapter.info
-
-        def new_state(self):
-            return adapter.new_state()
-
-        def prefill(self, state, ids, **kw):
-            return adapter.prefill(state, ids, **kw)
-
-        def draft(self, state, pending, block, **kw):
-            logits = adapter.draft(state, pending, block, **kw).clone()
-            logits[:, M] = 1e4
-            return logits
-
-        def verify(self, state, filled, **kw):
-            logits = adapter.verify(state, filled, **kw).clone()
-            logits[:, M] = 1e4
-            return logits
-
-        def commit(self, state, ids, **kw):
-            return adapter.commit(state, ids, **kw)
+    class LovesMask(Spy):
+        def run(self, segments):
+            out = [lg.clone() for lg in adapter.run(segments)]
+            for lg in out:
+                lg[:, M] = 1e4
+            return out
 
     for kw in (
         dict(decoder="ar"),
@@ -255,5 +239,7 @@ def test_mask_token_is_never_generated(random_sdar):
         dict(preset="lossless", block_size=4),
         dict(decoder="s2d2", block_size=4, temperature=1.0, acceptance="probabilistic", seed=0),
     ):
-        out = decode(LovesMask(), [1, 2, 3], DecodeConfig.build(max_new_tokens=9, ignore_eos=True, **kw))
+        out = decode(
+            LovesMask(adapter), [1, 2, 3], DecodeConfig.build(max_new_tokens=9, ignore_eos=True, **kw)
+        )
         assert len(out.token_ids) == 9 and M not in out.token_ids

@@ -17,7 +17,6 @@ from .errors import ConfigError
 
 DECODERS = ("ar", "static", "dynamic", "eb", "s2d2")
 FALLBACKS = ("static", "dynamic", "eb")
-POLICIES = ("never", "always", "min-span", "score", "hysteresis", "ucb")
 ESTIMATORS = (
     "hard-margin",
     "hard-entropy",
@@ -28,6 +27,7 @@ ESTIMATORS = (
 )
 SCORES = ("static", "dynamic")
 ACCEPTANCE = ("auto", "strict", "probabilistic")
+LAST_BLOCK = ("truncate", "full")
 
 #: Default parameter of each acceptance estimator (ALGORITHM.md section 4).
 ESTIMATOR_DEFAULTS: dict[str, float | None] = {
@@ -38,6 +38,13 @@ ESTIMATOR_DEFAULTS: dict[str, float | None] = {
     "soft-entropy": 1.0,
     "renyi2": None,
 }
+
+
+def policy_names() -> tuple[str, ...]:
+    """The routing policies, read from their one registry (:data:`s2d2.decoding.policies.POLICIES`)."""
+    from .decoding.policies import POLICIES
+
+    return tuple(POLICIES)
 
 
 @dataclass
@@ -98,6 +105,10 @@ class DecodeConfig:
     editing_threshold: float | None = None
     #: LLaDA2.1: edit-only passes allowed after a block's masks are gone.
     post_steps: int = 0
+    #: The last block: ``truncate`` decodes only positions within ``max_new_tokens``; ``full`` decodes
+    #: every position of the block (as the SDAR and LLaDA2 reference decoders do), then returns the
+    #: first ``max_new_tokens``.
+    last_block: str = "truncate"
     #: Record a per-step trace of what was committed and how.
     trace: bool = False
 
@@ -172,10 +183,11 @@ class DecodeConfig:
 
         choice("decoder", self.decoder, DECODERS)
         choice("fallback", self.fallback, FALLBACKS)
-        choice("policy", self.policy, POLICIES)
+        choice("policy", self.policy, policy_names())
         choice("estimator", self.estimator, ESTIMATORS)
         choice("score", self.score, SCORES)
         choice("acceptance", self.acceptance, ACCEPTANCE)
+        choice("last_block", self.last_block, LAST_BLOCK)
         if not isinstance(self.block_size, int) or self.block_size < 1:
             fail(f"block_size must be an integer >= 1, got {self.block_size!r}")
         if self.steps is not None:

@@ -13,13 +13,15 @@ import torch
 
 from .adapters import ModelAdapter, load_adapter
 from .config import DecodeConfig
-from .decoding.engine import decode
 from .decoding.stats import GenerationStats, StepTrace
-from .errors import ModelLoadError, PromptError
+from .engine.llm_engine import DecodeOutput, LLMEngine
+from .errors import ConfigError, ModelLoadError, PromptError, S2D2Error
 
 #: Models shipped inside the package, by name.
 BUILTIN_MODELS = ("tiny-gsm",)
 DEFAULT_MODEL = "tiny-gsm"
+#: Rows the engine decodes together unless ``s2d2.load(..., max_num_seqs=N)`` says otherwise.
+DEFAULT_MAX_NUM_SEQS = 16
 
 
 def builtin_path(name: str) -> Path:
@@ -46,8 +48,12 @@ class GenerationResult:
     stats: GenerationStats
     trace: list[StepTrace] | None = None
     config: DecodeConfig | None = field(default=None, repr=False)
+    #: the one-line reason when ``generate_batch(..., errors="return")`` could not decode this prompt
+    error: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
+        if self.error is not None:
+            return {"error": self.error}
         return {"text": self.text, "token_ids": self.token_ids, "stats": self.stats.to_dict()}
 
 
@@ -60,11 +66,30 @@ class S2D2Model:
         tokenizer: Any | None = None,
         path: Path | None = None,
         name: str | None = None,
+        *,
+        max_num_seqs: int = DEFAULT_MAX_NUM_SEQS,
+        kv_budget_tokens: int | None = None,
     ):
         self.adapter = adapter
         self.tokenizer = tokenizer
         self.path = path
         self.name = name or (str(path) if path else adapter.info.family)
+        if max_num_seqs < 1:
+            raise ConfigError(f"max_num_seqs must be >= 1, got {max_num_seqs}")
+        if kv_budget_tokens is not None and kv_budget_tokens < 1:
+            raise ConfigError(f"kv_budget_tokens must be >= 1, got {kv_budget_tokens}")
+        self.max_num_seqs = max_num_seqs
+        self.kv_budget_tokens = kv_budget_tokens
+        self._engine: LLMEngine | None = None
+
+    @property
+    def engine(self) -> LLMEngine:
+        """The batched engine every generation of this model runs on (made at first use)."""
+        if self._engine is None:
+            self._engine = LLMEngine(
+                self.adapter, max_num_seqs=self.max_num_seqs, kv_budget_tokens=self.kv_budget_tokens
+            )
+        return self._engine
 
     @property
     def info(self):
@@ -106,6 +131,22 @@ class S2D2Model:
             config if config is not None else self.default_config(), preset=preset, **settings
         )
 
+    def _ids(self, prompt: str | Sequence[int] | torch.Tensor, chat: bool) -> list[int]:
+        if isinstance(prompt, str):
+            return self.encode(prompt, chat=chat)
+        if isinstance(prompt, torch.Tensor):
+            return prompt.view(-1).tolist()
+        return list(prompt)
+
+    def _result(self, out: DecodeOutput, cfg: DecodeConfig) -> GenerationResult:
+        return GenerationResult(
+            text=self.decode_ids(out.token_ids),
+            token_ids=out.token_ids,
+            stats=out.stats,
+            trace=out.trace,
+            config=cfg,
+        )
+
     def generate(
         self,
         prompt: str | Sequence[int],
@@ -121,20 +162,72 @@ class S2D2Model:
         ``top_k``, ``top_p``, ``seed``, ...); they override ``config`` and the preset.
         """
         cfg = self.make_config(config, **settings)
-        if isinstance(prompt, str):
-            ids = self.encode(prompt, chat=chat)
-        elif isinstance(prompt, torch.Tensor):
-            ids = prompt.view(-1).tolist()
-        else:
-            ids = list(prompt)
-        out = decode(self.adapter, ids, cfg)
-        return GenerationResult(
-            text=self.decode_ids(out.token_ids),
-            token_ids=out.token_ids,
-            stats=out.stats,
-            trace=out.trace,
-            config=cfg,
-        )
+        out = self.engine.generate([self._ids(prompt, chat)], [cfg])[0]
+        if out.exception is not None:
+            raise out.exception
+        return self._result(out, cfg)
+
+    def generate_batch(
+        self,
+        prompts: Sequence[str | Sequence[int]],
+        config: DecodeConfig | None = None,
+        *,
+        chat: bool = False,
+        per_request: Sequence[dict[str, Any]] | None = None,
+        errors: str = "raise",
+        on_finish: Any = None,
+        **settings: Any,
+    ) -> list[GenerationResult]:
+        """Decode many prompts together on the batched engine; results in input order.
+
+        ``settings`` apply to every prompt; ``per_request[i]`` (optional) adds prompt i's own settings
+        (any decoding setting, ``preset`` included; they win over ``settings``). Each request keeps its own
+        random generator, so a seeded request gives the same tokens alone and in any batch. With
+        ``errors="raise"`` the first bad prompt or setting raises before anything runs; with
+        ``errors="return"`` it gives a result with ``error`` set and the others decode.
+        ``on_finish(index, result)`` is called as each request ends (progress bars).
+        """
+        if errors not in ("raise", "return"):
+            raise ConfigError(f"errors must be 'raise' or 'return', got {errors!r}")
+        if per_request is not None and len(per_request) != len(prompts):
+            raise ConfigError(f"per_request has {len(per_request)} entries for {len(prompts)} prompts")
+        cfgs: list[DecodeConfig | None] = []
+        ids: list[list[int] | None] = []
+        failed: dict[int, str] = {}
+        for i, prompt in enumerate(prompts):
+            try:
+                cfgs.append(
+                    self.make_config(config, **{**settings, **(per_request[i] if per_request else {})})
+                )
+                ids.append(self._ids(prompt, chat))
+            except S2D2Error as exc:
+                if errors == "raise":
+                    raise
+                cfgs += [None] * (len(cfgs) == i)
+                ids.append(None)
+                failed[i] = str(exc)
+        live = [i for i in range(len(prompts)) if i not in failed]
+        results: list[GenerationResult | None] = [None] * len(prompts)
+        for i, msg in failed.items():
+            results[i] = GenerationResult("", [], GenerationStats(), error=msg)
+            if on_finish is not None:
+                on_finish(i, results[i])
+
+        def done(j: int, out: DecodeOutput) -> None:
+            i = live[j]
+            if out.error is not None and errors == "raise":
+                raise out.exception if out.exception is not None else S2D2Error(out.error)
+            res = (
+                self._result(out, cfgs[i])
+                if out.error is None
+                else GenerationResult("", [], out.stats, error=out.error)
+            )
+            results[i] = res
+            if on_finish is not None:
+                on_finish(i, res)
+
+        self.engine.generate([ids[i] for i in live], [cfgs[i] for i in live], on_finish=done)
+        return results  # type: ignore[return-value]
 
 
 def load_tokenizer(path: Path) -> Any | None:
@@ -163,16 +256,22 @@ def load(
     *,
     device: str | None = None,
     dtype: str | None = None,
+    max_num_seqs: int = DEFAULT_MAX_NUM_SEQS,
+    kv_budget_tokens: int | None = None,
     **options: Any,
 ) -> S2D2Model:
     """Load a block-diffusion model: a built-in name (``tiny-gsm``) or a local checkpoint directory.
 
     The family is detected from ``config.json``; no remote code is executed; weights are read from
     safetensors. ``device``: cpu | cuda (default: cuda if available); ``dtype``: bf16 | fp16 | fp32
-    (default: fp32 on CPU, bf16 on CUDA). ``options`` go to the family's loader.
+    (default: fp32 on CPU, bf16 on CUDA). ``max_num_seqs`` bounds the rows the batched engine decodes
+    together and ``kv_budget_tokens`` the cached positions they reserve (engine-wide settings);
+    ``options`` go to the family's loader.
     """
     path = resolve_model_path(name_or_path)
     adapter = load_adapter(path, device=device, dtype=dtype, **options)
     tokenizer = load_tokenizer(path)
     name = str(name_or_path)
-    return S2D2Model(adapter, tokenizer, path, name=name)
+    return S2D2Model(
+        adapter, tokenizer, path, name=name, max_num_seqs=max_num_seqs, kv_budget_tokens=kv_budget_tokens
+    )

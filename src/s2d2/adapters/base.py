@@ -1,22 +1,24 @@
 """The model adapter layer: how one family of block-diffusion models is called.
 
-Decoders never touch a family's details. They call a :class:`ModelAdapter` through five methods and a
-:class:`KVState` that the adapter owns:
+Decoders never touch a family's details. The engine asks an adapter for one :class:`Segment` per running
+row and step, then runs all of them as ONE batched forward (:meth:`ModelAdapter.run`):
 
-* ``prefill(state, ids, block_size, causal)``: write the prompt's whole blocks into the cache.
-* ``draft(state, pending, block, start, ...)``: one diffusion forward over the current block. Tokens
-  that were committed but are not yet cached (``pending``: the previous block, or nothing) are fed in
-  front of the block and their keys/values are written to the cache in the same forward, so committing
-  a finished block costs no forward of its own. The block itself is never written.
-* ``verify(state, filled, start, slots)``: ONE forward giving the AR-mode (block size 1) distribution
-  for each slot in ``slots``, conditioned on the cache and ``filled[:slot]`` (the block with every
-  masked position filled by its draft). Read only.
-* ``commit(state, ids, start, ...)``: write tokens' keys/values explicitly (rarely needed).
-* ``new_state()``.
+* ``prefill_segment(state, ids, block_size, causal)``: write prompt blocks into the row's cache.
+* ``draft_segment(state, pending, block, start, ...)``: one diffusion forward over the current block.
+  Tokens that were committed but are not yet cached (``pending``: the previous block, or nothing) are fed
+  in front of the block and their keys/values are written to the cache in the same forward, so
+  committing a finished block costs no forward of its own. The block itself is never written.
+* ``verify_segment(state, filled, start, slots)``: the AR-mode (block size 1) distribution for each slot
+  in ``slots``, conditioned on the cache and ``filled[:slot]`` (the block with every masked position
+  filled by its draft). Read only.
+* ``commit_segment(state, ids, ...)``: write tokens' keys/values explicitly (rarely needed).
+* ``new_pool()``: the key/value memory of an engine; ``pool.new_state()`` admits a row,
+  ``pool.release(state)`` retires it.
+
+``prefill``, ``draft``, ``verify`` and ``commit`` run one segment alone (a batch of one row).
 
 All logits come back aligned to block slots: row ``j`` is the model's prediction for the token at slot
-``j``, whatever the family's convention (same-position or shifted). Tensors are 1-D token ids of one
-row; batching can be added later by giving the state a batch dimension.
+``j``, whatever the family's convention (same-position or shifted).
 
 Attention masks here are boolean ``[queries, keys]`` matrices, True = the query may see the key.
 """
@@ -25,13 +27,16 @@ from __future__ import annotations
 
 import json
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from ..errors import ModelLoadError
+from .kv_pool import KVState
+from .segment import Segment
 
 
 @dataclass
@@ -52,15 +57,6 @@ class ModelInfo:
     bos_token_id: int | None = None
 
 
-@dataclass
-class KVState:
-    """Per-row decoding state owned by an adapter: the KV cache and how many positions it holds."""
-
-    cache: Any
-    length: int = 0
-    extra: dict[str, Any] = field(default_factory=dict)
-
-
 class ModelAdapter(ABC):
     """Calls one family of block-diffusion models. See the module docstring for the protocol."""
 
@@ -68,14 +64,61 @@ class ModelAdapter(ABC):
     device: torch.device
     dtype: torch.dtype
 
+    # ------------------------------------------------------------------ what a family implements
     @abstractmethod
-    def new_state(self) -> KVState: ...
+    def new_pool(self) -> Any:
+        """Key/value memory for many rows: ``.new_state() -> KVState`` and ``.release(state)``."""
 
     @abstractmethod
+    def prefill_segment(self, state: KVState, ids: torch.Tensor, *, block_size: int, causal: bool) -> Segment:
+        """Write ``ids`` (positions ``state.length`` onwards) into the cache; no logits."""
+
+    @abstractmethod
+    def draft_segment(
+        self,
+        state: KVState,
+        pending: torch.Tensor,
+        block: torch.Tensor,
+        *,
+        start: int,
+        block_size: int,
+        causal: bool,
+    ) -> Segment:
+        """Diffusion logits ``[len(block), vocab]`` for the block at positions ``start...``.
+
+        ``pending`` holds the committed tokens at positions ``start - len(pending) .. start - 1`` that
+        are not cached yet; they are written to the cache (block-causally, or token-causally when
+        ``causal``). With ``causal`` the block's committed (non-mask) tokens also attend token-causally.
+        """
+
+    @abstractmethod
+    def verify_segment(
+        self, state: KVState, filled: torch.Tensor, *, start: int, slots: list[int]
+    ) -> Segment:
+        """AR-mode logits ``[len(slots), vocab]``: row i is q for ``s = slots[i]`` given ``filled[:s]``."""
+
+    def commit_segment(self, state: KVState, ids: torch.Tensor, *, block_size: int, causal: bool) -> Segment:
+        """Write ``ids`` (positions ``state.length`` onwards) into the cache with one forward."""
+        return self.prefill_segment(state, ids, block_size=block_size, causal=causal)
+
+    @abstractmethod
+    def run(self, segments: Sequence[Segment]) -> list[torch.Tensor]:
+        """Run ``segments`` (one per row, rows distinct) as one forward; advance each row's length by
+        its ``keep`` and return each segment's logits (after its ``finish``)."""
+
+    # ------------------------------------------------------------------ one row alone
+    def new_state(self) -> KVState:
+        """A fresh row in a pool of its own."""
+        return self.new_pool().new_state()
+
     def prefill(self, state: KVState, ids: torch.Tensor, *, block_size: int, causal: bool) -> None:
-        """Write ``ids`` (positions ``state.length`` onwards) into the cache."""
+        if ids.numel():
+            self.run([self.prefill_segment(state, ids, block_size=block_size, causal=causal)])
 
-    @abstractmethod
+    def commit(self, state: KVState, ids: torch.Tensor, *, block_size: int, causal: bool) -> None:
+        if ids.numel():
+            self.run([self.commit_segment(state, ids, block_size=block_size, causal=causal)])
+
     def draft(
         self,
         state: KVState,
@@ -86,20 +129,11 @@ class ModelAdapter(ABC):
         block_size: int,
         causal: bool,
     ) -> torch.Tensor:
-        """Diffusion logits ``[len(block), vocab]`` for the block at positions ``start...``.
+        seg = self.draft_segment(state, pending, block, start=start, block_size=block_size, causal=causal)
+        return self.run([seg])[0]
 
-        ``pending`` holds the committed tokens at positions ``start - len(pending) .. start - 1`` that
-        are not cached yet; they are written to the cache (block-causally, or token-causally when
-        ``causal``). With ``causal`` the block's committed (non-mask) tokens also attend token-causally.
-        """
-
-    @abstractmethod
     def verify(self, state: KVState, filled: torch.Tensor, *, start: int, slots: list[int]) -> torch.Tensor:
-        """AR-mode logits ``[len(slots), vocab]``: row i is q for ``s = slots[i]`` given ``filled[:s]``."""
-
-    @abstractmethod
-    def commit(self, state: KVState, ids: torch.Tensor, *, block_size: int, causal: bool) -> None:
-        """Write ``ids`` (positions ``state.length`` onwards) into the cache with one forward."""
+        return self.run([self.verify_segment(state, filled, start=start, slots=slots)])[0]
 
 
 # ---------------------------------------------------------------------------------------------- masks

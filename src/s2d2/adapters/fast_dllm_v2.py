@@ -32,10 +32,7 @@ import torch
 
 from ..errors import ModelLoadError
 from .base import (
-    KVState,
     ModelInfo,
-    context_mask,
-    draft_mask,
     find_mask_token,
     load_safetensors,
     matches_family,
@@ -43,7 +40,9 @@ from .base import (
     token_causal,
 )
 from .hf import HFAdapter
+from .kv_pool import KVState
 from .sdar import eos_ids
+from .segment import Segment
 
 FAMILY = "fast_dllm_v2"
 MODEL_TYPES = ("fast_dllm_qwen",)
@@ -127,19 +126,23 @@ class FastDLLMv2Adapter(HFAdapter):
         self, state: KVState, ids: torch.Tensor, *, block_size: int, causal: bool, n_logits: int
     ) -> torch.Tensor:
         """Write ``ids`` at ``state.length...`` and return the last ``n_logits`` raw (unshifted) rows."""
-        n = ids.numel()
-        pos = torch.arange(state.length, state.length + n)
-        mask = torch.ones(n, state.length + n, dtype=torch.bool)
-        mask[:, state.length :] = context_mask(pos, pos, block_size, causal)
-        return self._forward(state, ids, pos, mask, n_logits=n_logits, keep=n)
+        seg = HFAdapter.prefill_segment(self, state, ids, block_size=block_size, causal=causal)
+        seg.logit_rows = Segment.last_rows(seg.n, n_logits)
+        return self.run([seg])[0]
 
-    def commit(self, state: KVState, ids: torch.Tensor, *, block_size: int, causal: bool) -> None:
-        if ids.numel() == 0:
-            return
-        rows = self._commit_forward(state, ids, block_size=block_size, causal=causal, n_logits=1)
-        self._save_next(state, rows[-1])
+    def prefill_segment(self, state: KVState, ids: torch.Tensor, *, block_size: int, causal: bool) -> Segment:
+        """Also keeps the last row: the prediction for the first position after ``ids``."""
+        seg = super().prefill_segment(state, ids, block_size=block_size, causal=causal)
+        seg.logit_rows = Segment.last_rows(seg.n, 1)
 
-    def draft(
+        def finish(rows: torch.Tensor) -> torch.Tensor:
+            self._save_next(state, rows[-1])
+            return rows[:0]
+
+        seg.finish = finish
+        return seg
+
+    def draft_segment(
         self,
         state: KVState,
         pending: torch.Tensor,
@@ -148,34 +151,39 @@ class FastDLLMv2Adapter(HFAdapter):
         start: int,
         block_size: int,
         causal: bool,
-    ) -> torch.Tensor:
+    ) -> Segment:
         m, n = pending.numel(), block.numel()
-        assert state.length + m == start, "pending tokens must end where the block starts"
-        committed = block != self.info.mask_token_id
-        mask = draft_mask(state.length, m, committed, block_size=block_size, causal=causal, start=start)
-        ids = torch.cat([pending, block]) if m else block
-        pos = torch.arange(start - m, start + n)
+        seg = super().draft_segment(state, pending, block, start=start, block_size=block_size, causal=causal)
         if m:
             # rows: [last pending | block slots 0..n-1]; the last pending row predicts slot 0.
-            rows = self._forward(state, ids, pos, mask, n_logits=n + 1, keep=m)
-            self._save_next(state, rows[0])
-            return rows[:n]
-        rows = self._forward(state, ids, pos, mask, n_logits=n, keep=0)
-        first = self._next_logits(state, start)
-        return torch.cat([first[None], rows[: n - 1]])
+            seg.logit_rows = Segment.last_rows(m + n, n + 1)
 
-    def verify(self, state: KVState, filled: torch.Tensor, *, start: int, slots: list[int]) -> torch.Tensor:
+            def finish(rows: torch.Tensor) -> torch.Tensor:
+                self._save_next(state, rows[0])
+                return rows[:n]
+
+        else:
+
+            def finish(rows: torch.Tensor) -> torch.Tensor:
+                return torch.cat([self._next_logits(state, start)[None], rows[: n - 1]])
+
+        seg.finish = finish
+        return seg
+
+    def verify_segment(
+        self, state: KVState, filled: torch.Tensor, *, start: int, slots: list[int]
+    ) -> Segment:
         assert state.length == start, "commit pending tokens (draft) before verifying"
         top = max(slots)  # slot s is predicted by the row of slot s-1: no need to feed filled[top:]
-        rows = None
-        if top > 0:
-            ids = filled[:top]
-            pos = torch.arange(start, start + top)
-            mask = torch.ones(top, state.length + top, dtype=torch.bool)
-            mask[:, state.length :] = token_causal(pos, pos)
-            rows = self._forward(state, ids, pos, mask, n_logits=top, keep=0)
-        out = [self._next_logits(state, start) if s == 0 else rows[s - 1] for s in slots]
-        return torch.stack(out)
+        pos = torch.arange(start, start + top)
+        mask = token_causal(pos, pos)
+
+        def finish(rows: torch.Tensor) -> torch.Tensor:
+            return torch.stack([self._next_logits(state, start) if s == 0 else rows[s - 1] for s in slots])
+
+        return Segment(
+            state, filled[:top], pos, mask, keep=0, logit_rows=Segment.last_rows(top, top), finish=finish
+        )
 
 
 def load(

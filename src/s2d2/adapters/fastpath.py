@@ -1,59 +1,29 @@
-"""A lean forward for Qwen2/Qwen3-style decoders (SDAR, Fast-dLLM v2, the built-in tiny-gsm).
+"""A lean batched forward for Qwen2/Qwen3/Glm4-MoE-style decoders (every family here).
 
-Decoding calls the model many times on a handful of tokens, where transformers' generic forward spends
-more time in Python (mask preparation, cache concatenation, output objects) than in arithmetic. This
-path reuses the native module's own weights and sub-modules (norms, MLP, rotary embedding) and only
-replaces the attention plumbing:
+Decoding calls the model many times on a handful of tokens per row, where transformers' generic forward
+spends more time in Python (mask preparation, cache concatenation, output objects) than in arithmetic,
+and cannot give each row of a batch its own cached length. This path reuses the native module's own
+weights and sub-modules (norms, MLP or mixture of experts, rotary embedding) and only replaces the
+attention plumbing:
 
-* keys/values live in preallocated per-layer buffers that grow by doubling; "cropping" a read-only
-  forward just does not advance the length, so nothing is copied or concatenated;
-* the boolean ``[q, k]`` mask of the adapter protocol goes straight to ``scaled_dot_product_attention``.
+* keys/values live in a :class:`~s2d2.adapters.kv_pool.KVPool` with a row dimension; each row writes its
+  new keys at its own length and attends to its own slot;
+* the tokens of all rows are packed into one sequence for the projections and MLPs; attention pads them
+  to the longest segment, and the float mask ``[rows, 1, queries, keys]`` carries each row's own
+  visibility (its cache, its segment's mask, nothing of the padding).
 
 It computes the same function as the native forward (the golden tests run both paths).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 import torch.nn.functional as F
 
-
-class GrowingKV:
-    """Per-layer key/value buffers ``[1, kv_heads, capacity, head_dim]`` that grow on demand."""
-
-    def __init__(
-        self,
-        n_layers: int,
-        n_kv: int,
-        head_dim: int,
-        *,
-        dtype: torch.dtype,
-        device: torch.device,
-        capacity: int = 256,
-    ):
-        self.shape = (n_layers, n_kv, head_dim)
-        self.dtype, self.device = dtype, device
-        self.capacity = 0
-        self.k: list[torch.Tensor] = []
-        self.v: list[torch.Tensor] = []
-        self.ensure(capacity)
-
-    def ensure(self, n: int) -> None:
-        if n <= self.capacity:
-            return
-        cap = max(n, 2 * self.capacity)
-        n_layers, n_kv, hd = self.shape
-
-        def grow(old: list[torch.Tensor]) -> list[torch.Tensor]:
-            new = [
-                torch.empty(1, n_kv, cap, hd, dtype=self.dtype, device=self.device) for _ in range(n_layers)
-            ]
-            for dst, src in zip(new, old, strict=False):
-                dst[:, :, : self.capacity] = src
-            return new
-
-        self.k, self.v = grow(self.k), grow(self.v)
-        self.capacity = cap
+from .kv_pool import KVPool
+from .segment import Segment
 
 
 def _rotate_half(x: torch.Tensor) -> torch.Tensor:
@@ -61,10 +31,35 @@ def _rotate_half(x: torch.Tensor) -> torch.Tensor:
     return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
 
 
-class FastQwen:
-    """Forward of a native ``Qwen2ForCausalLM`` / ``Qwen3ForCausalLM`` against a :class:`GrowingKV`."""
+def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotary embedding on the first ``cos.shape[-1]`` dims of each head (partial rotary passes the rest)."""
+    rd = cos.shape[-1]
+    if rd == x.shape[-1]:
+        return x * cos + _rotate_half(x) * sin
+    rot, rest = x[..., :rd], x[..., rd:]
+    return torch.cat([rot * cos + _rotate_half(rot) * sin, rest], dim=-1)
 
-    SUPPORTED = ("Qwen2ForCausalLM", "Qwen3ForCausalLM")
+
+def batch_mask(segments: Sequence[Segment], n_q: int, n_k: int) -> torch.Tensor:
+    """Float attention mask ``[rows, 1, n_q, n_k]`` (0 = visible, -inf = hidden) of a padded batch.
+
+    Row r's valid queries see its cached keys ``[0, length)`` and its own new keys as ``mask`` allows;
+    its padding queries see key 0 only (finite output, never read).
+    """
+    out = torch.full((len(segments), 1, n_q, n_k), float("-inf"))
+    for r, seg in enumerate(segments):
+        ctx, n = seg.state.length, seg.n
+        out[r, 0, :n, :ctx] = seg.context_bias
+        inner = torch.zeros(n, n) if seg.bias is None else seg.bias.float()
+        out[r, 0, :n, ctx : ctx + n] = inner.masked_fill(~seg.mask, float("-inf"))
+        out[r, 0, n:, 0] = 0.0
+    return out
+
+
+class FastDecoder:
+    """Batched forward of a native ``Qwen2/Qwen3/Glm4Moe ForCausalLM`` against a :class:`KVPool`."""
+
+    SUPPORTED = ("Qwen2ForCausalLM", "Qwen3ForCausalLM", "Glm4MoeForCausalLM")
 
     def __init__(self, model: torch.nn.Module):
         self.model = model
@@ -77,7 +72,8 @@ class FastQwen:
         self.n_heads = cfg.num_attention_heads
         self.n_kv = cfg.num_key_value_heads
         self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
-        self.qk_norm = hasattr(self.layers[0].self_attn, "q_norm")
+        attn = self.layers[0].self_attn
+        self.qk_norm = hasattr(attn, "q_norm") and getattr(attn, "use_qk_norm", True)
         param = next(model.parameters())
         self.dtype, self.device = param.dtype, param.device
 
@@ -87,54 +83,75 @@ class FastQwen:
         sliding = any(t != "full_attention" for t in (getattr(cfg, "layer_types", None) or []))
         return type(model).__name__ in cls.SUPPORTED and not sliding
 
-    def new_cache(self) -> GrowingKV:
-        return GrowingKV(len(self.layers), self.n_kv, self.head_dim, dtype=self.dtype, device=self.device)
+    def new_pool(self, rows: int = 1, tokens: int = 256) -> KVPool:
+        return KVPool(
+            len(self.layers),
+            self.n_kv,
+            self.head_dim,
+            dtype=self.dtype,
+            device=self.device,
+            rows=rows,
+            tokens=tokens,
+        )
 
     @torch.inference_mode()
-    def forward(
-        self,
-        cache: GrowingKV,
-        ids: torch.Tensor,
-        pos: torch.Tensor,
-        mask: torch.Tensor,
-        *,
-        start: int,
-        n_logits: int,
-    ) -> torch.Tensor:
-        """Run ``ids`` (written at cache rows ``start...``) with boolean ``mask`` ``[n, start + n]``;
-        return the last ``n_logits`` rows of logits (float32)."""
-        n = ids.numel()
-        end = start + n
-        cache.ensure(end)
-        x = self.embed(ids.view(1, n).to(self.device))
-        cos, sin = self.rotary(x, pos.view(1, n).to(self.device))
-        cos, sin = cos[:, None], sin[:, None]
-        attn_mask = mask.to(self.device)[None, None]
-        gqa = self.n_kv != self.n_heads
-        hd = self.head_dim
+    def forward(self, pool: KVPool, segments: Sequence[Segment]) -> list[torch.Tensor]:
+        """Run every segment in one forward; return each one's raw logits ``[len(logit_rows), vocab]``.
+
+        Tokens of all rows are packed into one ``[T, hidden]`` sequence for the projections and MLPs (no
+        padding work); only attention pads them to ``[rows, heads, n_q, head_dim]``. Each segment's new
+        keys/values are written at its row's cached length; lengths are not advanced here.
+        """
+        R = len(segments)
+        n_q = max(s.n for s in segments)
+        n_k = max(s.state.length + s.n for s in segments)
+        slots = [s.state.slot for s in segments]
+        pool.ensure(max(slots) + 1, n_k)
+        dev = self.device
+        offsets = torch.tensor([0] + [s.n for s in segments]).cumsum(0)
+        ids = torch.cat([s.ids for s in segments]).to(dev)
+        pos = torch.cat([s.pos for s in segments]).to(dev)
+        r_idx = torch.repeat_interleave(torch.arange(R), torch.tensor([s.n for s in segments])).to(dev)
+        j_idx = torch.cat([torch.arange(s.n) for s in segments]).to(dev)
+        lengths = torch.tensor([s.state.length for s in segments], device=dev)
+        slot_t = torch.tensor(slots, dtype=torch.long, device=dev)
+        write_slot, write_col = slot_t[r_idx], lengths[r_idx] + j_idx
+        contiguous = slots == list(range(R))
+        mask = batch_mask(segments, n_q, n_k).to(device=dev, dtype=self.dtype)
+        x = self.embed(ids[None])  # [1, T, hidden]
+        cos, sin = self.rotary(x, pos[None])
+        cos, sin = cos[0, :, None], sin[0, :, None]  # [T, 1, rot]
+        T, hd, H = ids.numel(), self.head_dim, self.n_heads
+        gqa = self.n_kv != H
         for i, layer in enumerate(self.layers):
             attn = layer.self_attn
             h = layer.input_layernorm(x)
-            q = attn.q_proj(h).view(1, n, self.n_heads, hd)
-            k = attn.k_proj(h).view(1, n, self.n_kv, hd)
-            v = attn.v_proj(h).view(1, n, self.n_kv, hd).transpose(1, 2)
+            q = attn.q_proj(h).view(T, H, hd)
+            k = attn.k_proj(h).view(T, self.n_kv, hd)
+            v = attn.v_proj(h).view(T, self.n_kv, hd)
             if self.qk_norm:
                 q, k = attn.q_norm(q), attn.k_norm(k)
-            q, k = q.transpose(1, 2), k.transpose(1, 2)
-            q = q * cos + _rotate_half(q) * sin
-            k = k * cos + _rotate_half(k) * sin
-            cache.k[i][:, :, start:end] = k
-            cache.v[i][:, :, start:end] = v
+            q, k = _rope(q, cos, sin), _rope(k, cos, sin)
+            pk, pv = pool.k[i], pool.v[i]
+            pk[write_slot, :, write_col] = k
+            pv[write_slot, :, write_col] = v
+            if contiguous:
+                keys, values = pk[:R, :, :n_k], pv[:R, :, :n_k]
+            else:
+                keys, values = pk[:, :, :n_k].index_select(0, slot_t), pv[:, :, :n_k].index_select(0, slot_t)
+            q_pad = q.new_zeros(R, n_q, H, hd)
+            q_pad[r_idx, j_idx] = q
             o = F.scaled_dot_product_attention(
-                q,
-                cache.k[i][:, :, :end],
-                cache.v[i][:, :, :end],
-                attn_mask=attn_mask,
-                scale=attn.scaling,
-                enable_gqa=gqa,
+                q_pad.transpose(1, 2), keys, values, attn_mask=mask, scale=attn.scaling, enable_gqa=gqa
             )
-            x = x + attn.o_proj(o.transpose(1, 2).reshape(1, n, self.n_heads * hd))
+            o = o.transpose(1, 2)[r_idx, j_idx].reshape(1, T, H * hd)
+            x = x + attn.o_proj(o)
             x = x + layer.mlp(layer.post_attention_layernorm(x))
-        if n_logits == 0:
-            return x.new_zeros(0, self.lm_head.out_features, dtype=torch.float32)
-        return self.lm_head(self.norm(x[0, n - n_logits :])).float()
+        flat = torch.cat([offsets[r] + s.logit_rows for r, s in enumerate(segments)])
+        sizes = [s.logit_rows.numel() for s in segments]
+        if flat.numel() == 0:
+            empty = x.new_zeros(0, self.lm_head.out_features, dtype=torch.float32)
+            return [empty for _ in segments]
+        chosen = x[0].index_select(0, flat.to(dev))
+        logits = self.lm_head(self.norm(chosen)).float()
+        return list(logits.split(sizes))

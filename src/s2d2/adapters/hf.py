@@ -1,19 +1,40 @@
 """Plumbing shared by adapters that drive a native transformers causal LM with 4-D masks.
 
-A subclass only says how to build the native model from the checkpoint (:meth:`build_model`) and, for
-shifted families, how logits line up with block slots. The forward helper here runs one call against a
+A subclass only says how to build the native model from the checkpoint and, for shifted families, how
+logits line up with block slots (a segment's ``finish``). :meth:`HFAdapter.run` runs a list of segments
+as one batched forward on the lean path (:mod:`s2d2.adapters.fastpath`); transformers' own forward (kept
+as the reference the golden tests compare against) runs them one row at a time against a
 ``DynamicCache`` and crops the cache back so that only the tokens we mean to commit stay in it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from .base import KVState, ModelAdapter, ModelInfo, context_mask, draft_mask, verify2l_mask
-from .fastpath import FastQwen
+from .base import ModelAdapter, ModelInfo, context_mask, draft_mask, verify2l_mask
+from .fastpath import FastDecoder
+from .kv_pool import KVPool, KVState
+from .segment import Segment
+
+
+class DynamicCachePool:
+    """Rows for transformers' own forward: one ``DynamicCache`` each (no shared memory)."""
+
+    def __init__(self, config: Any):
+        self.config = config
+
+    def new_state(self) -> KVState:
+        from transformers import DynamicCache
+
+        return KVState(cache=DynamicCache(config=self.config), length=0)
+
+    def release(self, state: KVState) -> None:
+        state.cache, state.length = None, 0
+        state.extra.clear()
 
 
 class HFAdapter(ModelAdapter):
@@ -26,22 +47,64 @@ class HFAdapter(ModelAdapter):
         param = next(model.parameters())
         self.device = param.device
         self.dtype = param.dtype
-        #: lean forward for Qwen2/Qwen3 backbones (None: transformers' own forward with a DynamicCache)
-        self.fast = FastQwen(model) if FastQwen.supports(model) else None
+        #: lean batched forward (None: transformers' own forward with a DynamicCache per row)
+        self.fast = FastDecoder(model) if FastDecoder.supports(model) else None
 
     # ------------------------------------------------------------------ plumbing
-    def new_state(self) -> KVState:
+    def new_pool(self) -> Any:
         if self.fast is not None:
-            return KVState(cache=self.fast.new_cache(), length=0)
-        from transformers import DynamicCache
+            return self.fast.new_pool()
+        return DynamicCachePool(self.model.config)
 
-        return KVState(cache=DynamicCache(config=self.model.config), length=0)
-
-    def _mask_for_model(self, mask: torch.Tensor) -> torch.Tensor:
-        """Boolean ``[q, k]`` mask -> what the model's attention takes (``[1, 1, q, k]`` bool)."""
-        return mask[None, None].to(self.device)
+    def run(self, segments: Sequence[Segment]) -> list[torch.Tensor]:
+        live = [s for s in segments if s.n]
+        raw: dict[int, torch.Tensor] = {}
+        if live and isinstance(live[0].state.cache, KVPool):
+            for s, lg in zip(live, self.fast.forward(live[0].state.cache, live), strict=True):
+                raw[id(s)] = lg
+        else:
+            for s in live:
+                raw[id(s)] = self._native_forward(s)
+        out = []
+        for s in segments:
+            s.state.length += s.keep
+            rows = raw.get(
+                id(s), torch.zeros(0, self.info.vocab_size, dtype=torch.float32, device=self.device)
+            )
+            out.append(s.finish(rows) if s.finish is not None else rows)
+        return out
 
     @torch.inference_mode()
+    def _native_forward(self, seg: Segment) -> torch.Tensor:
+        """One segment through transformers' own forward; the cache keeps only ``keep`` new tokens."""
+        state, n = seg.state, seg.n
+        allowed = torch.ones(n, state.length + n, dtype=torch.bool)
+        allowed[:, state.length :] = seg.mask
+        if seg.bias is None and seg.context_bias == 0.0:
+            attention_mask = allowed[None, None].to(self.device)
+        else:  # an additive float mask (the LLaDA2 official prefill)
+            bias = torch.full((n, state.length + n), float(seg.context_bias))
+            if seg.bias is not None:
+                bias[:, state.length :] = seg.bias.float()
+            bias = bias.masked_fill(~allowed, float("-inf"))
+            attention_mask = bias.to(self.dtype)[None, None].to(self.device)
+        k = seg.logit_rows.numel()
+        out = self.model(
+            input_ids=seg.ids.view(1, -1).to(self.device),
+            position_ids=seg.pos.view(1, -1).to(self.device),
+            attention_mask=attention_mask,
+            cache=state.cache,
+            use_cache=True,
+            logits_to_keep=max(n - int(seg.logit_rows.min()), 1) if k else 1,
+        )
+        if seg.keep < n:
+            state.cache.crop(-(n - seg.keep))
+        if not k:
+            return out.logits[0, :0].float()
+        kept = out.logits[0]
+        first = n - kept.shape[0]
+        return kept[seg.logit_rows.to(kept.device) - first].float()
+
     def _forward(
         self,
         state: KVState,
@@ -51,43 +114,30 @@ class HFAdapter(ModelAdapter):
         *,
         n_logits: int,
         keep: int,
-        attention_mask: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """Run ``ids`` at positions ``pos`` with ``mask``; return the last ``n_logits`` rows of logits
-        (float32) and keep only the first ``keep`` new tokens' keys/values in the cache."""
-        n_new = ids.numel()
-        if self.fast is not None and attention_mask is None:
-            logits = self.fast.forward(state.cache, ids, pos, mask, start=state.length, n_logits=n_logits)
-            state.length += keep
-            return logits
-        out = self.model(
-            input_ids=ids.view(1, -1).to(self.device),
-            position_ids=pos.view(1, -1).to(self.device),
-            attention_mask=self._mask_for_model(mask) if attention_mask is None else attention_mask,
-            cache=state.cache,
-            use_cache=True,
-            logits_to_keep=max(n_logits, 1),
+        """One row alone with a full boolean mask ``[n, state.length + n]`` whose cache columns are all
+        True; returns the last ``n_logits`` raw rows (for tests and diagnostics)."""
+        n = ids.numel()
+        assert bool(mask[:, : state.length].all()), "queries always see the whole cache"
+        seg = Segment(
+            state, ids, pos, mask[:, state.length :], keep=keep, logit_rows=Segment.last_rows(n, n_logits)
         )
-        if keep < n_new:
-            state.cache.crop(-(n_new - keep))
-        state.length += keep
-        logits = out.logits[0]
-        return logits[-n_logits:].float() if n_logits else logits[:0].float()
+        return self.run([seg])[0]
 
     # ------------------------------------------------------------------ protocol
-    def prefill(self, state: KVState, ids: torch.Tensor, *, block_size: int, causal: bool) -> None:
-        self.commit(state, ids, block_size=block_size, causal=causal)
-
-    def commit(self, state: KVState, ids: torch.Tensor, *, block_size: int, causal: bool) -> None:
+    def prefill_segment(self, state: KVState, ids: torch.Tensor, *, block_size: int, causal: bool) -> Segment:
         n = ids.numel()
-        if n == 0:
-            return
         pos = torch.arange(state.length, state.length + n)
-        mask = torch.ones(n, state.length + n, dtype=torch.bool)
-        mask[:, state.length :] = context_mask(pos, pos, block_size, causal)
-        self._forward(state, ids, pos, mask, n_logits=0, keep=n)
+        return Segment(
+            state,
+            ids,
+            pos,
+            context_mask(pos, pos, block_size, causal),
+            keep=n,
+            logit_rows=Segment.last_rows(n, 0),
+        )
 
-    def draft(
+    def draft_segment(
         self,
         state: KVState,
         pending: torch.Tensor,
@@ -96,24 +146,26 @@ class HFAdapter(ModelAdapter):
         start: int,
         block_size: int,
         causal: bool,
-    ) -> torch.Tensor:
+    ) -> Segment:
         m, n = pending.numel(), block.numel()
         assert state.length + m == start, "pending tokens must end where the block starts"
         committed = block != self.info.mask_token_id
-        mask = draft_mask(state.length, m, committed, block_size=block_size, causal=causal, start=start)
+        mask = draft_mask(0, m, committed, block_size=block_size, causal=causal, start=start)
         ids = torch.cat([pending, block]) if m else block
         pos = torch.arange(start - m, start + n)
-        return self._forward(state, ids, pos, mask, n_logits=n, keep=m)
+        return Segment(state, ids, pos, mask, keep=m, logit_rows=Segment.last_rows(m + n, n))
 
-    def verify(self, state: KVState, filled: torch.Tensor, *, start: int, slots: list[int]) -> torch.Tensor:
+    def verify_segment(
+        self, state: KVState, filled: torch.Tensor, *, start: int, slots: list[int]
+    ) -> Segment:
         assert state.length == start, "commit pending tokens (draft) before verifying"
         n_first = max(slots)  # second-half query for slot s only needs first-half keys < s
         first = filled[:n_first]
         second = torch.full((len(slots),), self.info.mask_token_id, dtype=filled.dtype)
         ids = torch.cat([first, second])
         pos = torch.cat([torch.arange(start, start + n_first), start + torch.tensor(slots, dtype=torch.long)])
-        mask = verify2l_mask(state.length, n_first, slots)
-        return self._forward(state, ids, pos, mask, n_logits=len(slots), keep=0)
+        mask = verify2l_mask(0, n_first, slots)
+        return Segment(state, ids, pos, mask, keep=0, logit_rows=Segment.last_rows(ids.numel(), len(slots)))
 
     # ------------------------------------------------------------------ helpers for subclasses
     @staticmethod

@@ -45,16 +45,16 @@ import torch
 
 from ..errors import ModelLoadError
 from .base import (
-    KVState,
     ModelInfo,
-    context_mask,
     find_mask_token,
     load_safetensors,
     matches_family,
     require_mask_token,
 )
 from .hf import HFAdapter
+from .kv_pool import KVState
 from .sdar import eos_ids
+from .segment import Segment
 
 FAMILY = "llada2"
 MODEL_TYPES = ("llada2_moe",)
@@ -207,19 +207,18 @@ class LLaDA2Adapter(HFAdapter):
         self, state: KVState, ids: torch.Tensor, *, block_size: int, causal: bool, n_logits: int
     ) -> torch.Tensor:
         """The prefill forward (writes ``ids``); returns its last ``n_logits`` rows (for tests)."""
-        n = ids.numel()
-        pos = torch.arange(state.length, state.length + n)
-        allowed = torch.ones(n, state.length + n, dtype=torch.bool)
-        allowed[:, state.length :] = context_mask(pos, pos, block_size, causal)
-        additive = None
+        seg = self.prefill_segment(state, ids, block_size=block_size, causal=causal)
+        seg.logit_rows = Segment.last_rows(seg.n, n_logits)
+        return self.run([seg])[0]
+
+    def prefill_segment(self, state: KVState, ids: torch.Tensor, *, block_size: int, causal: bool) -> Segment:
+        seg = super().prefill_segment(state, ids, block_size=block_size, causal=causal)
         if self.prefill_mask == "official" and not causal:
             # The official 1.0/0.0 float mask, added to the scores as is: nothing is masked.
-            additive = allowed.to(self.dtype)[None, None].to(self.device)
-        return self._forward(state, ids, pos, allowed, n_logits=n_logits, keep=n, attention_mask=additive)
-
-    def prefill(self, state: KVState, ids: torch.Tensor, *, block_size: int, causal: bool) -> None:
-        if ids.numel():
-            self._prefill_forward(state, ids, block_size=block_size, causal=causal, n_logits=0)
+            seg.bias = seg.mask.to(torch.float32)
+            seg.context_bias = 1.0
+            seg.mask = torch.ones_like(seg.mask)
+        return seg
 
 
 def load(

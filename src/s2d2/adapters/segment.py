@@ -1,0 +1,49 @@
+"""One row's share of a batched forward: its new tokens, their positions and their attention mask.
+
+Every model call of the decoding engine is a list of :class:`Segment` objects, one per running row, run
+as one batched forward (:meth:`s2d2.adapters.hf.HFAdapter.run`). A segment's queries always see the
+whole of its row's cache (``state.length`` keys); among its own new tokens they see what ``mask`` allows.
+The first ``keep`` new tokens' keys/values stay in the cache (the row's length advances by ``keep``); the
+rest are written but not kept, so a read-only forward (a draft block, a verification) costs no copy.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from .kv_pool import KVState
+
+
+@dataclass
+class Segment:
+    """The new tokens of one row in one forward.
+
+    ``ids`` and ``pos`` are ``[n]`` token ids and absolute positions; ``mask`` is the boolean ``[n, n]``
+    mask among the new tokens (True = the query may see the key). ``bias`` (optional, ``[n, n]`` float)
+    is added to the scores of the visible new keys and ``context_bias`` to those of the cached keys (the
+    LLaDA2 official prefill). ``logit_rows`` are the indices (into the segment) whose logits the caller
+    needs; ``finish`` maps those raw rows ``[len(logit_rows), vocab]`` to what the adapter returns (the
+    shifted family re-aligns them); it runs after the row's length has advanced.
+    """
+
+    state: KVState
+    ids: torch.Tensor
+    pos: torch.Tensor
+    mask: torch.Tensor
+    keep: int
+    logit_rows: torch.Tensor
+    finish: Callable[[torch.Tensor], torch.Tensor] | None = None
+    bias: torch.Tensor | None = None
+    context_bias: float = 0.0
+
+    @property
+    def n(self) -> int:
+        return int(self.ids.numel())
+
+    @staticmethod
+    def last_rows(n: int, k: int) -> torch.Tensor:
+        """Indices of the last ``k`` of ``n`` rows."""
+        return torch.arange(n - k, n, dtype=torch.long)

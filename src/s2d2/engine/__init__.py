@@ -1,0 +1,1 @@
+"""The batched decoding engine with continuous batching (requests, scheduler, runner, step)."""

@@ -1,0 +1,216 @@
+"""The engine: requests in, one batched forward per step, results out (continuous batching).
+
+Each :meth:`LLMEngine.step` admits waiting requests (scheduler), runs every running row's segment in ONE
+forward (runner), lets each row consume its logits and find its next forward (step), and retires the
+rows that finished (scheduler). Requests join and leave at any step; each row is at its own block and
+step, with its own settings. The single-prompt path is this engine with one request.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from ..adapters.base import ModelAdapter
+from ..config import DecodeConfig
+from ..decoding.stats import GenerationStats, StepTrace
+from ..errors import PromptError, S2D2Error
+from .request import Request, Status, check_prompt
+from .runner import ModelRunner
+from .scheduler import Scheduler
+from .step import advance, postprocess
+
+
+@dataclass
+class DecodeOutput:
+    """A finished request: new token ids (through the first stop token), statistics, optional trace."""
+
+    token_ids: list[int]
+    stats: GenerationStats
+    trace: list[StepTrace] | None = None
+    request_id: Any = None
+    status: str = "finished"
+    error: str | None = None
+    #: the exception behind ``error`` (re-raised by the single-prompt API)
+    exception: BaseException | None = field(default=None, repr=False)
+
+
+@dataclass
+class RequestOutput:
+    """What one step did for one request: final tokens added since the last output, and whether it ended."""
+
+    request_id: Any
+    new_token_ids: list[int]
+    finished: bool
+    output: DecodeOutput | None = None
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0] if text else exc.__class__.__name__
+
+
+class LLMEngine:
+    """Continuous batching over one model adapter (see the module docstring).
+
+    Engine-wide settings: ``max_num_seqs`` (rows decoding together), ``kv_budget_tokens`` (most cached
+    positions reserved by running rows together; a row reserves prompt + ``max_new_tokens`` + one block),
+    ``prefill_chunk`` (most prompt positions a row prefills per forward). Everything else is per request.
+    With ``stream=True`` every step reports each running row's newly final tokens.
+    """
+
+    def __init__(
+        self,
+        adapter: ModelAdapter,
+        *,
+        max_num_seqs: int = 16,
+        kv_budget_tokens: int | None = None,
+        prefill_chunk: int = 512,
+        stream: bool = False,
+    ):
+        self.adapter = adapter
+        self.pool = adapter.new_pool()
+        self.scheduler = Scheduler(self.pool, max_num_seqs=max_num_seqs, kv_budget_tokens=kv_budget_tokens)
+        self.runner = ModelRunner(adapter, prefill_chunk=prefill_chunk)
+        self.stream = stream
+        self._ids = itertools.count()
+        self._emitted: dict[Any, int] = {}
+
+    @property
+    def max_num_seqs(self) -> int:
+        return self.scheduler.max_num_seqs
+
+    # ------------------------------------------------------------------ requests
+    def add_request(
+        self, prompt_ids: Sequence[int] | torch.Tensor, config: DecodeConfig, request_id: Any = None
+    ) -> Any:
+        """Queue a request; returns its id. A bad prompt raises :class:`PromptError` at once."""
+        prompt = check_prompt(prompt_ids, self.adapter.info)
+        rid = next(self._ids) if request_id is None else request_id
+        req = Request(rid, prompt, config, self.adapter.info)
+        if not self.scheduler.fits_alone(req):
+            raise PromptError(
+                f"the request needs {req.kv_need} cached positions (prompt + max_new_tokens + one block), "
+                f"more than the engine's KV budget of {self.scheduler.kv_budget_tokens}"
+            )
+        self.scheduler.add(req)
+        self._emitted[rid] = 0
+        return rid
+
+    def abort(self, request_id: Any) -> bool:
+        """Abort a request; its row is freed at the next step. False if it is unknown or done."""
+        return self.scheduler.abort(request_id)
+
+    def has_unfinished(self) -> bool:
+        return bool(self.scheduler.waiting or self.scheduler.running)
+
+    @property
+    def num_running(self) -> int:
+        return len(self.scheduler.running)
+
+    @property
+    def num_waiting(self) -> int:
+        return len(self.scheduler.waiting)
+
+    # ------------------------------------------------------------------ one step
+    @staticmethod
+    def _fail(req: Request, exc: BaseException) -> None:
+        req.status, req.action, req.error, req.exception = Status.FAILED, None, _one_line(exc), exc
+
+    def _guarded(self, req: Request, fn: Callable[..., None], *args: Any) -> None:
+        """Run ``fn(req, ...)``; an error fails this request alone."""
+        try:
+            fn(req, *args)
+        except Exception as exc:  # one request's failure must not stop its batch-mates
+            self._fail(req, exc)
+
+    def step(self) -> list[RequestOutput]:
+        """Admit, run one batched forward, postprocess, retire. Returns what changed per request."""
+        for req in self.scheduler.admit():
+            self._guarded(req, advance)
+        rows, segments = [], []
+        for req in self.scheduler.running:
+            if req.action is None or req.abort_requested or req.status.done:
+                continue
+            try:
+                segments.append(self.runner.segment(req))
+                rows.append(req)
+            except Exception as exc:
+                self._fail(req, exc)
+        if rows:
+            for req, logits in zip(rows, self.runner.run(rows, segments), strict=True):
+                self._guarded(req, postprocess, logits)
+        outputs = []
+        if self.stream:
+            outputs += [o for o in map(self._progress, self.scheduler.running) if o.new_token_ids]
+        outputs += [self._finished(req) for req in self.scheduler.retire()]
+        return outputs
+
+    def _progress(self, req: Request) -> RequestOutput:
+        ids = req.final_ids() if req.status == Status.RUNNING else []
+        sent = self._emitted.get(req.request_id, 0)
+        self._emitted[req.request_id] = max(sent, len(ids))
+        return RequestOutput(req.request_id, ids[sent:], False)
+
+    def _finished(self, req: Request) -> RequestOutput:
+        sent = self._emitted.pop(req.request_id, 0)
+        ids = req.output_ids if req.status == Status.FINISHED else []
+        out = DecodeOutput(
+            token_ids=list(ids or []),
+            stats=req.stats,
+            trace=req.tracer.steps,
+            request_id=req.request_id,
+            status=req.status.value,
+            error=req.error,
+            exception=req.exception,
+        )
+        return RequestOutput(req.request_id, out.token_ids[sent:], True, out)
+
+    # ------------------------------------------------------------------ many requests
+    def generate(
+        self,
+        prompts: Sequence[Sequence[int] | torch.Tensor],
+        configs: Sequence[DecodeConfig],
+        *,
+        on_finish: Callable[[int, DecodeOutput], None] | None = None,
+    ) -> list[DecodeOutput]:
+        """Decode every prompt with its config; results in input order.
+
+        A prompt the engine rejects gives a ``DecodeOutput`` with ``status="failed"`` and its one-line
+        ``error``; the others decode as usual. ``on_finish(index, output)`` is called as each one ends.
+        """
+        results: dict[int, DecodeOutput] = {}
+        index: dict[Any, int] = {}
+        for i, (prompt, cfg) in enumerate(zip(prompts, configs, strict=True)):
+            rid = ("generate", i, next(self._ids))
+            try:
+                self.add_request(prompt, cfg, rid)
+                index[rid] = i
+            except S2D2Error as exc:
+                results[i] = DecodeOutput(
+                    [], GenerationStats(), status="failed", error=_one_line(exc), exception=exc
+                )
+                if on_finish is not None:
+                    on_finish(i, results[i])
+        while len(results) < len(prompts) and self.has_unfinished():
+            for out in self.step():
+                if out.finished and out.request_id in index:
+                    i = index.pop(out.request_id)
+                    results[i] = out.output
+                    if on_finish is not None:
+                        on_finish(i, out.output)
+        return [results[i] for i in range(len(prompts))]
+
+
+def decode(
+    adapter: ModelAdapter, prompt_ids: Sequence[int] | torch.Tensor, config: DecodeConfig
+) -> DecodeOutput:
+    """One prompt alone (an engine with one row); errors are raised, not returned."""
+    out = LLMEngine(adapter, max_num_seqs=1).generate([prompt_ids], [config])[0]
+    if out.exception is not None:
+        raise out.exception
+    return out

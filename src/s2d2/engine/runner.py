@@ -1,0 +1,67 @@
+"""Turns the running rows into one batched model call.
+
+Each row contributes the segment of the forward it needs (``req.action``): a chunk of its prompt, its
+draft block (with the previous block's committed tokens folded in front), or its 2L verification. All
+segments run as ONE forward (:meth:`~s2d2.adapters.base.ModelAdapter.run`); the runner hands each row
+its own logits back and counts what the forward cost.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from ..adapters.base import ModelAdapter
+from ..adapters.segment import Segment
+from .request import Request
+
+
+@dataclass
+class ForwardCounters:
+    """Engine-wide counts: forwards, rows per forward and query tokens fed to the model."""
+
+    forwards: int = 0
+    rows: int = 0
+    query_tokens: int = 0
+
+    @property
+    def mean_rows(self) -> float:
+        return self.rows / self.forwards if self.forwards else 0.0
+
+
+class ModelRunner:
+    """Builds each row's segment and runs the batch (see the module docstring)."""
+
+    def __init__(self, adapter: ModelAdapter, *, prefill_chunk: int = 512):
+        if prefill_chunk < 1:
+            raise ValueError(f"prefill_chunk must be >= 1, got {prefill_chunk}")
+        self.adapter = adapter
+        self.prefill_chunk = prefill_chunk
+        self.counters = ForwardCounters()
+
+    def segment(self, req: Request) -> Segment:
+        """The segment of ``req``'s next forward."""
+        st, cfg, ad = req.state, req.config, self.adapter
+        B, causal = cfg.block_size, cfg.causal_cache
+        if req.action == "prefill":
+            chunk = max(B, self.prefill_chunk // B * B)  # whole blocks: the block-causal mask stays exact
+            ids = req.tokens[st.length : min(req.n_pre, st.length + chunk)]
+            return ad.prefill_segment(st, ids, block_size=B, causal=causal)
+        if req.action in ("draft", "post"):
+            pending = req.tokens[st.length : req.start]
+            return ad.draft_segment(st, pending, req.block, start=req.start, block_size=B, causal=causal)
+        if req.action == "verify":
+            p = req.pending
+            return ad.verify_segment(st, p.filled, start=req.start, slots=p.slots)
+        raise RuntimeError(f"request {req.request_id!r} needs no forward")
+
+    def run(self, rows: Sequence[Request], segments: Sequence[Segment]) -> list[torch.Tensor]:
+        """One forward over ``segments`` (one per row of ``rows``); each row's logits, in order."""
+        logits = self.adapter.run(segments)
+        c = self.counters
+        c.forwards += 1
+        c.rows += len(rows)
+        c.query_tokens += sum(s.n for s in segments)
+        return logits

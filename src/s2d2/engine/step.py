@@ -1,0 +1,258 @@
+"""The decode step: what a row does with the logits of its forward, and which forward it needs next.
+
+One algorithm serves AR (block size 1), the static / dynamic / entropy-bounded baselines and S2D2; they
+differ only in how a step chooses what to commit. A row's S2D2 step spans two engine steps when it
+verifies (its draft forward, then its verification forward); its batch-mates do not wait for it.
+
+Per row, :func:`advance` walks the block loop until the row needs a forward (``req.action``: prefill |
+draft | verify | post) or is finished; :func:`postprocess` consumes that forward's logits: sample,
+route, verify, accept, fall back, edit. Forward accounting: a finished block is committed to the cache
+inside the next block's first draft forward, so commits cost no forward of their own.
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+from ..decoding import functional as F
+from ..decoding.policies import RouteFeatures
+from .request import PendingVerify, Request, Status
+
+
+# ---------------------------------------------------------------------------------------------- helpers
+def _no_mask(req: Request, logits: torch.Tensor) -> torch.Tensor:
+    """The mask token is never a prediction: committing it would leave the position masked forever."""
+    logits = logits.clone()
+    logits[:, req.info.mask_token_id] = float("-inf")
+    return logits
+
+
+def _probs(req: Request, logits: torch.Tensor) -> torch.Tensor:
+    """``[c, vocab]`` distributions after the request's sampling transforms."""
+    c = req.config
+    return F.probs_from_logits(_no_mask(req, logits), c.temperature, c.top_k, c.top_p)
+
+
+def _first_stop(req: Request, lo: int, hi: int) -> int | None:
+    if req.stop_ids.numel() == 0 or hi <= lo:
+        return None
+    hits = torch.isin(req.block[lo:hi], req.stop_ids).nonzero()
+    return lo + int(hits[0]) if hits.numel() else None
+
+
+# ------------------------------------------------------------------------------------ the block loop
+def _open_block(req: Request) -> None:
+    cfg = req.config
+    req.length = min(cfg.block_size, req.info.max_length - req.start)
+    req.block = req.tokens[req.start : req.start + req.length].clone()
+    full = cfg.last_block == "full"
+    req.n_valid = req.length if full else min(req.length, req.limit - req.start)
+    req.first_gen = max(0, req.n_prompt - req.start)
+    req.stats.blocks += 1
+    req.unit_id, req.step, req.in_post, req.post_left = -1, 0, False, 0
+
+
+def _close_block(req: Request) -> None:
+    req.tokens[req.start : req.start + req.length] = req.block
+    req.start += req.length
+    req.block = None
+
+
+def _finish(req: Request) -> None:
+    cap = min(req.n_prompt + req.config.max_new_tokens, req.tokens.numel())
+    if req.end is not None and req.end + 1 <= cap:
+        out, reason = req.tokens[req.n_prompt : req.end + 1], "stop"
+    else:
+        out, reason = req.tokens[req.n_prompt : min(cap, req.limit)], "length"
+    req.output_ids = out.tolist()
+    req.stats.finish_reason = reason
+    req.stats.generated_tokens = len(req.output_ids)
+    if req.t_start is not None:
+        req.stats.seconds = time.perf_counter() - req.t_start
+    req.status, req.action = Status.FINISHED, None
+
+
+def advance(req: Request) -> None:
+    """Walk the block loop until the row needs a forward (sets ``req.action``) or is finished."""
+    cfg, mask_id = req.config, req.info.mask_token_id
+    while True:
+        if req.state is not None and req.state.length < req.n_pre:
+            req.action = "prefill"
+            return
+        if req.pending is not None:
+            req.action = "verify"
+            return
+        if req.block is None:
+            if req.start >= req.limit or req.end is not None:
+                _finish(req)
+                return
+            _open_block(req)
+        if req.in_post:
+            if req.post_left > 0:
+                req.action = "post"
+                return
+            _close_block(req)
+            continue
+        hi = req.n_valid
+        stop = _first_stop(req, req.first_gen, req.n_valid)
+        if stop is not None:
+            hi = stop
+            if not bool((req.block[req.first_gen : stop] == mask_id).any()):
+                req.end = req.start + stop
+                _close_block(req)
+                continue
+        cand = (req.block[:hi] == mask_id).nonzero().view(-1)
+        if cand.numel() == 0:
+            if cfg.editing_threshold is not None and cfg.post_steps > 0:
+                req.in_post, req.post_left = True, cfg.post_steps  # edit-only passes, masks gone
+                continue
+            _close_block(req)
+            continue
+        u = int(cand[0]) // req.unit
+        if u != req.unit_id:
+            req.unit_id, req.step = u, 0
+        req.cand, req.hi = cand[cand < (u + 1) * req.unit], hi
+        req.action = "draft"
+        return
+
+
+# ----------------------------------------------------------------------------------- after a forward
+def postprocess(req: Request, logits: torch.Tensor) -> None:
+    """Consume the logits of the row's forward (``req.action``), then :func:`advance`."""
+    action = req.action
+    if action == "prefill":
+        req.stats.nfe_prefill += 1
+    elif action == "draft":
+        req.stats.nfe_draft += 1
+        _draft_step(req, logits)
+    elif action == "post":
+        req.stats.nfe_draft += 1
+        req.tracer.begin_step(req.start, req.step)
+        changed = _edit(req, logits, req.n_valid)
+        req.post_left = req.post_left - 1 if changed else 0
+    elif action == "verify":
+        req.stats.nfe_verify += 1
+        _verify_step(req, logits)
+    else:  # pragma: no cover - the engine only runs rows with an action
+        raise RuntimeError(f"request {req.request_id!r} has no pending forward")
+    advance(req)
+
+
+def _edit(req: Request, logits: torch.Tensor, hi: int) -> int:
+    """LLaDA2.1-style token editing: replace generated tokens whose prediction changed confidently."""
+    tau = req.config.editing_threshold
+    block = req.block
+    slots = (block[:hi] != req.info.mask_token_id).nonzero().view(-1)
+    slots = slots[slots >= req.first_gen]
+    if tau is None or slots.numel() == 0:
+        return 0
+    probs = _probs(req, logits[slots])
+    new = F.sample(probs, req.greedy, req.generator)
+    conf = F.token_probs(probs, new)
+    change = (new != block[slots]) & (conf > tau)
+    for s, t in zip(slots[change].tolist(), new[change].tolist(), strict=True):
+        block[s] = t
+        req.tracer.commit(req.start + s, t, "edited")
+    n = int(change.sum())
+    req.stats.edits += n
+    return n
+
+
+def _draft_step(req: Request, logits: torch.Tensor) -> None:
+    """Sample the drafts, commit a shifted model's slot 0, route; verify next or finish the step."""
+    cfg, block, cand = req.config, req.block, req.cand
+    req.stats.steps += 1
+    req.tracer.begin_step(req.start, req.step)
+    if cfg.editing_threshold is not None:
+        _edit(req, logits, req.hi)
+    probs = _probs(req, logits[cand])
+    drafts = F.sample(probs, req.greedy, req.generator)
+    conf = F.token_probs(probs, drafts)
+    quota = 1 if req.rule == "eb" else F.quota(req.step, req.unit, cfg.num_steps)
+    p = PendingVerify(cand, probs, drafts, conf, torch.zeros(cand.numel(), dtype=torch.bool), 0, 0, 0, quota)
+    if req.info.shifted and int(cand[0]) == 0:
+        # a shifted model predicts slot 0 from the previous position: that draft IS the AR token
+        block[0] = drafts[0]
+        p.done[0] = True
+        p.n_committed = p.off = 1
+        req.tracer.commit(req.start, int(drafts[0]), "ar")
+    if req.policy is not None and p.off < cand.numel():
+        span_cand = cand[p.off :]
+        contiguous = span_cand - span_cand[0] == torch.arange(span_cand.numel())
+        p.span_n = int(contiguous.long().cumprod(0).sum())
+        sp = slice(p.off, p.off + p.span_n)
+        p.features = RouteFeatures(
+            span_probs=probs[sp],
+            span_drafts=drafts[sp],
+            block_size=cfg.block_size,
+            progress=float((block != req.info.mask_token_id).sum()) / block.numel(),
+            n_dynamic=int((conf[p.off :] > cfg.threshold).sum()),
+            config=cfg,
+        )
+        if req.policy.decide(p.features):
+            p.verified = True
+            p.filled = block.clone()
+            p.filled[cand] = drafts
+            p.slots = span_cand[: p.span_n].tolist()
+            req.pending = p
+            return
+    _finish_step(req, p)
+
+
+def _verify_step(req: Request, q_logits: torch.Tensor) -> None:
+    """Accept the verified span left to right against the AR-mode logits ``[span, vocab]``."""
+    p, cfg, block = req.pending, req.config, req.block
+    req.pending = None
+    strict = cfg.strict
+    q = _no_mask(req, q_logits) if strict else _probs(req, q_logits)
+    sp = slice(p.off, p.off + p.span_n)
+    n_acc, correction = F.speculative_commit(
+        p.probs[sp], q, p.drafts[sp], strict=strict, tempering=cfg.tempering, generator=req.generator
+    )
+    span_cand = p.cand[p.off : p.off + p.span_n]
+    block[span_cand[:n_acc]] = p.drafts[p.off : p.off + n_acc]
+    p.done[p.off : p.off + n_acc] = True
+    p.n_committed += n_acc
+    if correction is not None:
+        block[span_cand[n_acc]] = correction
+        p.done[p.off + n_acc] = True
+        p.n_committed += 1
+    st = req.stats
+    st.verify_steps += 1
+    st.drafted += p.span_n
+    st.accepted += n_acc
+    st.full_accepts += int(n_acc == p.span_n)
+    req.tracer.verified(p.span_n, n_acc)
+    for s in p.slots[:n_acc]:
+        req.tracer.commit(req.start + s, int(block[s]), "accepted")
+    if correction is not None:
+        req.tracer.commit(req.start + p.slots[n_acc], correction, "resampled")
+    _finish_step(req, p)
+
+
+def _finish_step(req: Request, p: PendingVerify) -> None:
+    """Top the step up to its quota with the baseline rule, feed the policy back, count the step."""
+    cfg = req.config
+    if p.n_committed < p.quota and not bool(p.done.all()):
+        rest = (~p.done).nonzero().view(-1)
+        need = p.quota - p.n_committed
+        if req.rule == "static":
+            sel = F.select_static(p.conf[rest], need)
+        elif req.rule == "dynamic":
+            sel = F.select_dynamic(p.conf[rest], cfg.threshold, need)
+        else:
+            sel = F.select_entropy_bounded(F.entropy(p.probs[rest]), cfg.gamma, need)
+        chosen = rest[sel]
+        req.block[p.cand[chosen]] = p.drafts[chosen]
+        p.n_committed += chosen.numel()
+        how = "baseline"
+        if req.policy is not None:
+            req.stats.fallback_commits += chosen.numel()
+            how = "fallback"
+        for i in chosen.tolist():
+            req.tracer.commit(req.start + int(p.cand[i]), int(p.drafts[i]), how)
+    if req.policy is not None and p.features is not None:
+        req.policy.update(p.features, p.verified, p.n_committed)
+    req.step += 1

@@ -1,0 +1,48 @@
+"""The decode trace as a side channel: an object the step reports to, not checks scattered in it.
+
+A request carries a :class:`Tracer`. :class:`NullTracer` (the default) ignores everything;
+:class:`StepTracer` records one :class:`~s2d2.decoding.stats.StepTrace` per decoding step.
+"""
+
+from __future__ import annotations
+
+from ..decoding.stats import StepTrace
+
+
+class Tracer:
+    """What the decode step reports: a new step, each committed token, a verification."""
+
+    steps: list[StepTrace] | None = None
+
+    def begin_step(self, block_start: int, step: int) -> None:
+        """A step of the block at ``block_start`` starts (its draft forward came back)."""
+
+    def commit(self, position: int, token: int, how: str) -> None:
+        """``token`` was committed at absolute ``position``; ``how`` in ar | accepted | resampled |
+        fallback | baseline | edited."""
+
+    def verified(self, span: int, accepted: int) -> None:
+        """This step verified ``span`` drafts and accepted ``accepted`` of them."""
+
+
+class NullTracer(Tracer):
+    """Records nothing."""
+
+
+class StepTracer(Tracer):
+    """Records every step."""
+
+    def __init__(self) -> None:
+        self.steps: list[StepTrace] = []
+
+    def begin_step(self, block_start: int, step: int) -> None:
+        self.steps.append(StepTrace(block_start=block_start, step=step))
+
+    def commit(self, position: int, token: int, how: str) -> None:
+        if self.steps:
+            self.steps[-1].commits.append((position, token, how))
+
+    def verified(self, span: int, accepted: int) -> None:
+        if self.steps:
+            rec = self.steps[-1]
+            rec.verified, rec.span, rec.accepted = True, span, accepted

@@ -1,6 +1,6 @@
-"""``s2d2 bench``: accuracy and speed of many decoding configurations on the same problems.
+"""Accuracy and speed of many decoding configurations on the same problems (behind ``s2d2 bench``).
 
-Pure-Python API:
+Pure-Python API (the ``s2d2 bench`` command of the command-line package is a thin layer over it):
 
 - :data:`GRIDS`: named lists of :class:`BenchConfig` (``default``, ``paper``, ``quick``).
 - :func:`run_bench`: run configurations over problems in one process and return the results dict
@@ -36,9 +36,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any
-
-import typer
+from typing import Any
 
 from .errors import S2D2Error
 from .metrics import wilson_interval
@@ -391,7 +389,7 @@ def _prepare_out_dir(out_dir: str | os.PathLike[str]) -> Path:
     return out
 
 
-def _require_matplotlib() -> None:
+def require_matplotlib() -> None:
     try:
         import matplotlib  # noqa: F401
     except ImportError:
@@ -442,7 +440,7 @@ def run_bench(
 
     out = None
     if out_dir is not None:
-        _require_matplotlib()
+        require_matplotlib()
         out = _prepare_out_dir(out_dir)
 
     if warmup:  # one short generation per decoder family, untimed
@@ -588,7 +586,7 @@ _STYLE = {
 def plot_results(results: dict[str, Any], out_dir: str | os.PathLike[str]) -> list[Path]:
     """Accuracy vs NFE/token and accuracy vs s/problem, one colour per decoder family with its Pareto
     frontier drawn; returns the two PNG paths."""
-    _require_matplotlib()
+    require_matplotlib()
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
@@ -657,67 +655,3 @@ def write_results(results: dict[str, Any], out_dir: str | os.PathLike[str]) -> l
     (out / "results.json").write_text(json.dumps(results, indent=1) + "\n", encoding="utf-8")
     (out / "table.md").write_text(render_table(results), encoding="utf-8")
     return [out / "results.json", out / "table.md", *plot_results(results, out)]
-
-
-# ---------------------------------------------------------------------------------------------- command
-
-
-def bench_command(
-    model: ModelOpt = "tiny-gsm",
-    suite: Annotated[str, typer.Option(help="Benchmark suite: tiny-gsm.")] = "tiny-gsm",
-    split: Annotated[str, typer.Option(help="Split of the suite: test | dev.")] = "test",
-    n: Annotated[
-        int | None, typer.Option("--n", help="Number of problems (the split's first N; default: all).")
-    ] = None,
-    grid: Annotated[str, typer.Option(help="Configurations to run: default | paper | quick.")] = "default",
-    out: Annotated[Path | None, typer.Option(help="Output directory (default: runs/bench-GRID).")] = None,
-    threads: Annotated[
-        int | None, typer.Option(help="torch CPU threads (default: torch's own choice).")
-    ] = None,
-    max_new_tokens: MaxNewOpt = None,
-    progress: Annotated[bool, typer.Option(help="Show a progress bar on stderr.")] = True,
-    device: DeviceOpt = None,
-    dtype: DtypeOpt = None,
-) -> None:
-    """Run a grid of decoding configurations over the same N problems, interleaved problem by problem;
-    print a table and write results.json, problems.jsonl, table.md and accuracy-vs-cost plots to OUT."""
-    configs = get_grid(grid)
-    problems = load_problems(suite, split, n)
-    if threads is not None and threads < 1:
-        raise S2D2Error(f"--threads must be >= 1, got {threads}")
-    if max_new_tokens is not None and max_new_tokens < 1:
-        raise S2D2Error(f"--max-new-tokens must be >= 1, got {max_new_tokens}")
-    out_dir = check_out_dir(out if out is not None else Path("runs") / f"bench-{grid}")
-    _require_matplotlib()
-
-    import torch
-
-    from .model import load
-
-    if threads is not None:
-        torch.set_num_threads(threads)
-    try:
-        m = load(model, device=device, dtype=dtype)
-    except S2D2Error:
-        raise
-    except Exception as exc:  # a broken checkpoint can fail in many ways; the user needs one line
-        msg = str(exc).strip().splitlines()[0] if str(exc).strip() else exc.__class__.__name__
-        raise S2D2Error(f"cannot load model {model}: {msg}") from None
-    results = run_bench(
-        m,
-        problems,
-        configs,
-        max_new_tokens=max_new_tokens or SUITES[suite]["max_new_tokens"],
-        suite=suite,
-        split=split,
-        model_name=model,
-        out_dir=out_dir,
-        progress=progress,
-    )
-    typer.echo(render_table(results))
-    typer.echo(f"wrote {', '.join(OUTPUT_FILES)} to {out_dir}", err=True)
-
-
-# The CLI's shared option types. Imported last: s2d2.cli imports this module at its own end, and typer
-# resolves the (postponed) annotations above only when it builds the command.
-from .cli import DeviceOpt, DtypeOpt, MaxNewOpt, ModelOpt  # noqa: E402

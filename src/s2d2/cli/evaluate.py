@@ -1,17 +1,36 @@
-"""``s2d2 eval`` and ``s2d2 lm-eval`` (registered at the end of :mod:`s2d2.cli`).
+"""``s2d2 eval`` (GSM8K, MBPP, HumanEval, tiny-gsm) and ``s2d2 lm-eval`` (lm-evaluation-harness).
 
-The option types are shared with ``s2d2 generate``; they are imported at the bottom of this module so that
-importing either module first works (annotations are resolved when the CLI is built, not at definition).
+The evaluation itself lives in :mod:`s2d2.evaluation`; it is imported inside the commands.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
 from ..errors import S2D2Error
+from .options import (
+    BlockOpt,
+    DecoderOpt,
+    DeviceOpt,
+    DtypeOpt,
+    EstimatorOpt,
+    MaxNewOpt,
+    ModelOpt,
+    PolicyOpt,
+    PresetOpt,
+    ProgressOpt,
+    SeedOpt,
+    SetOpt,
+    StepsOpt,
+    TempOpt,
+    ThresholdOpt,
+    TopKOpt,
+    TopPOpt,
+    decoding_settings,
+)
 
 TaskArg = Annotated[str, typer.Argument(help="gsm8k | mbpp | humaneval | tiny-gsm", show_default=False)]
 DataOpt = Annotated[
@@ -41,7 +60,6 @@ TimeoutOpt = Annotated[
     float, typer.Option(help="Code tasks: wall-clock limit in seconds for running one problem's tests.")
 ]
 MemoryOpt = Annotated[int, typer.Option("--memory-mb", help="Code tasks: address-space limit of the tests.")]
-ProgressOpt = Annotated[bool, typer.Option(help="Show a progress bar on stderr.")]
 
 
 def eval_command(
@@ -71,9 +89,8 @@ def eval_command(
     dtype: DtypeOpt = None,
 ) -> None:
     """Evaluate a model on GSM8K, MBPP, HumanEval or tiny-gsm: accuracy (95% CI), NFE/token, wall time."""
-    from ..model import load
-    from .runner import print_summary, run_eval
-    from .tasks import get_task
+    from ..evaluation.runner import print_summary, run_eval
+    from ..evaluation.tasks import get_task
 
     t = get_task(task)
     settings = decoding_settings(
@@ -91,18 +108,9 @@ def eval_command(
         seed=seed,
         sets=sets,
     )
-    if timeout <= 0:
-        raise S2D2Error(f"--timeout must be > 0, got {timeout}")
-    if memory_mb < 64:
-        raise S2D2Error(f"--memory-mb must be >= 64, got {memory_mb}")
+    _check_code_limits(timeout, memory_mb)
     problems = t.load(data, limit)  # data errors before the (slow) model load
-    m = load(model, device=device, dtype=dtype)
-    settings.setdefault("max_new_tokens", t.max_new_tokens)
-    cfg = m.make_config(**settings)
-    if m.tokenizer is None:
-        raise S2D2Error(f"model {model} has no tokenizer: evaluation needs text prompts")
-    if chat and not getattr(m.tokenizer, "chat_template", None):
-        raise S2D2Error(f"model {model} has no chat template; drop --chat")
+    m, cfg = _load_for_eval(model, settings, t.max_new_tokens, chat=chat, device=device, dtype=dtype)
     report = run_eval(
         t,
         problems,
@@ -118,6 +126,36 @@ def eval_command(
     print_summary(report.summary, out=out)
 
 
+def _check_code_limits(timeout: float, memory_mb: int) -> None:
+    """``--timeout`` and ``--memory-mb`` (the limits of a code task's test run) must be usable."""
+    if timeout <= 0:
+        raise S2D2Error(f"--timeout must be > 0, got {timeout}")
+    if memory_mb < 64:
+        raise S2D2Error(f"--memory-mb must be >= 64, got {memory_mb}")
+
+
+def _load_for_eval(
+    model: str,
+    settings: dict[str, Any],
+    max_new_tokens: int,
+    *,
+    chat: bool | None,
+    device: str | None,
+    dtype: str | None,
+) -> tuple[Any, Any]:
+    """Load ``model`` and build its decoding config (the task's ``max_new_tokens`` unless given)."""
+    from ..model import load
+
+    m = load(model, device=device, dtype=dtype)
+    settings.setdefault("max_new_tokens", max_new_tokens)
+    cfg = m.make_config(**settings)
+    if m.tokenizer is None:
+        raise S2D2Error(f"model {model} has no tokenizer: evaluation needs text prompts")
+    if chat and not getattr(m.tokenizer, "chat_template", None):
+        raise S2D2Error(f"model {model} has no chat template; drop --chat")
+    return m, cfg
+
+
 def lm_eval_command(ctx: typer.Context) -> None:
     """Run lm-evaluation-harness with the 's2d2' model registered; all arguments go to lm-eval.
 
@@ -127,31 +165,9 @@ def lm_eval_command(ctx: typer.Context) -> None:
     help.
     """
     try:
-        from .lm_eval_model import run_cli
+        from ..evaluation.lm_eval_model import run_cli
     except ImportError as exc:
         if (exc.name or "").split(".")[0] == "lm_eval":
             raise S2D2Error("lm-eval is not installed: pip install lm-eval (or 's2d2[eval]')") from None
         raise
     run_cli(list(ctx.args))
-
-
-# Shared option types of ``s2d2 generate`` (bottom import: see the module docstring).
-from ..cli import (  # noqa: E402
-    BlockOpt,
-    DecoderOpt,
-    DeviceOpt,
-    DtypeOpt,
-    EstimatorOpt,
-    MaxNewOpt,
-    ModelOpt,
-    PolicyOpt,
-    PresetOpt,
-    SeedOpt,
-    SetOpt,
-    StepsOpt,
-    TempOpt,
-    ThresholdOpt,
-    TopKOpt,
-    TopPOpt,
-    decoding_settings,
-)

@@ -1,0 +1,89 @@
+"""What several ``s2d2`` commands share: option types, ``--set`` parsing and option checks.
+
+The aliases are ``Annotated`` types; typer reads them when the command line is built, so a command
+module imports them at its top (they must be in the module's globals, as its annotations are postponed).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Annotated, Any, TypeVar
+
+import typer
+
+from ..errors import S2D2Error
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+# ---------------------------------------------------------------------------------------------- model
+ModelOpt = Annotated[str, typer.Option("--model", "-m", help="Built-in model name or checkpoint directory.")]
+DeviceOpt = Annotated[str | None, typer.Option(help="cpu | cuda (default: cuda if available).")]
+DtypeOpt = Annotated[
+    str | None, typer.Option(help="bf16 | fp16 | fp32 (default: fp32 on CPU, bf16 on CUDA).")
+]
+
+# ---------------------------------------------------------------------------------------------- decoding
+DecoderOpt = Annotated[str | None, typer.Option(help="ar | static | dynamic | eb | s2d2")]
+PresetOpt = Annotated[str | None, typer.Option(help="paper-sdar-a | paper-sdar-b | lossless | ...")]
+BlockOpt = Annotated[int | None, typer.Option("--block-size", help="Block size B.")]
+StepsOpt = Annotated[int | None, typer.Option(help="Denoising steps per block (default: one per position).")]
+ThresholdOpt = Annotated[
+    float | None, typer.Option(help="Confidence threshold tau (dynamic rule / fallback).")
+]
+PolicyOpt = Annotated[str | None, typer.Option(help="never | always | min-span | score | hysteresis | ucb")]
+EstimatorOpt = Annotated[
+    str | None,
+    typer.Option(
+        help="hard-margin | hard-entropy | confidence-power | clipped-margin | soft-entropy | renyi2"
+    ),
+]
+MaxNewOpt = Annotated[int | None, typer.Option("--max-new-tokens", help="Most tokens to generate.")]
+TempOpt = Annotated[float | None, typer.Option(help="Sampling temperature (0 = greedy).")]
+TopKOpt = Annotated[int | None, typer.Option("--top-k", help="Top-k filter (0 = off).")]
+TopPOpt = Annotated[float | None, typer.Option("--top-p", help="Nucleus filter.")]
+SeedOpt = Annotated[int | None, typer.Option(help="Random seed.")]
+SetOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--set", help="Any other decoding setting as NAME=VALUE (e.g. --set fallback=static). Repeatable."
+    ),
+]
+
+# ---------------------------------------------------------------------------------------------- runs
+ProgressOpt = Annotated[bool, typer.Option(help="Show a progress bar on stderr.")]
+
+
+def parse_sets(pairs: list[str] | None) -> dict[str, Any]:
+    """``["penalty=2", "causal_cache=true"]`` -> typed settings (JSON values where they parse)."""
+    out: dict[str, Any] = {}
+    for pair in pairs or []:
+        if "=" not in pair:
+            raise S2D2Error(f"--set expects NAME=VALUE, got {pair!r}")
+        key, raw = pair.split("=", 1)
+        key = key.strip().replace("-", "_")
+        try:
+            value = json.loads(raw)
+        except json.JSONDecodeError:
+            value = raw
+        out[key] = value
+    return out
+
+
+def decoding_settings(**kw: Any) -> dict[str, Any]:
+    """Collect the explicitly given decoding flags (None = not given)."""
+    sets = parse_sets(kw.pop("sets", None))
+    settings = {k: v for k, v in kw.items() if v is not None}
+    settings.update(sets)
+    return settings
+
+
+def checked_option(flag: str, check: Callable[[T], R], value: T | None) -> R | None:
+    """``check(value)`` (None passes through); its ``ValueError`` becomes a one-line error naming ``flag``."""
+    if value is None:
+        return None
+    try:
+        return check(value)
+    except ValueError as exc:
+        raise S2D2Error(f"{flag}: {exc}") from None

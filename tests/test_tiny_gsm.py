@@ -13,6 +13,12 @@ from hypothesis import strategies as st
 
 from s2d2.tasks import tiny_gsm
 from s2d2.training import tiny
+from s2d2.training.batches import batch_loss, build_batch
+from s2d2.training.dev_eval import decode_ar_cached, decode_batch
+from s2d2.training.ema import WeightEMA
+from s2d2.training.loop import train_tiny
+from s2d2.training.model_io import build_model, sdar_config
+from s2d2.training.schedule import BLOCK_MIX, WARMUP_STEPS, mix_at, parse_block_mix
 
 EQ = re.compile(r"^(\d+) ([-+*/]) (\d+) = (\d+)\.$")
 
@@ -193,7 +199,7 @@ def test_tokenizer_round_trip(tok):
 
 
 def test_sdar_config(tok):
-    cfg = tiny.sdar_config(tok)
+    cfg = sdar_config(tok)
     assert cfg["model_type"] == "sdar" and cfg["architectures"] == ["SDARForCausalLM"]
     assert cfg["mask_token_id"] == tok.mask_token_id and cfg["eos_token_id"] == tok.eos_token_id
     assert cfg["vocab_size"] >= len(tok) and cfg["tie_word_embeddings"] is False
@@ -204,7 +210,7 @@ def test_training_batch_mask_hand_checked():
     M, E, P = 90, 91, 92  # mask, eos, pad ids
     prompt, answer = [10, 11, 12], [13, E]  # x = 10 11 12 13 E | E (pad to block of 2)
     rng = np.random.default_rng(0)
-    b = tiny.build_batch([(prompt, answer)], rng, M, E, P, block_sizes=[2], token_causal=[False])
+    b = build_batch([(prompt, answer)], rng, M, E, P, block_sizes=[2], token_causal=[False])
     ids = b["input_ids"][0].tolist()
     # clean x (6) + noisy copy of blocks 1 and 2 (positions 2..5)
     assert ids[:6] == [10, 11, 12, 13, E, E]
@@ -233,7 +239,7 @@ def test_training_batch_mask_hand_checked():
     assert b["attention_mask"].shape == (1, 1, 10, 10)
     assert b["attention_mask"][0, 0].int().tolist() == expected
     # token-causal clean copy: lower-triangular clean part, noisy rows unchanged
-    bc = tiny.build_batch(
+    bc = build_batch(
         [(prompt, answer)],
         np.random.default_rng(0),
         M,
@@ -251,7 +257,7 @@ def test_training_batch_mask_hand_checked():
 def test_training_batch_ar_copy_shares_the_clean_copy():
     M, E, P = 90, 91, 92
     prompt, answer = [10, 11, 12], [13, E]  # x = 10 11 12 13 E E (B=2)
-    b = tiny.build_batch(
+    b = build_batch(
         [(prompt, answer)], np.random.default_rng(0), M, E, P, block_sizes=[2], token_causal=[True]
     )
     assert b["ar_copy"] == [True]  # default for a token-causal sample with B > 1
@@ -265,7 +271,7 @@ def test_training_batch_ar_copy_shares_the_clean_copy():
     assert not m[6:10, 10:].any() and not m[10:, 6:10].any()
     assert b["targets"].tolist()[-3:] == [13, E, E]
     with pytest.raises(ValueError, match="token-causal"):
-        tiny.build_batch(
+        build_batch(
             [(prompt, answer)], np.random.default_rng(0), M, E, P, [2], token_causal=[False], ar_copy=[True]
         )
 
@@ -274,7 +280,7 @@ def test_training_batch_ar_mode_and_padding():
     M, E, P = 90, 91, 92
     rng = np.random.default_rng(1)
     exs = [([10, 11, 12], [13, 14, E]), ([10, 11], [13, E])]
-    b = tiny.build_batch(exs, rng, M, E, P, block_sizes=[1, 1], token_causal=[False, False])
+    b = build_batch(exs, rng, M, E, P, block_sizes=[1, 1], token_causal=[False, False])
     # B=1: every answer position is masked in the noisy copy; no prompt position is copied
     assert b["input_ids"][0].tolist() == [10, 11, 12, 13, 14, E, M, M, M]
     assert b["input_ids"][1].tolist()[:6] == [10, 11, 13, E, M, M]
@@ -290,61 +296,53 @@ def test_training_batch_ar_mode_and_padding():
 
 
 def test_decode_batch_and_loss_run(tok):
-    cfg = tiny.sdar_config(tok)
-    model = tiny.build_model(cfg, seed=0).eval()
+    cfg = sdar_config(tok)
+    model = build_model(cfg, seed=0).eval()
     probs = tiny_gsm.load_split("dev", 3)
     prompts = [tok.encode(p["question"], add_special_tokens=False) for p in probs]
-    outs, fwd = tiny.decode_batch(
-        model, prompts, 4, 0.9, tok.mask_token_id, tok.eos_token_id, max_new_tokens=8
-    )
+    outs, fwd = decode_batch(model, prompts, 4, 0.9, tok.mask_token_id, tok.eos_token_id, max_new_tokens=8)
     assert len(outs) == 3 and fwd >= 1
-    ar_full, _ = tiny.decode_batch(
-        model, prompts, 1, 1.0, tok.mask_token_id, tok.eos_token_id, max_new_tokens=6
-    )
-    ar_cached, _ = tiny.decode_ar_cached(
-        model, prompts, tok.mask_token_id, tok.eos_token_id, max_new_tokens=6
-    )
+    ar_full, _ = decode_batch(model, prompts, 1, 1.0, tok.mask_token_id, tok.eos_token_id, max_new_tokens=6)
+    ar_cached, _ = decode_ar_cached(model, prompts, tok.mask_token_id, tok.eos_token_id, max_new_tokens=6)
     assert ar_full == ar_cached
     assert all(len(o) <= 12 for o in outs)
     exs = [
         (pr, tok.encode(p["answer"], add_special_tokens=False) + [tok.eos_token_id])
         for pr, p in zip(prompts, probs, strict=True)
     ]
-    batch = tiny.build_batch(
-        exs, np.random.default_rng(0), tok.mask_token_id, tok.eos_token_id, tok.pad_token_id
-    )
-    loss = tiny.batch_loss(model, batch)
+    batch = build_batch(exs, np.random.default_rng(0), tok.mask_token_id, tok.eos_token_id, tok.pad_token_id)
+    loss = batch_loss(model, batch)
     assert torch.isfinite(loss) and 4.0 < float(loss.detach()) < 7.5  # ~ln(320) at init
 
 
 def test_parse_block_mix_and_batches_follow_it():
-    assert tiny.parse_block_mix("1=1") == {1: 1.0}
-    assert tiny.parse_block_mix(" 2=.1, 16=0.25") == {2: 0.1, 16: 0.25}
+    assert parse_block_mix("1=1") == {1: 1.0}
+    assert parse_block_mix(" 2=.1, 16=0.25") == {2: 0.1, 16: 0.25}
     for bad in ["", "1", "0=1", "4=0", "4=-1", "x=1", "4=nan", "4=1,4=2"]:
         with pytest.raises(ValueError, match="block"):
-            tiny.parse_block_mix(bad)
+            parse_block_mix(bad)
     M, E, P = 90, 91, 92
     exs = [([10, 11, 12], [13, 14, 15, E])] * 3
     rng = np.random.default_rng(0)
     for mix, allowed in [({1: 1.0}, {1}), ({4: 1.0, 8: 3.0}, {4, 8})]:
-        batches = [tiny.build_batch(exs, rng, M, E, P, block_mix=mix) for _ in range(20)]
+        batches = [build_batch(exs, rng, M, E, P, block_mix=mix) for _ in range(20)]
         seen = {b for batch in batches for b in batch["block_sizes"]}
         assert seen == allowed
     # AR mode only: every answer position is a loss position, once
-    b = tiny.build_batch(exs, rng, M, E, P, block_mix={1: 1.0})
+    b = build_batch(exs, rng, M, E, P, block_mix={1: 1.0})
     assert b["targets"].tolist() == [13, 14, 15, E] * 3
 
 
 def test_mix_at_ar_phase_then_block_mix():
     mix = {4: 1.0}
-    assert tiny.mix_at(0.0, 0.0, mix) == mix  # no AR phase
-    assert tiny.mix_at(0.0, 0.5, mix) == {1: 1.0}
-    assert tiny.mix_at(0.499, 0.5, None) == {1: 1.0}
-    assert tiny.mix_at(0.5, 0.5, mix) == mix
-    assert tiny.mix_at(0.9, 0.5, None) == tiny.BLOCK_MIX
+    assert mix_at(0.0, 0.0, mix) == mix  # no AR phase
+    assert mix_at(0.0, 0.5, mix) == {1: 1.0}
+    assert mix_at(0.499, 0.5, None) == {1: 1.0}
+    assert mix_at(0.5, 0.5, mix) == mix
+    assert mix_at(0.9, 0.5, None) == BLOCK_MIX
     for bad in (-0.1, 1.0, 2.0):
         with pytest.raises(ValueError, match="ar_first"):
-            tiny.mix_at(0.0, bad, mix)
+            mix_at(0.0, bad, mix)
 
 
 def test_train_tiny_compile_falls_back_to_eager(tmp_path, monkeypatch):
@@ -364,7 +362,7 @@ def test_train_tiny_compile_falls_back_to_eager(tmp_path, monkeypatch):
     threads = torch.get_num_threads()
     try:
         with pytest.warns(UserWarning, match="torch.compile failed .*no C\\+\\+ compiler.*eagerly"):
-            best = tiny.train_tiny(
+            best = train_tiny(
                 3, tmp_path / "run", steps=3, dev_size=4, progress=False, compile=True, ar_first=0.0
             )
     finally:
@@ -396,17 +394,17 @@ def test_train_tiny_cli_trains_resumes_and_loads(tmp_path, capsys):
         from safetensors.torch import load_file
 
         saved = load_file(str(out / "best" / "model.safetensors"))
-        names = [n for n, _ in tiny.build_model(ck["config"]).named_parameters()]
+        names = [n for n, _ in build_model(ck["config"]).named_parameters()]
         assert all(torch.equal(saved[n], e) for n, e in zip(names, ck["ema"]["shadow"], strict=True))
         assert not all(torch.equal(saved[n], ck["model"][n]) for n in names)
         log = [json.loads(line) for line in (out / "train_log.jsonl").read_text().splitlines()]
         assert [r["step"] for r in log if r["kind"] == "eval"] == [12]
         # --ar-first 0.7: AR mode only (B=1) at the start, the block mix from 70% of the budget on
         sizes = {r["step"]: r["block_size"] for r in log if r["kind"] == "train"}
-        assert sizes[1] == 1 and sizes[10] in tiny.BLOCK_MIX
+        assert sizes[1] == 1 and sizes[10] in BLOCK_MIX
         assert json.loads((out / "best" / "config.json").read_text())["model_type"] == "sdar"
         first_lr = [r["lr"] for r in log if r["kind"] == "train" and r["step"] == 1]
-        assert first_lr == [pytest.approx(3e-3 / tiny.WARMUP_STEPS, rel=0.01)]  # --lr is the warm-up's target
+        assert first_lr == [pytest.approx(3e-3 / WARMUP_STEPS, rel=0.01)]  # --lr is the warm-up's target
         # resuming continues from the checkpoint (step 12), not from scratch
         code, _, _ = run_cli(capsys, *args, "--steps", "20")
         assert code == 0
@@ -444,7 +442,7 @@ def test_weight_ema_averages_swaps_and_restores():
     lin = torch.nn.Linear(2, 1, bias=False)
     with torch.no_grad():
         lin.weight.fill_(0.0)
-    ema = tiny.WeightEMA(lin, 0.5)
+    ema = WeightEMA(lin, 0.5)
     with torch.no_grad():
         lin.weight.fill_(1.0)
     ema.update()  # decay min(0.5, 1/10) = 0.1: 0.1 * 0 + 0.9 * 1
@@ -458,12 +456,12 @@ def test_weight_ema_averages_swaps_and_restores():
         assert torch.equal(lin.weight, ema.shadow[0])
     assert torch.equal(lin.weight, torch.ones(1, 2))  # live weights restored
     state = ema.state_dict()
-    other = tiny.WeightEMA(lin, 0.2)
+    other = WeightEMA(lin, 0.2)
     other.load_state_dict(state)
     # the average and its count come back; the decay stays this instance's (a resume may change it)
     assert (other.decay, other.updates) == (0.2, 22) and torch.equal(other.shadow[0], ema.shadow[0])
     with pytest.raises(ValueError, match="EMA decay"):
-        tiny.WeightEMA(lin, 1.0)
+        WeightEMA(lin, 1.0)
 
 
 @pytest.mark.parametrize(

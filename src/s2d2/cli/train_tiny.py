@@ -98,7 +98,9 @@ def train_tiny_command(
     keeps the checkpoint with the best sum of the two accuracies.
     """
     from ..tasks.tiny_gsm import check_hard_focus
-    from ..training.tiny import check_ar_first, check_ema, check_lr, parse_block_mix, train_tiny
+    from ..training.ema import check_ema
+    from ..training.loop import train_tiny
+    from ..training.schedule import check_ar_first, check_lr, parse_block_mix
 
     if minutes <= 0:
         raise S2D2Error(f"--minutes must be > 0, got {minutes}")

@@ -30,6 +30,7 @@ from pathlib import Path
 __all__ = [
     "SPLIT_SEEDS",
     "SPLIT_SIZES",
+    "TOKENIZER_FILES",
     "borrows",
     "build_tokenizer",
     "carries",
@@ -57,6 +58,8 @@ SPLIT_SIZES = {"test": 500, "dev": 1000}
 RESERVED_TEST = 1000
 MAX_VALUE = 999
 MAX_QUESTION_TOKENS = 56
+#: The tiny-gsm tokenizer's files in :func:`tokenizer_dir` (what ``build_tokenizer(directory)`` writes).
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
 
 # --------------------------------------------------------------------------------------------------
 # Vocabulary of the stories
@@ -463,8 +466,9 @@ def data_dir() -> Path:
 
 
 def tokenizer_dir() -> Path:
-    """Directory of the committed tiny-gsm tokenizer (``s2d2/data/tiny_gsm/tokenizer``)."""
-    return data_dir() / "tokenizer"
+    """Directory of the committed tiny-gsm tokenizer: the built-in model's own, ``s2d2/models/tiny-gsm``
+    (its files: :data:`TOKENIZER_FILES`; the directory also holds the model's weights and config)."""
+    return Path(str(resources.files("s2d2.tasks"))).parent / "models" / "tiny-gsm"
 
 
 def load_split(name: str, n: int | None = None) -> list[dict]:

@@ -15,6 +15,7 @@ from .adapters import ModelAdapter, load_adapter
 from .config import DecodeConfig
 from .decoding.stats import GenerationStats, StepTrace
 from .engine.llm_engine import DecodeOutput, LLMEngine
+from .engine.request import check_prompt
 from .errors import ConfigError, ModelLoadError, PromptError, S2D2Error
 
 #: Models shipped inside the package, by name.
@@ -195,17 +196,16 @@ class S2D2Model:
         ids: list[list[int] | None] = []
         failed: dict[int, str] = {}
         for i, prompt in enumerate(prompts):
+            cfg, prompt_ids = None, None
             try:
-                cfgs.append(
-                    self.make_config(config, **{**settings, **(per_request[i] if per_request else {})})
-                )
-                ids.append(self._ids(prompt, chat))
+                cfg = self.make_config(config, **{**settings, **(per_request[i] if per_request else {})})
+                prompt_ids = check_prompt(self._ids(prompt, chat), self.info).tolist()
             except S2D2Error as exc:
                 if errors == "raise":
                     raise
-                cfgs += [None] * (len(cfgs) == i)
-                ids.append(None)
                 failed[i] = str(exc)
+            cfgs.append(cfg)
+            ids.append(prompt_ids)
         live = [i for i in range(len(prompts)) if i not in failed]
         results: list[GenerationResult | None] = [None] * len(prompts)
         for i, msg in failed.items():

@@ -76,6 +76,27 @@ class FastDecoder:
         self.qk_norm = hasattr(attn, "q_norm") and getattr(attn, "use_qk_norm", True)
         param = next(model.parameters())
         self.dtype, self.device = param.dtype, param.device
+        #: on the CPU, explicit attention and fused RMSNorm beat the generic kernels at these sizes
+        self.cpu_kernels = self.device.type == "cpu" and self.dtype == torch.float32
+
+    def _norm(self, module: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
+        """The native RMSNorm (``weight * x / rms(x)``), fused on the CPU in float32."""
+        if self.cpu_kernels:
+            return F.rms_norm(x, module.weight.shape, module.weight, module.variance_epsilon)
+        return module(x)
+
+    def _attend(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor, scale: float
+    ) -> torch.Tensor:
+        """Attention ``[rows, heads, n_q, hd]`` over ``[rows, kv_heads, n_k, hd]`` with a float mask."""
+        if not self.cpu_kernels:
+            gqa = self.n_kv != self.n_heads
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale, enable_gqa=gqa)
+        if self.n_kv != self.n_heads:
+            rep = self.n_heads // self.n_kv
+            k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
+        scores = torch.matmul(q, k.transpose(-1, -2)).mul_(scale).add_(mask)
+        return torch.matmul(torch.softmax(scores, dim=-1), v)
 
     @classmethod
     def supports(cls, model: torch.nn.Module) -> bool:
@@ -122,15 +143,14 @@ class FastDecoder:
         cos, sin = self.rotary(x, pos[None])
         cos, sin = cos[0, :, None], sin[0, :, None]  # [T, 1, rot]
         T, hd, H = ids.numel(), self.head_dim, self.n_heads
-        gqa = self.n_kv != H
         for i, layer in enumerate(self.layers):
             attn = layer.self_attn
-            h = layer.input_layernorm(x)
+            h = self._norm(layer.input_layernorm, x)
             q = attn.q_proj(h).view(T, H, hd)
             k = attn.k_proj(h).view(T, self.n_kv, hd)
             v = attn.v_proj(h).view(T, self.n_kv, hd)
             if self.qk_norm:
-                q, k = attn.q_norm(q), attn.k_norm(k)
+                q, k = self._norm(attn.q_norm, q), self._norm(attn.k_norm, k)
             q, k = _rope(q, cos, sin), _rope(k, cos, sin)
             pk, pv = pool.k[i], pool.v[i]
             pk[write_slot, :, write_col] = k
@@ -141,17 +161,15 @@ class FastDecoder:
                 keys, values = pk[:, :, :n_k].index_select(0, slot_t), pv[:, :, :n_k].index_select(0, slot_t)
             q_pad = q.new_zeros(R, n_q, H, hd)
             q_pad[r_idx, j_idx] = q
-            o = F.scaled_dot_product_attention(
-                q_pad.transpose(1, 2), keys, values, attn_mask=mask, scale=attn.scaling, enable_gqa=gqa
-            )
+            o = self._attend(q_pad.transpose(1, 2), keys, values, mask, attn.scaling)
             o = o.transpose(1, 2)[r_idx, j_idx].reshape(1, T, H * hd)
             x = x + attn.o_proj(o)
-            x = x + layer.mlp(layer.post_attention_layernorm(x))
+            x = x + layer.mlp(self._norm(layer.post_attention_layernorm, x))
         flat = torch.cat([offsets[r] + s.logit_rows for r, s in enumerate(segments)])
         sizes = [s.logit_rows.numel() for s in segments]
         if flat.numel() == 0:
             empty = x.new_zeros(0, self.lm_head.out_features, dtype=torch.float32)
             return [empty for _ in segments]
         chosen = x[0].index_select(0, flat.to(dev))
-        logits = self.lm_head(self.norm(chosen)).float()
+        logits = self.lm_head(self._norm(self.norm, chosen)).float()
         return list(logits.split(sizes))

@@ -9,6 +9,7 @@ as the reference the golden tests compare against) runs them one row at a time a
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,26 @@ from .base import ModelAdapter, ModelInfo, context_mask, draft_mask, verify2l_ma
 from .fastpath import FastDecoder
 from .kv_pool import KVPool, KVState
 from .segment import Segment
+
+
+@functools.lru_cache(maxsize=4096)
+def _draft_mask(
+    m: int, committed: tuple[bool, ...], block_size: int, causal: bool, phase: int
+) -> torch.Tensor:
+    """:func:`draft_mask` among the new tokens, memoised (read-only: segments never mutate masks).
+
+    Masks depend on the block's start only through ``start % block_size`` (``phase``): block- and
+    token-causal relations are invariant under shifts by whole blocks.
+    """
+    start = phase + block_size * (m // block_size + 1)
+    done = torch.tensor(committed, dtype=torch.bool)
+    return draft_mask(0, m, done, block_size=block_size, causal=causal, start=start)
+
+
+@functools.lru_cache(maxsize=4096)
+def _verify_mask(n_first: int, slots: tuple[int, ...]) -> torch.Tensor:
+    """:func:`verify2l_mask` among the new tokens, memoised (read-only)."""
+    return verify2l_mask(0, n_first, list(slots))
 
 
 class DynamicCachePool:
@@ -149,8 +170,8 @@ class HFAdapter(ModelAdapter):
     ) -> Segment:
         m, n = pending.numel(), block.numel()
         assert state.length + m == start, "pending tokens must end where the block starts"
-        committed = block != self.info.mask_token_id
-        mask = draft_mask(0, m, committed, block_size=block_size, causal=causal, start=start)
+        committed = tuple(t != self.info.mask_token_id for t in block.tolist()) if causal else (False,) * n
+        mask = _draft_mask(m, committed, block_size, causal, start % block_size)
         ids = torch.cat([pending, block]) if m else block
         pos = torch.arange(start - m, start + n)
         return Segment(state, ids, pos, mask, keep=m, logit_rows=Segment.last_rows(m + n, n))
@@ -164,7 +185,7 @@ class HFAdapter(ModelAdapter):
         second = torch.full((len(slots),), self.info.mask_token_id, dtype=filled.dtype)
         ids = torch.cat([first, second])
         pos = torch.cat([torch.arange(start, start + n_first), start + torch.tensor(slots, dtype=torch.long)])
-        mask = verify2l_mask(0, n_first, slots)
+        mask = _verify_mask(n_first, tuple(slots))
         return Segment(state, ids, pos, mask, keep=0, logit_rows=Segment.last_rows(ids.numel(), len(slots)))
 
     # ------------------------------------------------------------------ helpers for subclasses

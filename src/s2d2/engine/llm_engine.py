@@ -22,7 +22,7 @@ from ..errors import PromptError, S2D2Error
 from .request import Request, Status, check_prompt
 from .runner import ModelRunner
 from .scheduler import Scheduler
-from .step import advance, postprocess
+from .step import advance, draft_probs, postprocess
 
 
 @dataclass
@@ -142,8 +142,10 @@ class LLMEngine:
             except Exception as exc:
                 self._fail(req, exc)
         if rows:
-            for req, logits in zip(rows, self.runner.run(rows, segments), strict=True):
-                self._guarded(req, postprocess, logits)
+            logits = self.runner.run(rows, segments)
+            probs = draft_probs(rows, logits)
+            for req, lg, pr in zip(rows, logits, probs, strict=True):
+                self._guarded(req, postprocess, lg, pr)
         outputs = []
         if self.stream:
             outputs += [o for o in map(self._progress, self.scheduler.running) if o.new_token_ids]

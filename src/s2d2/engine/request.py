@@ -113,6 +113,7 @@ class Request:
         self.limit = min(self.n_prompt + cfg.max_new_tokens, info.max_length)
         stop = set(cfg.stop_token_ids) | (set() if cfg.ignore_eos else set(info.eos_token_ids))
         self.stop_ids = torch.tensor(sorted(stop), dtype=torch.long)
+        self.stop_set = frozenset(stop)
         self.tokens = torch.full((self.limit + cfg.block_size,), info.mask_token_id, dtype=torch.long)
         self.tokens[: self.n_prompt] = self.prompt
         seed = cfg.seed if cfg.seed is not None else random.randrange(2**63)
@@ -136,6 +137,8 @@ class Request:
         self.unit_id = -1
         self.step = 0
         self.hi = 0
+        #: committed (non-mask) positions of the current block before this step (routing's progress)
+        self.n_committed_block = 0
         self.cand = torch.zeros(0, dtype=torch.long)
         self.post_left = 0
         self.in_post = False

@@ -13,6 +13,7 @@ inside the next block's first draft forward, so commits cost no forward of their
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 
 import torch
 
@@ -33,13 +34,6 @@ def _probs(req: Request, logits: torch.Tensor) -> torch.Tensor:
     """``[c, vocab]`` distributions after the request's sampling transforms."""
     c = req.config
     return F.probs_from_logits(_no_mask(req, logits), c.temperature, c.top_k, c.top_p)
-
-
-def _first_stop(req: Request, lo: int, hi: int) -> int | None:
-    if req.stop_ids.numel() == 0 or hi <= lo:
-        return None
-    hits = torch.isin(req.block[lo:hi], req.stop_ids).nonzero()
-    return lo + int(hits[0]) if hits.numel() else None
 
 
 # ------------------------------------------------------------------------------------ the block loop
@@ -95,38 +89,67 @@ def advance(req: Request) -> None:
                 return
             _close_block(req)
             continue
+        blk = req.block.tolist()  # one host copy; the loop's bookkeeping is plain Python from here
         hi = req.n_valid
-        stop = _first_stop(req, req.first_gen, req.n_valid)
+        stop = next((i for i in range(req.first_gen, hi) if blk[i] in req.stop_set), None)
         if stop is not None:
             hi = stop
-            if not bool((req.block[req.first_gen : stop] == mask_id).any()):
+            if mask_id not in blk[req.first_gen : stop]:
                 req.end = req.start + stop
                 _close_block(req)
                 continue
-        cand = (req.block[:hi] == mask_id).nonzero().view(-1)
-        if cand.numel() == 0:
+        cand = [i for i in range(hi) if blk[i] == mask_id]
+        if not cand:
             if cfg.editing_threshold is not None and cfg.post_steps > 0:
                 req.in_post, req.post_left = True, cfg.post_steps  # edit-only passes, masks gone
                 continue
             _close_block(req)
             continue
-        u = int(cand[0]) // req.unit
+        u = cand[0] // req.unit
         if u != req.unit_id:
             req.unit_id, req.step = u, 0
-        req.cand, req.hi = cand[cand < (u + 1) * req.unit], hi
+        cand = [c for c in cand if c < (u + 1) * req.unit]
+        req.cand, req.hi = torch.tensor(cand, dtype=torch.long), hi
+        req.n_committed_block = len(blk) - blk.count(mask_id)
         req.action = "draft"
         return
 
 
 # ----------------------------------------------------------------------------------- after a forward
-def postprocess(req: Request, logits: torch.Tensor) -> None:
-    """Consume the logits of the row's forward (``req.action``), then :func:`advance`."""
+def draft_probs(rows: Sequence[Request], logits: Sequence[torch.Tensor]) -> list[torch.Tensor | None]:
+    """The drafter's distributions ``[c, vocab]`` at each drafting row's candidates, batched.
+
+    Rows with the same sampling transforms share one softmax over their concatenated candidates (rows
+    are independent in it, so a row's values do not depend on its batch-mates). Rows that edit tokens
+    first (LLaDA2.1) and rows that need no draft get None and compute their own.
+    """
+    out: list[torch.Tensor | None] = [None] * len(rows)
+    groups: dict[tuple[float, int, float], list[int]] = {}
+    for i, req in enumerate(rows):
+        c = req.config
+        if req.action == "draft" and c.editing_threshold is None:
+            groups.setdefault((c.temperature, c.top_k, c.top_p), []).append(i)
+    for (temperature, top_k, top_p), idx in groups.items():
+        mask_id = rows[idx[0]].info.mask_token_id
+        picked = torch.cat([logits[i].index_select(0, rows[i].cand) for i in idx])
+        picked[:, mask_id] = float("-inf")
+        probs = F.probs_from_logits(picked, temperature, top_k, top_p)
+        for i, p in zip(idx, probs.split([rows[i].cand.numel() for i in idx]), strict=True):
+            out[i] = p
+    return out
+
+
+def postprocess(req: Request, logits: torch.Tensor, probs: torch.Tensor | None = None) -> None:
+    """Consume the logits of the row's forward (``req.action``), then :func:`advance`.
+
+    ``probs`` may carry the draft distributions at ``req.cand`` computed in a batch (:func:`draft_probs`).
+    """
     action = req.action
     if action == "prefill":
         req.stats.nfe_prefill += 1
     elif action == "draft":
         req.stats.nfe_draft += 1
-        _draft_step(req, logits)
+        _draft_step(req, logits, probs)
     elif action == "post":
         req.stats.nfe_draft += 1
         req.tracer.begin_step(req.start, req.step)
@@ -160,14 +183,15 @@ def _edit(req: Request, logits: torch.Tensor, hi: int) -> int:
     return n
 
 
-def _draft_step(req: Request, logits: torch.Tensor) -> None:
+def _draft_step(req: Request, logits: torch.Tensor, probs: torch.Tensor | None = None) -> None:
     """Sample the drafts, commit a shifted model's slot 0, route; verify next or finish the step."""
     cfg, block, cand = req.config, req.block, req.cand
     req.stats.steps += 1
     req.tracer.begin_step(req.start, req.step)
     if cfg.editing_threshold is not None:
         _edit(req, logits, req.hi)
-    probs = _probs(req, logits[cand])
+    if probs is None:
+        probs = _probs(req, logits[cand])
     drafts = F.sample(probs, req.greedy, req.generator)
     conf = F.token_probs(probs, drafts)
     quota = 1 if req.rule == "eb" else F.quota(req.step, req.unit, cfg.num_steps)
@@ -178,16 +202,17 @@ def _draft_step(req: Request, logits: torch.Tensor) -> None:
         p.done[0] = True
         p.n_committed = p.off = 1
         req.tracer.commit(req.start, int(drafts[0]), "ar")
+        req.n_committed_block += 1
     if req.policy is not None and p.off < cand.numel():
         span_cand = cand[p.off :]
-        contiguous = span_cand - span_cand[0] == torch.arange(span_cand.numel())
-        p.span_n = int(contiguous.long().cumprod(0).sum())
+        slots = span_cand.tolist()
+        p.span_n = next((i for i in range(1, len(slots)) if slots[i] != slots[0] + i), len(slots))
         sp = slice(p.off, p.off + p.span_n)
         p.features = RouteFeatures(
             span_probs=probs[sp],
             span_drafts=drafts[sp],
             block_size=cfg.block_size,
-            progress=float((block != req.info.mask_token_id).sum()) / block.numel(),
+            progress=req.n_committed_block / block.numel(),
             n_dynamic=int((conf[p.off :] > cfg.threshold).sum()),
             config=cfg,
         )
@@ -195,7 +220,7 @@ def _draft_step(req: Request, logits: torch.Tensor) -> None:
             p.verified = True
             p.filled = block.clone()
             p.filled[cand] = drafts
-            p.slots = span_cand[: p.span_n].tolist()
+            p.slots = slots[: p.span_n]
             req.pending = p
             return
     _finish_step(req, p)

@@ -11,13 +11,14 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import s2d2
 from s2d2.tasks import tiny_gsm
 from s2d2.training import tiny
 from s2d2.training.batches import batch_loss, build_batch
-from s2d2.training.dev_eval import decode_ar_cached, decode_batch
+from s2d2.training.dev_eval import DEV_DECODERS, evaluate, live_model
 from s2d2.training.ema import WeightEMA
 from s2d2.training.loop import train_tiny
-from s2d2.training.model_io import build_model, sdar_config
+from s2d2.training.model_io import build_model, save_sdar_dir, sdar_config
 from s2d2.training.schedule import BLOCK_MIX, WARMUP_STEPS, mix_at, parse_block_mix
 
 EQ = re.compile(r"^(\d+) ([-+*/]) (\d+) = (\d+)\.$")
@@ -295,17 +296,23 @@ def test_training_batch_ar_mode_and_padding():
     assert b["targets"].tolist() == [13, 14, E, 13, E]
 
 
-def test_decode_batch_and_loss_run(tok):
+def test_dev_eval_runs_on_the_engine_and_loss(tok, tmp_path):
+    """Dev evaluation decodes the live training model through the engine: the same tokens as the saved
+    checkpoint loaded with ``s2d2.load``."""
     cfg = sdar_config(tok)
     model = build_model(cfg, seed=0).eval()
     probs = tiny_gsm.load_split("dev", 3)
+    live = live_model(model, tok)
+    saved = s2d2.load(save_sdar_dir(model, cfg, tmp_path / "m"), device="cpu", dtype="fp32")
+    for kw in DEV_DECODERS.values():
+        a = live.generate_batch([p["question"] for p in probs], max_new_tokens=8, **kw)
+        b = [saved.generate(p["question"], max_new_tokens=8, **kw) for p in probs]
+        assert [r.token_ids for r in a] == [r.token_ids for r in b]
+    res = evaluate(model, tok, probs)
+    assert set(res) == {"acc_ar", "acc_dyn8", "forwards_ar", "forwards_dyn8", "score"}
+    assert res["forwards_ar"] >= 1 and model.training
+    model.eval()
     prompts = [tok.encode(p["question"], add_special_tokens=False) for p in probs]
-    outs, fwd = decode_batch(model, prompts, 4, 0.9, tok.mask_token_id, tok.eos_token_id, max_new_tokens=8)
-    assert len(outs) == 3 and fwd >= 1
-    ar_full, _ = decode_batch(model, prompts, 1, 1.0, tok.mask_token_id, tok.eos_token_id, max_new_tokens=6)
-    ar_cached, _ = decode_ar_cached(model, prompts, tok.mask_token_id, tok.eos_token_id, max_new_tokens=6)
-    assert ar_full == ar_cached
-    assert all(len(o) <= 12 for o in outs)
     exs = [
         (pr, tok.encode(p["answer"], add_special_tokens=False) + [tok.eos_token_id])
         for pr, p in zip(prompts, probs, strict=True)

@@ -6,9 +6,9 @@ rate follow :mod:`s2d2.training.schedule`. Data: the endless ``tiny_gsm`` traini
 whose additions and subtractions carry or borrow in two or more digit columns, the steps the model gets
 wrong most (:func:`s2d2.tasks.tiny_gsm.keep_probability`).
 
-Model selection: every evaluation decodes the first ``dev_size`` dev problems greedily, batched, in AR mode
-(B=1, :func:`~s2d2.training.dev_eval.decode_ar_cached`, KV cache) and with the dynamic-threshold decoder
-(B=8, tau=0.9, :func:`~s2d2.training.dev_eval.decode_batch`, full recompute). The checkpoint with the
+Model selection: every evaluation decodes the first ``dev_size`` dev problems greedily on the batched
+engine (:func:`~s2d2.training.dev_eval.evaluate`), in AR mode (B=1) and with the dynamic-threshold
+decoder (B=8, tau=0.9). The checkpoint with the
 highest SUM ``acc_ar + acc_dyn8`` is kept (ties: higher AR accuracy, then the earlier one) and written as
 an SDAR-format directory ``out/best/``.
 

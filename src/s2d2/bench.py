@@ -12,6 +12,12 @@ Fairness: configurations are interleaved problem by problem (problem ``i`` runs 
 starting at configuration ``i mod K`` and wrapping round), so machine drift and background load hit
 every configuration alike. The model is warmed up before anything is timed.
 
+Batches: with ``max_num_seqs=N > 1`` the problems run in chunks of N instead (chunk ``c`` runs every
+configuration, starting at ``c mod K``, each as ONE ``generate_batch`` call over the chunk). Accuracy,
+NFE and the other counters are those of ``N = 1`` (the engine is batch invariant; greedy decoding); a
+problem's seconds are then the call's wall time / the chunk's size, so s/problem and tokens/s measure
+the throughput of N rows decoding together.
+
 Definitions (totals over all problems, prefill included): NFE/token = forwards / generated tokens;
 tokens/forward = its inverse; verification rate = verification forwards / generated tokens; acceptance
 rate = accepted / drafted tokens over verified spans (``None`` where nothing was verified); speed-ups
@@ -101,7 +107,7 @@ def _eb(b: int, gamma: float) -> BenchConfig:
     return BenchConfig(f"eb-b{b}-g{_num(gamma)}", {"decoder": "eb", "block_size": b, "gamma": gamma})
 
 
-#: S2D2 routings: short name -> policy settings (ALGORITHM.md section 4 and the paper's settings).
+#: S2D2 routings: short name -> policy settings (docs/METHOD.md section 4 and the paper's settings).
 S2D2_ROUTINGS: dict[str, Callable[[int], dict[str, Any]]] = {
     "always": lambda b: {"policy": "always"},
     "score-static": lambda b: {"policy": "score", "score": "static", "penalty": 1.0, "score_threshold": 0.0},
@@ -396,6 +402,22 @@ def require_matplotlib() -> None:
         raise S2D2Error("plots need matplotlib: pip install matplotlib") from None
 
 
+def _check_batch(model: Any, max_num_seqs: int) -> int:
+    """``max_num_seqs`` if it is an integer >= 1 the model can decode together (its engine's limit)."""
+    if isinstance(max_num_seqs, bool) or not isinstance(max_num_seqs, int) or max_num_seqs < 1:
+        raise S2D2Error(f"max_num_seqs must be an integer >= 1, got {max_num_seqs!r}")
+    if max_num_seqs > 1:
+        if not hasattr(model, "generate_batch"):
+            raise S2D2Error(f"max_num_seqs={max_num_seqs} needs a model with generate_batch")
+        limit = getattr(model, "max_num_seqs", None)
+        if isinstance(limit, int) and limit < max_num_seqs:
+            raise S2D2Error(
+                f"max_num_seqs={max_num_seqs} exceeds the {limit} rows the model decodes together; "
+                f"load it with s2d2.load(..., max_num_seqs={max_num_seqs})"
+            )
+    return max_num_seqs
+
+
 def run_bench(
     model: Any,
     problems: Sequence[dict],
@@ -408,6 +430,7 @@ def run_bench(
     out_dir: str | os.PathLike[str] | None = None,
     progress: bool = False,
     warmup: bool = True,
+    max_num_seqs: int = 1,
 ) -> dict[str, Any]:
     """Run every configuration on every problem (interleaved problem by problem) and summarize.
 
@@ -415,6 +438,8 @@ def run_bench(
     ``question`` and ``final``; ``configs``: a grid name or :class:`BenchConfig` list. Every generation
     is greedy with ``max_new_tokens`` and seed 0. Returns the ``results.json`` dict; with ``out_dir``
     also writes ``problems.jsonl`` (as it goes), ``results.json``, ``table.md`` and the PNG plots there.
+    ``max_num_seqs`` > 1: run chunks of that many problems per ``generate_batch`` call (module docstring);
+    the model must decode at least that many rows together.
     """
     cfgs = get_grid(configs) if isinstance(configs, str) else list(configs)
     problems = list(problems)
@@ -427,6 +452,7 @@ def run_bench(
         raise S2D2Error("configuration names must be unique")
     if getattr(model, "tokenizer", None) is None:
         raise S2D2Error(f"model {getattr(model, 'name', model)} has no tokenizer; bench needs text prompts")
+    batch = _check_batch(model, max_num_seqs)
 
     # every configuration is validated before anything runs
     configs_out: list[dict[str, Any]] = []
@@ -443,12 +469,16 @@ def run_bench(
         require_matplotlib()
         out = _prepare_out_dir(out_dir)
 
-    if warmup:  # one short generation per decoder family, untimed
+    if warmup:  # one short generation (batch) per decoder family, untimed
         seen: set[str] = set()
         for c, dc in zip(cfgs, decode_cfgs, strict=True):
             if c.decoder not in seen:
                 seen.add(c.decoder)
-                model.generate(problems[0]["question"], dc.replace(max_new_tokens=min(8, max_new_tokens)))
+                short = dc.replace(max_new_tokens=min(8, max_new_tokens))
+                if batch == 1:
+                    model.generate(problems[0]["question"], short)
+                else:
+                    model.generate_batch([p["question"] for p in problems[:batch]], short)
 
     from tqdm.auto import tqdm
 
@@ -461,43 +491,52 @@ def run_bench(
         bar = stack.enter_context(
             tqdm(total=len(problems) * K, desc="bench", unit="gen", file=sys.stderr, disable=not progress)
         )
-        for i, prob in enumerate(problems):
-            for j in [(i + r) % K for r in range(K)]:
+
+        def record(i: int, prob: dict, j: int, res: Any, seconds: float) -> None:
+            correct = bool(score_answer(suite, res.text, prob))
+            s = res.stats
+            t = totals[j]
+            t.problems += 1
+            t.correct += int(correct)
+            t.nfe += s.nfe
+            t.nfe_prefill += s.nfe_prefill
+            t.nfe_draft += s.nfe_draft
+            t.nfe_verify += s.nfe_verify
+            t.nfe_commit += s.nfe_commit
+            t.tokens += s.generated_tokens
+            t.verify_steps += s.verify_steps
+            t.drafted += s.drafted
+            t.accepted += s.accepted
+            t.fallback_commits += s.fallback_commits
+            t.full_accepts += s.full_accepts
+            t.seconds += seconds
+            if records is not None:
+                rec = {
+                    "config": cfgs[j].name,
+                    "problem_id": prob.get("id", i),
+                    "correct": correct,
+                    "nfe": s.nfe,
+                    "tokens": s.generated_tokens,
+                    "seconds": round(seconds, 6),
+                    "answer": res.text,
+                    "gold": prob["final"],
+                }
+                records.write(json.dumps(rec) + "\n")
+
+        for c, start in enumerate(range(0, len(problems), batch)):
+            chunk = problems[start : start + batch]
+            for j in [(c + r) % K for r in range(K)]:
                 dc = decode_cfgs[j]
                 t0 = time.perf_counter()
-                res = model.generate(prob["question"], dc)
-                seconds = time.perf_counter() - t0
-                correct = bool(score_answer(suite, res.text, prob))
-                s = res.stats
-                t = totals[j]
-                t.problems += 1
-                t.correct += int(correct)
-                t.nfe += s.nfe
-                t.nfe_prefill += s.nfe_prefill
-                t.nfe_draft += s.nfe_draft
-                t.nfe_verify += s.nfe_verify
-                t.nfe_commit += s.nfe_commit
-                t.tokens += s.generated_tokens
-                t.verify_steps += s.verify_steps
-                t.drafted += s.drafted
-                t.accepted += s.accepted
-                t.fallback_commits += s.fallback_commits
-                t.full_accepts += s.full_accepts
-                t.seconds += seconds
-                if records is not None:
-                    rec = {
-                        "config": cfgs[j].name,
-                        "problem_id": prob.get("id", i),
-                        "correct": correct,
-                        "nfe": s.nfe,
-                        "tokens": s.generated_tokens,
-                        "seconds": round(seconds, 6),
-                        "answer": res.text,
-                        "gold": prob["final"],
-                    }
-                    records.write(json.dumps(rec) + "\n")
+                if batch == 1:  # one problem at a time: exactly the unbatched path
+                    outs = [model.generate(chunk[0]["question"], dc)]
+                else:
+                    outs = model.generate_batch([p["question"] for p in chunk], dc)
+                seconds = (time.perf_counter() - t0) / len(chunk)
+                for k, (prob, res) in enumerate(zip(chunk, outs, strict=True)):
+                    record(start + k, prob, j, res, seconds)
                 bar.set_postfix_str(cfgs[j].name, refresh=False)
-                bar.update(1)
+                bar.update(len(chunk))
 
     runs = [_summarize(c, conf, t) for c, conf, t in zip(cfgs, configs_out, totals, strict=True)]
     _add_speedups(runs, totals)
@@ -506,6 +545,7 @@ def run_bench(
         "suite": suite,
         "split": split,
         "n": len(problems),
+        "max_num_seqs": batch,
         "machine": machine_info(model),
         "runs": runs,
     }
@@ -571,6 +611,9 @@ def render_table(results: dict[str, Any]) -> str:
         f"{results.get('model', '')} on {results.get('suite', '')} {results.get('split', '')}, "
         f"n={results.get('n', '')} (speed-ups per generated token)"
     )
+    batch = results.get("max_num_seqs", 1)
+    if isinstance(batch, int) and batch > 1:
+        title += f"; batches of {batch}: s/problem and tokens/s are the throughput of {batch} rows"
     return "\n".join([title, "", line(TABLE_COLUMNS), sep, *(line(r) for r in rows)]) + "\n"
 
 

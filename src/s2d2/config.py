@@ -29,7 +29,7 @@ SCORES = ("static", "dynamic")
 ACCEPTANCE = ("auto", "strict", "probabilistic")
 LAST_BLOCK = ("truncate", "full")
 
-#: Default parameter of each acceptance estimator (ALGORITHM.md section 4).
+#: Default parameter of each acceptance estimator (docs/METHOD.md section 4).
 ESTIMATOR_DEFAULTS: dict[str, float | None] = {
     "hard-margin": 0.05,
     "hard-entropy": 0.1,

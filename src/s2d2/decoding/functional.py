@@ -123,7 +123,7 @@ def speculative_commit(
 def acceptance_estimate(
     name: str, probs: torch.Tensor, drafts: torch.Tensor, param: float | None
 ) -> torch.Tensor:
-    """Per-token acceptance estimate alpha_i from the drafter's own distributions (ALGORITHM.md 4)."""
+    """Per-token acceptance estimate alpha_i from the drafter's distributions (docs/METHOD.md section 4)."""
     if name == "hard-margin":
         return (margin(probs) > param).float()
     if name == "hard-entropy":

@@ -1,4 +1,4 @@
-"""Routing policies: when is a verification forward worth its cost? (ALGORITHM.md section 4)
+"""Routing policies: when is a verification forward worth its cost? (docs/METHOD.md section 4)
 
 A policy is one class with ``decide(features) -> bool`` and, for learning policies, ``update``. Add a
 policy by writing a class and registering it in :data:`POLICIES` under the name the CLI uses.

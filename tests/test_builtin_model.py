@@ -67,3 +67,21 @@ def test_readme_command_prints_a_correct_worked_answer():
     assert proc.returncode == 0, proc.stderr
     assert "####" in proc.stdout
     assert tiny_gsm.extract_answer(proc.stdout) == "67"
+
+
+def test_words_outside_the_vocabulary_are_named(tiny):
+    import warnings
+
+    from s2d2.model import UnknownWordsWarning
+
+    with pytest.warns(UnknownWordsWarning, match="'capital', 'France'"):
+        tiny.generate("What is the capital of France?", max_new_tokens=4)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        tiny.generate(README_QUESTION, max_new_tokens=4)  # every word known: no warning
+    question = "What is the capital of France?"
+    cmd = [sys.executable, "-m", "s2d2.cli", "generate", question, "--max-new-tokens", "4"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if line.startswith("warning:")]
+    assert len(lines) == 1 and "'capital', 'France'" in lines[0]

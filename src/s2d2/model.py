@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from importlib import resources
@@ -38,6 +39,10 @@ def resolve_model_path(name_or_path: str | os.PathLike[str]) -> Path:
             raise ModelLoadError(f"the built-in model {name!r} is not installed in this package ({path})")
         return path
     return Path(name).expanduser()
+
+
+class UnknownWordsWarning(UserWarning):
+    """A prompt holds words the model's tokenizer does not know (they become its unknown token)."""
 
 
 @dataclass
@@ -114,7 +119,24 @@ class S2D2Model:
             if isinstance(ids, dict) or hasattr(ids, "input_ids"):
                 ids = ids["input_ids"]
             return [int(i) for i in ids]
-        return [int(i) for i in self.tokenizer.encode(prompt, add_special_tokens=False)]
+        enc = self.tokenizer(prompt, add_special_tokens=False, return_offsets_mapping=True)
+        ids = [int(i) for i in enc["input_ids"]]
+        self._warn_unknown_words(prompt, ids, enc.get("offset_mapping"))
+        return ids
+
+    def _warn_unknown_words(self, prompt: str, ids: list[int], offsets: Any) -> None:
+        """Warn (once per prompt) when the tokenizer read words of ``prompt`` as its unknown token."""
+        unk = getattr(self.tokenizer, "unk_token_id", None)
+        if unk is None or unk not in ids:
+            return
+        words = [prompt[a:b] for i, (a, b) in zip(ids, offsets or [], strict=False) if i == unk]
+        names = ", ".join(dict.fromkeys(repr(w) for w in words)) or "some words"
+        warnings.warn(
+            f"the prompt holds words outside the vocabulary of model {self.name}: {names}; it reads them "
+            "as an unknown token, so the answer is unlikely to mean anything",
+            UnknownWordsWarning,
+            stacklevel=5,
+        )
 
     def decode_ids(self, ids: Sequence[int]) -> str:
         stops = set(self.info.eos_token_ids)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import sys
+import warnings
 
 import typer
 
@@ -44,11 +45,17 @@ app.command(
 )(lm_eval_command)
 
 
+def _one_line_warning(message: Warning | str, category: type[Warning], *args: object, **kw: object) -> str:
+    """Warnings on the command line read ``warning: ...`` (one line, no source location)."""
+    return f"warning: {message}\n"
+
+
 def main(argv: list[str] | None = None) -> None:
     """Run the command line on ``argv`` (default: ``sys.argv[1:]``); exits with the command's status."""
     argv = sys.argv[1:] if argv is None else argv
     if not argv:
         argv = ["--help"]
+    warnings.formatwarning = _one_line_warning
     try:
         app(args=argv, standalone_mode=False)
     except S2D2Error as exc:

@@ -53,7 +53,7 @@ DIAGNOSTIC_KEYS = {
     "fallback_commits_per_token",
     "nfe_per_token_by_kind",
 }
-TOP_KEYS = {"model", "suite", "split", "n", "machine", "runs"}
+TOP_KEYS = {"model", "suite", "split", "n", "max_num_seqs", "machine", "runs"}
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 

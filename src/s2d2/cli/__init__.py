@@ -19,6 +19,7 @@ import typer
 
 from ..errors import S2D2Error
 from .bench import bench_command
+from .bench_batch import bench_batch_command
 from .evaluate import eval_command, lm_eval_command
 from .generate import generate_command
 from .train_tiny import train_tiny_command
@@ -38,6 +39,7 @@ app = typer.Typer(
 app.command("generate")(generate_command)
 app.command("train-tiny")(train_tiny_command)
 app.command("bench")(bench_command)
+app.command("bench-batch")(bench_batch_command)
 app.command("eval")(eval_command)
 app.command(
     "lm-eval",

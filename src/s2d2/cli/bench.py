@@ -9,7 +9,7 @@ import typer
 
 from .. import bench
 from ..errors import S2D2Error
-from .options import DeviceOpt, DtypeOpt, MaxNewOpt, ModelOpt, ProgressOpt
+from .options import DeviceOpt, DtypeOpt, MaxNewOpt, ModelOpt, ProgressOpt, check_max_num_seqs
 
 SuiteOpt = Annotated[str, typer.Option(help="Benchmark suite: tiny-gsm.")]
 SplitOpt = Annotated[str, typer.Option(help="Split of the suite: test | dev.")]
@@ -19,6 +19,15 @@ NOpt = Annotated[
 GridOpt = Annotated[str, typer.Option(help="Configurations to run: default | paper | quick.")]
 OutOpt = Annotated[Path | None, typer.Option(help="Output directory (default: runs/bench-GRID).")]
 ThreadsOpt = Annotated[int | None, typer.Option(help="torch CPU threads (default: torch's own choice).")]
+BenchNumSeqsOpt = Annotated[
+    int,
+    typer.Option(
+        "--max-num-seqs",
+        help="Problems decoded together: 1 runs them one at a time (interleaved, fair timing); N > 1 runs "
+        "each configuration on chunks of N problems as one batch. Accuracy and NFE stay the same; "
+        "s/problem is then the batch's wall time / N, and tokens/s then is throughput of N rows.",
+    ),
+]
 
 
 def bench_command(
@@ -30,21 +39,24 @@ def bench_command(
     out: OutOpt = None,
     threads: ThreadsOpt = None,
     max_new_tokens: MaxNewOpt = None,
+    max_num_seqs: BenchNumSeqsOpt = 1,
     progress: ProgressOpt = True,
     device: DeviceOpt = None,
     dtype: DtypeOpt = None,
 ) -> None:
-    """Run a grid of decoding configurations over the same N problems, interleaved problem by problem;
-    print a table and write results.json, problems.jsonl, table.md and accuracy-vs-cost plots to OUT."""
+    """Run a grid of decoding configurations over the same N problems, interleaved problem by problem
+    (or chunk by chunk with --max-num-seqs); print a table and write results.json, problems.jsonl,
+    table.md and accuracy-vs-cost plots to OUT."""
     configs = bench.get_grid(grid)
     problems = bench.load_problems(suite, split, n)
     if threads is not None and threads < 1:
         raise S2D2Error(f"--threads must be >= 1, got {threads}")
     if max_new_tokens is not None and max_new_tokens < 1:
         raise S2D2Error(f"--max-new-tokens must be >= 1, got {max_new_tokens}")
+    check_max_num_seqs(max_num_seqs)
     out_dir = bench.check_out_dir(out if out is not None else Path("runs") / f"bench-{grid}")
     bench.require_matplotlib()
-    m = _load_model(model, device=device, dtype=dtype, threads=threads)
+    m = _load_model(model, device=device, dtype=dtype, threads=threads, max_num_seqs=max_num_seqs)
     results = bench.run_bench(
         m,
         problems,
@@ -55,13 +67,17 @@ def bench_command(
         model_name=model,
         out_dir=out_dir,
         progress=progress,
+        max_num_seqs=max_num_seqs,
     )
     typer.echo(bench.render_table(results))
     typer.echo(f"wrote {', '.join(bench.OUTPUT_FILES)} to {out_dir}", err=True)
 
 
-def _load_model(model: str, *, device: str | None, dtype: str | None, threads: int | None) -> Any:
-    """Set torch's thread count and load ``model``; any loading failure becomes one line."""
+def _load_model(
+    model: str, *, device: str | None, dtype: str | None, threads: int | None, max_num_seqs: int = 1
+) -> Any:
+    """Set torch's thread count and load ``model`` (its engine decoding ``max_num_seqs`` rows together);
+    any loading failure becomes one line."""
     import torch
 
     from ..model import load
@@ -69,7 +85,7 @@ def _load_model(model: str, *, device: str | None, dtype: str | None, threads: i
     if threads is not None:
         torch.set_num_threads(threads)
     try:
-        return load(model, device=device, dtype=dtype)
+        return load(model, device=device, dtype=dtype, max_num_seqs=max_num_seqs)
     except S2D2Error:
         raise
     except Exception as exc:  # a broken checkpoint can fail in many ways; the user needs one line

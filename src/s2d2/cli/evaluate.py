@@ -29,6 +29,7 @@ from .options import (
     ThresholdOpt,
     TopKOpt,
     TopPOpt,
+    check_max_num_seqs,
     decoding_settings,
 )
 
@@ -60,6 +61,14 @@ TimeoutOpt = Annotated[
     float, typer.Option(help="Code tasks: wall-clock limit in seconds for running one problem's tests.")
 ]
 MemoryOpt = Annotated[int, typer.Option("--memory-mb", help="Code tasks: address-space limit of the tests.")]
+EvalNumSeqsOpt = Annotated[
+    int,
+    typer.Option(
+        "--max-num-seqs",
+        help="Problems generated together: N > 1 decodes chunks of N problems as one batch (the same "
+        "outputs; a problem's seconds are then the batch's wall time / N).",
+    ),
+]
 
 
 def eval_command(
@@ -85,6 +94,7 @@ def eval_command(
     timeout: TimeoutOpt = 10.0,
     memory_mb: MemoryOpt = 1536,
     progress: ProgressOpt = True,
+    max_num_seqs: EvalNumSeqsOpt = 1,
     device: DeviceOpt = None,
     dtype: DtypeOpt = None,
 ) -> None:
@@ -109,8 +119,11 @@ def eval_command(
         sets=sets,
     )
     _check_code_limits(timeout, memory_mb)
+    check_max_num_seqs(max_num_seqs)
     problems = t.load(data, limit)  # data errors before the (slow) model load
-    m, cfg = _load_for_eval(model, settings, t.max_new_tokens, chat=chat, device=device, dtype=dtype)
+    m, cfg = _load_for_eval(
+        model, settings, t.max_new_tokens, chat=chat, device=device, dtype=dtype, max_num_seqs=max_num_seqs
+    )
     report = run_eval(
         t,
         problems,
@@ -122,6 +135,7 @@ def eval_command(
         memory_mb=memory_mb,
         progress=progress,
         model_name=model,
+        max_num_seqs=max_num_seqs,
     )
     print_summary(report.summary, out=out)
 
@@ -142,11 +156,12 @@ def _load_for_eval(
     chat: bool | None,
     device: str | None,
     dtype: str | None,
+    max_num_seqs: int = 1,
 ) -> tuple[Any, Any]:
     """Load ``model`` and build its decoding config (the task's ``max_new_tokens`` unless given)."""
     from ..model import load
 
-    m = load(model, device=device, dtype=dtype)
+    m = load(model, device=device, dtype=dtype, max_num_seqs=max_num_seqs)
     settings.setdefault("max_new_tokens", max_new_tokens)
     cfg = m.make_config(**settings)
     if m.tokenizer is None:

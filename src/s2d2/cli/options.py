@@ -53,6 +53,19 @@ SetOpt = Annotated[
 
 # ---------------------------------------------------------------------------------------------- runs
 ProgressOpt = Annotated[bool, typer.Option(help="Show a progress bar on stderr.")]
+MaxNumSeqsOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--max-num-seqs", help="Most rows the batched engine decodes together (default: the library's)."
+    ),
+]
+
+
+def check_max_num_seqs(value: int | None) -> int | None:
+    """``--max-num-seqs`` must be an integer >= 1 (None = not given)."""
+    if value is not None and value < 1:
+        raise S2D2Error(f"--max-num-seqs must be >= 1, got {value}")
+    return value
 
 
 def parse_sets(pairs: list[str] | None) -> dict[str, Any]:

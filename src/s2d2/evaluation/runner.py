@@ -11,7 +11,7 @@ import json
 import sys
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -109,16 +109,24 @@ def run_eval(
     memory_mb: int | None = None,
     progress: bool = True,
     model_name: str | None = None,
+    max_num_seqs: int = 1,
 ) -> EvalReport:
     """Evaluate ``model`` (or the canned ``completions``) on ``problems`` of ``task``.
 
     ``config``: the :class:`~s2d2.config.DecodeConfig` passed to every ``model.generate`` call (validated by
     the caller). ``chat``: wrap prompts in the chat template (None: the task's default for this model).
     ``out``: write one JSON line per problem as it finishes (and ``<out stem>.summary.json`` at the end).
-    ``timeout`` / ``memory_mb``: sandbox limits of code tasks.
+    ``timeout`` / ``memory_mb``: sandbox limits of code tasks. ``max_num_seqs`` > 1: generate chunks of
+    that many problems with one ``model.generate_batch`` call each (the same outputs; a problem's seconds
+    are then the chunk's wall time / its size).
     """
     if model is None and completions is None:
         raise S2D2Error("run_eval needs a model or completions")
+    if isinstance(max_num_seqs, bool) or not isinstance(max_num_seqs, int) or max_num_seqs < 1:
+        raise S2D2Error(f"max_num_seqs must be an integer >= 1, got {max_num_seqs!r}")
+    batched = completions is None and max_num_seqs > 1
+    if batched and not hasattr(model, "generate_batch"):
+        raise S2D2Error(f"max_num_seqs={max_num_seqs} needs a model with generate_batch")
     if chat is None:
         chat = False if model is None else task.default_chat(model)
     sandbox: dict[str, Any] = {}
@@ -146,51 +154,72 @@ def run_eval(
         from tqdm import tqdm
 
         bar = tqdm(total=len(problems), desc=task.name, unit="problem", file=sys.stderr, dynamic_ncols=True)
+
+    def generated(first: int, chunk: list[dict]) -> list[tuple[str, str, GenerationStats, str | None]]:
+        """(prompt, text, stats, generation error) of each problem of ``chunk``."""
+        prompts = [task.prompt(problem, chat) for problem in chunk]
+        if completions is not None:
+            return [
+                (prompt, _completion_for(completions, problem, first + k), GenerationStats(), None)
+                for k, (prompt, problem) in enumerate(zip(prompts, chunk, strict=True))
+            ]
+        if not batched:
+            try:
+                res = model.generate(prompts[0], config, chat=chat)
+                return [(prompts[0], res.text, res.stats, None)]
+            except S2D2Error as exc:  # e.g. a prompt too long for the model: record it, go on
+                return [(prompts[0], "", GenerationStats(), str(exc))]
+        t0 = time.perf_counter()
+        outs = model.generate_batch(prompts, config, chat=chat, errors="return")
+        share = (time.perf_counter() - t0) / len(chunk)
+        rows = []
+        for prompt, res in zip(prompts, outs, strict=True):
+            if res.error is not None:
+                rows.append((prompt, "", GenerationStats(), res.error))
+            else:
+                rows.append((prompt, res.text, replace(res.stats, seconds=share), None))
+        return rows
+
+    def record(problem: dict, prompt: str, text: str, stats: GenerationStats, gen_error: str | None) -> None:
+        if gen_error is not None:
+            score = Score(False, None, "generation_error", gen_error)
+        else:
+            score = task.score(problem, text, chat, **sandbox)
+        totals.add(stats)
+        r = ProblemResult(
+            id=problem["id"],
+            task=task.name,
+            prompt=prompt,
+            completion=text,
+            extracted=score.extracted,
+            gold=task.gold(problem),
+            correct=bool(score.correct),
+            error_kind=score.error_kind,
+            error=score.error,
+            nfe=stats.nfe,
+            tokens=stats.generated_tokens,
+            seconds=round(stats.seconds, 6),
+            exec_seconds=None if score.exec_seconds is None else round(score.exec_seconds, 6),
+            chat=chat,
+            stats=stats.to_dict(),
+        )
+        results.append(r)
+        if r.error_kind:
+            errors[r.error_kind] = errors.get(r.error_kind, 0) + 1
+        if out_f is not None:
+            out_f.write(json.dumps(r.to_json(task.is_code)) + "\n")
+            out_f.flush()
+        if bar is not None:
+            n_ok = sum(x.correct for x in results)
+            bar.set_postfix(acc=f"{n_ok / len(results):.3f}", nfe_tok=f"{totals.nfe_per_token:.2f}")
+            bar.update(1)
+
+    step = max_num_seqs if batched else 1
     try:
-        for i, problem in enumerate(problems):
-            prompt = task.prompt(problem, chat)
-            stats = GenerationStats()
-            gen_error: str | None = None
-            if completions is not None:
-                text = _completion_for(completions, problem, i)
-            else:
-                try:
-                    res = model.generate(prompt, config, chat=chat)
-                    text, stats = res.text, res.stats
-                except S2D2Error as exc:  # e.g. a prompt too long for the model: record it, go on
-                    text, gen_error = "", str(exc)
-            if gen_error is not None:
-                score = Score(False, None, "generation_error", gen_error)
-            else:
-                score = task.score(problem, text, chat, **sandbox)
-            totals.add(stats)
-            r = ProblemResult(
-                id=problem["id"],
-                task=task.name,
-                prompt=prompt,
-                completion=text,
-                extracted=score.extracted,
-                gold=task.gold(problem),
-                correct=bool(score.correct),
-                error_kind=score.error_kind,
-                error=score.error,
-                nfe=stats.nfe,
-                tokens=stats.generated_tokens,
-                seconds=round(stats.seconds, 6),
-                exec_seconds=None if score.exec_seconds is None else round(score.exec_seconds, 6),
-                chat=chat,
-                stats=stats.to_dict(),
-            )
-            results.append(r)
-            if r.error_kind:
-                errors[r.error_kind] = errors.get(r.error_kind, 0) + 1
-            if out_f is not None:
-                out_f.write(json.dumps(r.to_json(task.is_code)) + "\n")
-                out_f.flush()
-            if bar is not None:
-                n_ok = sum(x.correct for x in results)
-                bar.set_postfix(acc=f"{n_ok / len(results):.3f}", nfe_tok=f"{totals.nfe_per_token:.2f}")
-                bar.update(1)
+        for first in range(0, len(problems), step):
+            chunk = problems[first : first + step]
+            for problem, (prompt, text, stats, gen_error) in zip(chunk, generated(first, chunk), strict=True):
+                record(problem, prompt, text, stats, gen_error)
     finally:
         if bar is not None:
             bar.close()

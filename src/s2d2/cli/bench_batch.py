@@ -1,0 +1,60 @@
+"""``s2d2 bench-batch``: output tokens/s of the batched engine by batch limit (:mod:`s2d2.throughput`)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from ..errors import S2D2Error
+from .options import DeviceOpt, DtypeOpt, ModelOpt, ProgressOpt
+
+
+def _int_list(text: str, flag: str) -> list[int]:
+    try:
+        values = [int(x) for x in text.replace(" ", "").split(",") if x]
+    except ValueError:
+        raise S2D2Error(f"{flag} expects comma-separated integers, got {text!r}") from None
+    if not values:
+        raise S2D2Error(f"{flag} is empty")
+    return values
+
+
+def bench_batch_command(
+    model: ModelOpt = "tiny-gsm",
+    n: Annotated[int, typer.Option("--n", help="Test problems decoded per cell.")] = 128,
+    limits: Annotated[str, typer.Option(help="Batch limits (max_num_seqs) to compare.")] = "1,4,16,64",
+    configs: Annotated[
+        str | None, typer.Option(help="Comma-separated configuration names of the default bench grid.")
+    ] = None,
+    max_new_tokens: Annotated[int, typer.Option("--max-new-tokens", help="Most tokens per problem.")] = 64,
+    repeats: Annotated[int, typer.Option(help="Repeats per cell (the table shows medians).")] = 1,
+    threads: Annotated[int | None, typer.Option(help="torch CPU threads (default: torch's own).")] = None,
+    json_out: Annotated[Path | None, typer.Option("--json", help="Also write the results here.")] = None,
+    progress: ProgressOpt = True,
+    device: DeviceOpt = None,
+    dtype: DtypeOpt = None,
+) -> None:
+    """Decode the same N problems with every configuration at every batch limit (interleaved) and print
+    output tokens/s, the speed-up against the first limit, forwards/s, rows per forward and query tokens
+    against the model's measured query-token ceiling."""
+    import torch
+
+    from .. import throughput
+    from ..model import load
+
+    lims = _int_list(limits, "--limits")
+    names = [c for c in configs.split(",") if c] if configs else list(throughput.DEFAULT_CONFIGS)
+    if threads is not None:
+        if threads < 1:
+            raise S2D2Error(f"--threads must be >= 1, got {threads}")
+        torch.set_num_threads(threads)
+    m = load(model, device=device, dtype=dtype)
+    results = throughput.run_throughput(
+        m, n=n, limits=lims, configs=names, max_new_tokens=max_new_tokens, repeats=repeats, progress=progress
+    )
+    typer.echo(throughput.render(results))
+    if json_out is not None:
+        json_out.write_text(json.dumps(results, indent=1) + "\n")

@@ -1,0 +1,192 @@
+"""Throughput of the batched engine: output tokens/s by batch limit, side by side in one run.
+
+For each batch limit (``max_num_seqs``) and configuration, the same problems are decoded on a fresh
+engine over the same model; limits and configurations are interleaved (each repeat visits the limits in
+turn and, within a limit, starts at a rotating configuration) so drift hits all alike, and figures are
+medians over repeats. Reported per cell: output tokens/s (generated tokens only, prompts excluded),
+speed-up against one row, forwards/s, mean rows per forward, query tokens per forward and per second,
+and per configuration the query tokens fed per committed token. The query-token ceiling is measured
+once: the rate of one large packed forward (``ceiling_rows`` x ``ceiling_tokens`` query tokens).
+"""
+
+from __future__ import annotations
+
+import resource
+import statistics
+import sys
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from .bench import BenchConfig, get_grid, load_problems
+from .engine.llm_engine import LLMEngine
+from .errors import S2D2Error
+
+#: The configurations of the throughput table (names of the default bench grid).
+DEFAULT_CONFIGS = (
+    "ar",
+    "dynamic-b8-t0.9",
+    "s2d2-b8-always-strict",
+    "s2d2-b16-always-strict",
+    "s2d2-b8-score-dynamic-strict",
+    "s2d2-b16-score-dynamic-strict",
+    "lossless-b8",
+    "lossless-b16",
+)
+DEFAULT_LIMITS = (1, 4, 16, 64)
+
+
+def pick_configs(names: Sequence[str]) -> list[BenchConfig]:
+    """Configurations of the default bench grid by name (a one-line error for an unknown name)."""
+    grid = {c.name: c for c in get_grid("default")}
+    missing = [n for n in names if n not in grid]
+    if missing:
+        raise S2D2Error(f"unknown configuration {missing[0]!r}; names come from `s2d2 bench --grid default`")
+    return [grid[n] for n in names]
+
+
+def _one_cell(model: Any, prompts: list[list[int]], cfg: Any, limit: int) -> dict[str, float]:
+    """Decode every prompt on a fresh engine with ``limit`` rows; the raw counts of that run."""
+    engine = LLMEngine(model.adapter, max_num_seqs=limit)
+    t0 = time.perf_counter()
+    outs = engine.generate(prompts, [cfg] * len(prompts))
+    seconds = time.perf_counter() - t0
+    c = engine.runner.counters
+    return {
+        "seconds": seconds,
+        "tokens": sum(o.stats.generated_tokens for o in outs),
+        "forwards": c.forwards,
+        "rows": c.rows,
+        "query_tokens": c.query_tokens,
+    }
+
+
+def query_ceiling(model: Any, rows: int = 64, tokens: int = 32, repeats: int = 5) -> float:
+    """Query tokens per second of one packed forward of ``rows`` x ``tokens`` (median of ``repeats``)."""
+    from .adapters.segment import Segment
+
+    ad = model.adapter
+    pool = ad.new_pool()
+    states = [pool.new_state() for _ in range(rows)]
+    ids = torch.randint(5, model.info.vocab_size - 1, (tokens,))
+    ids[ids == model.info.mask_token_id] = 5
+    mask = torch.ones(tokens, tokens, dtype=torch.bool)
+    times = []
+    for _ in range(repeats + 1):
+        segs = [
+            Segment(s, ids, torch.arange(tokens), mask, keep=0, logit_rows=Segment.last_rows(tokens, tokens))
+            for s in states
+        ]
+        t0 = time.perf_counter()
+        ad.run(segs)
+        times.append(time.perf_counter() - t0)
+    return rows * tokens / statistics.median(times[1:])
+
+
+def run_throughput(
+    model: Any,
+    *,
+    n: int = 128,
+    limits: Sequence[int] = DEFAULT_LIMITS,
+    configs: Sequence[str] = DEFAULT_CONFIGS,
+    max_new_tokens: int = 64,
+    repeats: int = 1,
+    split: str = "test",
+    progress: bool = False,
+) -> dict[str, Any]:
+    """Measure every (limit, configuration) cell on the same ``n`` tiny-gsm problems; see the module."""
+    if any(limit < 1 for limit in limits):
+        raise S2D2Error("batch limits must be >= 1")
+    if repeats < 1 or n < 1:
+        raise S2D2Error("--n and --repeats must be >= 1")
+    cfgs = pick_configs(configs)
+    decode_cfgs = [model.make_config(**c.expanded(), max_new_tokens=max_new_tokens, seed=0) for c in cfgs]
+    prompts = [model.encode(p["question"]) for p in load_problems("tiny-gsm", split, n)]
+    _one_cell(model, prompts[:4], decode_cfgs[0], 4)  # warm-up, untimed
+    cells: dict[tuple[int, int], list[dict[str, float]]] = {}
+    from tqdm.auto import tqdm
+
+    total = repeats * len(limits) * len(cfgs)
+    with tqdm(total=total, desc="bench-batch", file=sys.stderr, disable=not progress) as bar:
+        for r in range(repeats):
+            for li, limit in enumerate(limits):
+                k = len(cfgs)
+                for j in [(r + li + s) % k for s in range(k)]:
+                    cells.setdefault((li, j), []).append(_one_cell(model, prompts, decode_cfgs[j], limit))
+                    bar.update(1)
+    peak_rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    return _summarize(cfgs, limits, cells, query_ceiling(model), peak_rss_mb, n, max_new_tokens, repeats)
+
+
+def _summarize(
+    cfgs: list[BenchConfig],
+    limits: Sequence[int],
+    cells: dict[tuple[int, int], list[dict[str, float]]],
+    ceiling: float,
+    peak_rss_mb: float,
+    n: int,
+    max_new_tokens: int,
+    repeats: int,
+) -> dict[str, Any]:
+    rows = []
+    for j, c in enumerate(cfgs):
+        base = None
+        for li, limit in enumerate(limits):
+            runs = cells[(li, j)]
+            sec = statistics.median(x["seconds"] for x in runs)
+            x = runs[0]  # counts are the same in every repeat (greedy, batch invariant)
+            tps = x["tokens"] / sec
+            base = tps if limit == limits[0] else base
+            rows.append(
+                {
+                    "config": c.name,
+                    "max_num_seqs": limit,
+                    "tokens_per_s": round(tps, 1),
+                    "speedup_vs_first_limit": round(tps / base, 2),
+                    "forwards_per_s": round(x["forwards"] / sec, 1),
+                    "mean_rows_per_forward": round(x["rows"] / x["forwards"], 2),
+                    "query_tokens_per_forward": round(x["query_tokens"] / x["forwards"], 1),
+                    "query_tokens_per_s": round(x["query_tokens"] / sec, 1),
+                    "query_tokens_per_token": round(x["query_tokens"] / x["tokens"], 2),
+                    "ceiling_fraction": round(x["query_tokens"] / sec / ceiling, 3),
+                    "seconds": round(sec, 3),
+                    "tokens": int(x["tokens"]),
+                }
+            )
+    return {
+        "n": n,
+        "max_new_tokens": max_new_tokens,
+        "repeats": repeats,
+        "limits": list(limits),
+        "query_ceiling_tokens_per_s": round(ceiling, 1),
+        "peak_rss_mb": round(peak_rss_mb, 1),
+        "threads": torch.get_num_threads(),
+        "rows": rows,
+    }
+
+
+def render(results: dict[str, Any]) -> str:
+    """A Markdown table of :func:`run_throughput`'s result, one line per (configuration, limit)."""
+    cols = (
+        ("config", "configuration"),
+        ("max_num_seqs", "rows"),
+        ("tokens_per_s", "tokens/s"),
+        ("speedup_vs_first_limit", "x one row"),
+        ("forwards_per_s", "forwards/s"),
+        ("mean_rows_per_forward", "rows/forward"),
+        ("query_tokens_per_token", "query tok/token"),
+        ("query_tokens_per_s", "query tok/s"),
+        ("ceiling_fraction", "of ceiling"),
+    )
+    lines = ["| " + " | ".join(h for _, h in cols) + " |", "|" + "---|" * len(cols)]
+    for r in results["rows"]:
+        lines.append("| " + " | ".join(str(r[k]) for k, _ in cols) + " |")
+    lines.append("")
+    lines.append(
+        f"query-token ceiling {results['query_ceiling_tokens_per_s']:.0f} tokens/s (one packed forward); "
+        f"peak RSS {results['peak_rss_mb']:.0f} MB; {results['n']} problems, "
+        f"{results['threads']} threads, median of {results['repeats']}"
+    )
+    return "\n".join(lines)

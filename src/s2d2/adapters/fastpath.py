@@ -40,19 +40,23 @@ def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor
     return torch.cat([rot * cos + _rotate_half(rot) * sin, rest], dim=-1)
 
 
-def batch_mask(segments: Sequence[Segment], n_q: int, n_k: int) -> torch.Tensor:
-    """Float attention mask ``[rows, 1, n_q, n_k]`` (0 = visible, -inf = hidden) of a padded batch.
+def batch_mask(
+    segments: Sequence[Segment], rows: Sequence[int], n_rows: int, n_q: int, n_k: int
+) -> torch.Tensor:
+    """Float attention mask ``[n_rows, 1, n_q, n_k]`` (0 = visible, -inf = hidden) of a padded batch.
 
-    Row r's valid queries see its cached keys ``[0, length)`` and its own new keys as ``mask`` allows;
-    its padding queries see key 0 only (finite output, never read).
+    Segment i occupies attention row ``rows[i]``: its valid queries see its cached keys ``[0, length)``
+    and its own new keys as its ``mask`` allows. Padding queries and rows without a segment see key 0
+    only (finite output, never read).
     """
-    out = torch.full((len(segments), 1, n_q, n_k), float("-inf"))
-    for r, seg in enumerate(segments):
+    out = torch.full((n_rows, 1, n_q, n_k), float("-inf"))
+    out[:, 0, :, 0] = 0.0
+    for r, seg in zip(rows, segments, strict=True):
         ctx, n = seg.state.length, seg.n
+        out[r, 0, :n, 0] = float("-inf")
         out[r, 0, :n, :ctx] = seg.context_bias
         inner = torch.zeros(n, n) if seg.bias is None else seg.bias.float()
         out[r, 0, :n, ctx : ctx + n] = inner.masked_fill(~seg.mask, float("-inf"))
-        out[r, 0, n:, 0] = 0.0
     return out
 
 
@@ -137,8 +141,13 @@ class FastDecoder:
         lengths = torch.tensor([s.state.length for s in segments], device=dev)
         slot_t = torch.tensor(slots, dtype=torch.long, device=dev)
         write_slot, write_col = slot_t[r_idx], lengths[r_idx] + j_idx
-        contiguous = slots == list(range(R))
-        mask = batch_mask(segments, n_q, n_k).to(device=dev, dtype=self.dtype)
+        # Attention rows: the pool's own slots when they are dense enough (keys/values read in place, no
+        # copy), else the segments gathered in order.
+        in_place = max(slots) + 1 <= 2 * R
+        n_rows = max(slots) + 1 if in_place else R
+        rows = slots if in_place else list(range(R))
+        att_row = write_slot if in_place else r_idx
+        mask = batch_mask(segments, rows, n_rows, n_q, n_k).to(device=dev, dtype=self.dtype)
         x = self.embed(ids[None])  # [1, T, hidden]
         cos, sin = self.rotary(x, pos[None])
         cos, sin = cos[0, :, None], sin[0, :, None]  # [T, 1, rot]
@@ -155,14 +164,14 @@ class FastDecoder:
             pk, pv = pool.k[i], pool.v[i]
             pk[write_slot, :, write_col] = k
             pv[write_slot, :, write_col] = v
-            if contiguous:
-                keys, values = pk[:R, :, :n_k], pv[:R, :, :n_k]
+            if in_place:
+                keys, values = pk[:n_rows, :, :n_k], pv[:n_rows, :, :n_k]
             else:
                 keys, values = pk[:, :, :n_k].index_select(0, slot_t), pv[:, :, :n_k].index_select(0, slot_t)
-            q_pad = q.new_zeros(R, n_q, H, hd)
-            q_pad[r_idx, j_idx] = q
+            q_pad = q.new_zeros(n_rows, n_q, H, hd)
+            q_pad[att_row, j_idx] = q
             o = self._attend(q_pad.transpose(1, 2), keys, values, mask, attn.scaling)
-            o = o.transpose(1, 2)[r_idx, j_idx].reshape(1, T, H * hd)
+            o = o.transpose(1, 2)[att_row, j_idx].reshape(1, T, H * hd)
             x = x + attn.o_proj(o)
             x = x + layer.mlp(self._norm(layer.post_attention_layernorm, x))
         flat = torch.cat([offsets[r] + s.logit_rows for r, s in enumerate(segments)])

@@ -22,6 +22,7 @@ from collections.abc import Sequence
 import torch
 import torch.nn.functional as F
 
+from .attention_groups import AttentionGroup, build_groups
 from .kv_pool import KVPool
 from .segment import Segment
 
@@ -38,26 +39,6 @@ def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor
         return x * cos + _rotate_half(x) * sin
     rot, rest = x[..., :rd], x[..., rd:]
     return torch.cat([rot * cos + _rotate_half(rot) * sin, rest], dim=-1)
-
-
-def batch_mask(
-    segments: Sequence[Segment], rows: Sequence[int], n_rows: int, n_q: int, n_k: int
-) -> torch.Tensor:
-    """Float attention mask ``[n_rows, 1, n_q, n_k]`` (0 = visible, -inf = hidden) of a padded batch.
-
-    Segment i occupies attention row ``rows[i]``: its valid queries see its cached keys ``[0, length)``
-    and its own new keys as its ``mask`` allows. Padding queries and rows without a segment see key 0
-    only (finite output, never read).
-    """
-    out = torch.full((n_rows, 1, n_q, n_k), float("-inf"))
-    out[:, 0, :, 0] = 0.0
-    for r, seg in zip(rows, segments, strict=True):
-        ctx, n = seg.state.length, seg.n
-        out[r, 0, :n, 0] = float("-inf")
-        out[r, 0, :n, :ctx] = seg.context_bias
-        inner = torch.zeros(n, n) if seg.bias is None else seg.bias.float()
-        out[r, 0, :n, ctx : ctx + n] = inner.masked_fill(~seg.mask, float("-inf"))
-    return out
 
 
 class FastDecoder:
@@ -124,30 +105,22 @@ class FastDecoder:
         """Run every segment in one forward; return each one's raw logits ``[len(logit_rows), vocab]``.
 
         Tokens of all rows are packed into one ``[T, hidden]`` sequence for the projections and MLPs (no
-        padding work); only attention pads them to ``[rows, heads, n_q, head_dim]``. Each segment's new
-        keys/values are written at its row's cached length; lengths are not advanced here.
+        padding work); only attention pads them, per group of similar lengths
+        (:mod:`~s2d2.adapters.attention_groups`). Each segment's new keys/values are written at its row's
+        cached length; lengths are not advanced here.
         """
-        R = len(segments)
-        n_q = max(s.n for s in segments)
-        n_k = max(s.state.length + s.n for s in segments)
-        slots = [s.state.slot for s in segments]
-        pool.ensure(max(slots) + 1, n_k)
         dev = self.device
-        offsets = torch.tensor([0] + [s.n for s in segments]).cumsum(0)
+        slots = [s.state.slot for s in segments]
+        pool.ensure(max(slots) + 1, max(s.state.length + s.n for s in segments))
+        sizes = torch.tensor([s.n for s in segments])
         ids = torch.cat([s.ids for s in segments]).to(dev)
         pos = torch.cat([s.pos for s in segments]).to(dev)
-        r_idx = torch.repeat_interleave(torch.arange(R), torch.tensor([s.n for s in segments])).to(dev)
-        j_idx = torch.cat([torch.arange(s.n) for s in segments]).to(dev)
-        lengths = torch.tensor([s.state.length for s in segments], device=dev)
-        slot_t = torch.tensor(slots, dtype=torch.long, device=dev)
-        write_slot, write_col = slot_t[r_idx], lengths[r_idx] + j_idx
-        # Attention rows: the pool's own slots when they are dense enough (keys/values read in place, no
-        # copy), else the segments gathered in order.
-        in_place = max(slots) + 1 <= 2 * R
-        n_rows = max(slots) + 1 if in_place else R
-        rows = slots if in_place else list(range(R))
-        att_row = write_slot if in_place else r_idx
-        mask = batch_mask(segments, rows, n_rows, n_q, n_k).to(device=dev, dtype=self.dtype)
+        r_idx = torch.repeat_interleave(torch.arange(len(segments)), sizes)
+        j_idx = torch.cat([torch.arange(s.n) for s in segments])
+        lengths = torch.tensor([s.state.length for s in segments])
+        write_slot = torch.tensor(slots, dtype=torch.long)[r_idx].to(dev)
+        write_col = (lengths[r_idx] + j_idx).to(dev)
+        groups = build_groups(segments, self.dtype, dev)
         x = self.embed(ids[None])  # [1, T, hidden]
         cos, sin = self.rotary(x, pos[None])
         cos, sin = cos[0, :, None], sin[0, :, None]  # [T, 1, rot]
@@ -161,24 +134,37 @@ class FastDecoder:
             if self.qk_norm:
                 q, k = self._norm(attn.q_norm, q), self._norm(attn.k_norm, k)
             q, k = _rope(q, cos, sin), _rope(k, cos, sin)
-            pk, pv = pool.k[i], pool.v[i]
-            pk[write_slot, :, write_col] = k
-            pv[write_slot, :, write_col] = v
-            if in_place:
-                keys, values = pk[:n_rows, :, :n_k], pv[:n_rows, :, :n_k]
-            else:
-                keys, values = pk[:, :, :n_k].index_select(0, slot_t), pv[:, :, :n_k].index_select(0, slot_t)
-            q_pad = q.new_zeros(n_rows, n_q, H, hd)
-            q_pad[att_row, j_idx] = q
-            o = self._attend(q_pad.transpose(1, 2), keys, values, mask, attn.scaling)
-            o = o.transpose(1, 2)[att_row, j_idx].reshape(1, T, H * hd)
-            x = x + attn.o_proj(o)
+            pool.k[i][write_slot, :, write_col] = k
+            pool.v[i][write_slot, :, write_col] = v
+            o = self._grouped_attention(pool, i, q, groups, attn.scaling)
+            x = x + attn.o_proj(o.reshape(1, T, H * hd))
             x = x + layer.mlp(self._norm(layer.post_attention_layernorm, x))
+        offsets = torch.cat([torch.zeros(1, dtype=torch.long), sizes.cumsum(0)])
         flat = torch.cat([offsets[r] + s.logit_rows for r, s in enumerate(segments)])
-        sizes = [s.logit_rows.numel() for s in segments]
         if flat.numel() == 0:
             empty = x.new_zeros(0, self.lm_head.out_features, dtype=torch.float32)
             return [empty for _ in segments]
         chosen = x[0].index_select(0, flat.to(dev))
         logits = self.lm_head(self._norm(self.norm, chosen)).float()
-        return list(logits.split(sizes))
+        return list(logits.split([s.logit_rows.numel() for s in segments]))
+
+    def _grouped_attention(
+        self, pool: KVPool, layer: int, q: torch.Tensor, groups: list[AttentionGroup], scale: float
+    ) -> torch.Tensor:
+        """Attention output ``[T, heads, hd]`` of the packed queries ``q`` ``[T, heads, hd]``."""
+        pk, pv = pool.k[layer], pool.v[layer]
+        single = len(groups) == 1  # then its tokens are the whole packed sequence, in order
+        out = None if single else q.new_empty(q.shape)
+        for g in groups:
+            if g.slots is None:
+                keys, values = pk[: g.n_rows, :, : g.n_k], pv[: g.n_rows, :, : g.n_k]
+            else:
+                keys = pk[:, :, : g.n_k].index_select(0, g.slots)
+                values = pv[:, :, : g.n_k].index_select(0, g.slots)
+            q_pad = q.new_zeros(g.n_rows, g.n_q, self.n_heads, self.head_dim)
+            q_pad[g.row, g.col] = q if single else q[g.tokens]
+            o = self._attend(q_pad.transpose(1, 2), keys, values, g.mask, scale).transpose(1, 2)[g.row, g.col]
+            if single:
+                return o
+            out[g.tokens] = o
+        return out

@@ -1,0 +1,93 @@
+"""How a packed batch's tokens are laid out for attention: rows grouped by segment length.
+
+Projections and MLPs run on all tokens packed together; attention needs each row's queries padded to a
+common length. Padding a batch of one-token decode rows to the length of one prefill row would multiply
+the attention work of every row, so segments are split into groups of similar length (a long group and
+a short group at most), each padded to its own longest segment. A group whose rows are the pool's slots
+densely enough reads keys/values in place; otherwise it gathers its rows' slots.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from .segment import Segment
+
+
+@dataclass
+class AttentionGroup:
+    """Segments attended together. ``tokens`` ``[t]`` index the packed sequence; ``row`` / ``col``
+    ``[t]`` place each token in the padded ``[n_rows, n_q]`` query grid; ``slots`` ``[n_rows]`` are the
+    pool slots to gather (None: read the pool's first ``n_rows`` slots in place); ``mask`` is the float
+    ``[n_rows, 1, n_q, n_k]`` mask."""
+
+    tokens: torch.Tensor
+    row: torch.Tensor
+    col: torch.Tensor
+    n_rows: int
+    n_q: int
+    n_k: int
+    slots: torch.Tensor | None
+    mask: torch.Tensor
+
+
+def group_mask(
+    segments: Sequence[Segment], rows: Sequence[int], n_rows: int, n_q: int, n_k: int
+) -> torch.Tensor:
+    """Float attention mask ``[n_rows, 1, n_q, n_k]`` (0 = visible, -inf = hidden).
+
+    Segment i occupies attention row ``rows[i]``: its valid queries see its cached keys ``[0, length)``
+    and its own new keys as its ``mask`` allows. Padding queries and rows without a segment see key 0
+    only (finite output, never read).
+    """
+    out = torch.full((n_rows, 1, n_q, n_k), float("-inf"))
+    out[:, 0, :, 0] = 0.0
+    for r, seg in zip(rows, segments, strict=True):
+        ctx, n = seg.state.length, seg.n
+        out[r, 0, :n, 0] = float("-inf")
+        out[r, 0, :n, :ctx] = seg.context_bias
+        inner = torch.zeros(n, n) if seg.bias is None else seg.bias.float()
+        out[r, 0, :n, ctx : ctx + n] = inner.masked_fill(~seg.mask, float("-inf"))
+    return out
+
+
+def split_by_length(segments: Sequence[Segment]) -> list[list[int]]:
+    """Segment indices in one group, or two (short, long) when the longest segments are much longer
+    than the typical one (a prefill chunk among decode steps)."""
+    lengths = sorted(s.n for s in segments)
+    typical = lengths[(len(lengths) - 1) // 2]
+    cut = max(4 * typical, 8)
+    if lengths[-1] <= cut or lengths[0] > cut:
+        return [list(range(len(segments)))]
+    short = [i for i, s in enumerate(segments) if s.n <= cut]
+    return [short, [i for i, s in enumerate(segments) if s.n > cut]]
+
+
+def build_groups(
+    segments: Sequence[Segment], dtype: torch.dtype, device: torch.device
+) -> list[AttentionGroup]:
+    """The attention groups of a packed batch (see the module docstring)."""
+    starts = [0]
+    for s in segments[:-1]:
+        starts.append(starts[-1] + s.n)
+    groups = []
+    for idx in split_by_length(segments):
+        segs = [segments[i] for i in idx]
+        slots = [s.state.slot for s in segs]
+        in_place = max(slots) + 1 <= 2 * len(segs)
+        n_rows = max(slots) + 1 if in_place else len(segs)
+        rows = slots if in_place else list(range(len(segs)))
+        n_q = max(s.n for s in segs)
+        n_k = max(s.state.length + s.n for s in segs)
+        tokens = torch.cat([torch.arange(starts[i], starts[i] + segments[i].n) for i in idx])
+        row = torch.cat([torch.full((s.n,), r, dtype=torch.long) for r, s in zip(rows, segs, strict=True)])
+        col = torch.cat([torch.arange(s.n) for s in segs])
+        mask = group_mask(segs, rows, n_rows, n_q, n_k).to(device=device, dtype=dtype)
+        gather = None if in_place else torch.tensor(slots, dtype=torch.long, device=device)
+        groups.append(
+            AttentionGroup(tokens.to(device), row.to(device), col.to(device), n_rows, n_q, n_k, gather, mask)
+        )
+    return groups

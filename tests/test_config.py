@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+import s2d2
 from s2d2 import PRESETS, DecodeConfig
 
 
@@ -93,3 +94,12 @@ def test_explicit_settings_override_presets():
     cfg = DecodeConfig.build(preset="paper-sdar-b", block_size=8, steps=8, threshold=0.95)
     assert (cfg.block_size, cfg.num_steps, cfg.threshold, cfg.policy) == (8, 8, 0.95, "always")
     assert set(PRESETS) >= {"paper-sdar-a", "paper-sdar-b", "lossless"}
+
+
+def test_paper_presets_decode_the_last_block_whole():
+    for name, preset in PRESETS.items():
+        expected = "full" if name.startswith("paper-") else "truncate"
+        assert DecodeConfig.build(preset=name).last_block == expected, name
+    assert DecodeConfig.build(preset="paper-sdar-a", last_block="truncate").last_block == "truncate"
+    with pytest.raises(s2d2.ConfigError, match="last_block"):
+        DecodeConfig.build(last_block="half")

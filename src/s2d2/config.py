@@ -235,16 +235,24 @@ class DecodeConfig:
 
 
 _FAST_DLLM_V2: dict[str, Any] = dict(
-    decoder="s2d2", block_size=32, steps=None, threshold=0.9, fallback="dynamic"
+    decoder="s2d2", block_size=32, steps=None, threshold=0.9, fallback="dynamic", last_block="full"
 )
 _FAST_DLLM_V2_HYSTERESIS: dict[str, Any] = dict(
     policy="hysteresis", score="dynamic", penalty=1.0, hysteresis_on=1.0, hysteresis_off=-5.0
 )
 _LLADA2: dict[str, Any] = dict(
-    decoder="s2d2", block_size=32, steps=None, fallback="dynamic", policy="score", score="static", penalty=4.0
+    decoder="s2d2",
+    block_size=32,
+    steps=None,
+    fallback="dynamic",
+    policy="score",
+    score="static",
+    penalty=4.0,
+    last_block="full",
 )
 
-#: Named presets: partial settings applied before the user's own.
+#: Named presets: partial settings applied before the user's own. The paper presets decode the last block
+#: whole (``last_block="full"``), as the families' reference decoders that produced the paper's figures do.
 PRESETS: dict[str, dict[str, Any]] = {
     # SDAR-8B, B=4: score threshold 0 with a static penalty c=1, soft-entropy estimator.
     "paper-sdar-a": dict(
@@ -259,6 +267,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         fallback="dynamic",
         threshold=0.85,
         causal_cache=True,
+        last_block="full",
     ),
     # SDAR-8B, B=16: verify on every step.
     "paper-sdar-b": dict(
@@ -269,6 +278,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         fallback="dynamic",
         threshold=0.85,
         causal_cache=True,
+        last_block="full",
     ),
     # Fast-dLLM v2 7B (block 32, tau 0.9): sub-blocks of 4 or 16 with hysteresis routing (on 1, off -5,
     # dynamic score, c = 1); whole 32-token sub-blocks with a minimum span of 8.

@@ -1,0 +1,110 @@
+"""``s2d2 serve`` (an OpenAI-compatible server) and ``s2d2 bench-serve`` (its load generator)."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated
+
+import typer
+
+from ..errors import S2D2Error
+from .options import DeviceOpt, DtypeOpt, ModelOpt, PresetOpt
+
+HostOpt = Annotated[str, typer.Option(help="Address to listen on.")]
+PortOpt = Annotated[int, typer.Option(help="Port to listen on.")]
+RowsOpt = Annotated[int, typer.Option("--max-num-seqs", help="Rows the engine decodes together.")]
+QueueOpt = Annotated[int, typer.Option("--max-queue", help="Requests that may wait for a row (then 429).")]
+GraceOpt = Annotated[float, typer.Option(help="Seconds running requests get to finish after SIGTERM.")]
+BodyOpt = Annotated[int, typer.Option("--max-body-bytes", help="Largest request body (413 above).")]
+NameOpt = Annotated[
+    str | None, typer.Option("--served-name", help="Model id clients use (default: --model).")
+]
+LogOpt = Annotated[str, typer.Option("--log-level", help="uvicorn log level.")]
+RayOpt = Annotated[bool, typer.Option("--ray", help="Serve on Ray Serve (the optional extra 'ray').")]
+ReplicasOpt = Annotated[int, typer.Option(help="Ray Serve replicas (with --ray).")]
+
+
+def _need_serve_extra() -> None:
+    try:
+        import fastapi  # noqa: F401
+        import uvicorn  # noqa: F401
+    except ImportError:
+        raise S2D2Error("s2d2 serve needs FastAPI and uvicorn: pip install 's2d2[serve]'") from None
+
+
+def serve_command(
+    model: ModelOpt = "tiny-gsm",
+    host: HostOpt = "127.0.0.1",
+    port: PortOpt = 8000,
+    preset: PresetOpt = None,
+    max_num_seqs: RowsOpt = 16,
+    max_queue: QueueOpt = 64,
+    grace: GraceOpt = 30.0,
+    max_body_bytes: BodyOpt = 1 << 20,
+    served_name: NameOpt = None,
+    device: DeviceOpt = None,
+    dtype: DtypeOpt = None,
+    log_level: LogOpt = "info",
+    ray: RayOpt = False,
+    replicas: ReplicasOpt = 1,
+) -> None:
+    """Serve MODEL over an OpenAI-compatible HTTP API (completions, chat completions, streaming)."""
+    _need_serve_extra()
+    if max_num_seqs < 1 or max_queue < 0 or port < 0 or grace < 0 or max_body_bytes < 1:
+        raise S2D2Error("--max-num-seqs must be >= 1, --max-queue, --port and --grace >= 0")
+    options = dict(
+        preset=preset,
+        max_num_seqs=max_num_seqs,
+        max_queue=max_queue,
+        max_body_bytes=max_body_bytes,
+        served_name=served_name,
+    )
+    if ray:
+        from ..serving.ray import serve_ray
+
+        serve_ray(model, host=host, port=port, replicas=replicas, device=device, dtype=dtype, **options)
+        return
+    from ..model import load
+    from ..serving.app import create_app
+    from ..serving.server import serve
+
+    m = load(model, device=device, dtype=dtype, max_num_seqs=max_num_seqs)
+    app = create_app(m, **options)
+    if not serve(app, host=host, port=port, grace=grace, log_level=log_level):
+        raise typer.Exit(3)
+
+
+UrlOpt = Annotated[str, typer.Option(help="The server's base URL (with or without /v1).")]
+ConcOpt = Annotated[str, typer.Option(help="Concurrency levels, comma-separated.")]
+NOpt = Annotated[int, typer.Option("--n", help="Requests per concurrency level.")]
+MaxTokOpt = Annotated[int, typer.Option("--max-tokens", help="max_tokens of each request.")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print the results as JSON.")]
+TimeoutOpt = Annotated[float, typer.Option(help="Seconds one request may take.")]
+ChatOpt = Annotated[bool, typer.Option(help="Use /v1/chat/completions instead of /v1/completions.")]
+SetsOpt = Annotated[str | None, typer.Option("--s2d2", help="The s2d2 extension object, as JSON.")]
+
+
+def bench_serve_command(
+    url: UrlOpt = "http://127.0.0.1:8000",
+    concurrency: ConcOpt = "1,4,16,32",
+    n: NOpt = 64,
+    max_tokens: MaxTokOpt = 128,
+    chat: ChatOpt = False,
+    s2d2: SetsOpt = None,
+    timeout: TimeoutOpt = 120.0,
+    as_json: JsonOpt = False,
+) -> None:
+    """Load a running server with streaming requests: tokens/s, TTFT and inter-token latency per level."""
+    from ..serving.load import format_table, parse_levels, run_levels
+
+    levels = parse_levels(concurrency)
+    if n < 1 or max_tokens < 1:
+        raise S2D2Error("--n and --max-tokens must be >= 1")
+    try:
+        extension = json.loads(s2d2) if s2d2 else None
+    except json.JSONDecodeError as exc:
+        raise S2D2Error(f"--s2d2 is not valid JSON: {exc}") from None
+    results = run_levels(
+        url, levels, n=n, max_tokens=max_tokens, chat=chat, extension=extension, timeout=timeout
+    )
+    typer.echo(json.dumps(results, indent=2) if as_json else format_table(results))

@@ -1,0 +1,25 @@
+"""An OpenAI-compatible streaming server on the batched engine (``s2d2 serve``).
+
+One concept per module: :mod:`.protocol` (request and response bodies), :mod:`.errors` (OpenAI error
+objects), :mod:`.prepare` (a request -> prompt ids + decoding config), :mod:`.chat` (chat messages ->
+prompt, with the fallback template of models without one), :mod:`.detokenizer` (incremental text),
+:mod:`.engine_thread` (the engine's own thread and per-request queues), :mod:`.responses` (JSON and
+server-sent event bodies), :mod:`.metrics` (Prometheus text), :mod:`.limits` (body size), :mod:`.app`
+(``create_app``), :mod:`.server` (uvicorn with a graceful SIGTERM), :mod:`.load` (``s2d2 bench-serve``).
+
+FastAPI and uvicorn are the optional extra ``serve`` (``pip install 's2d2[serve]'``); nothing here is
+imported by the rest of the library.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["create_app"]
+
+
+def create_app(model: Any, **options: Any) -> Any:
+    """See :func:`s2d2.serving.app.create_app` (imported lazily: FastAPI is an optional extra)."""
+    from .app import create_app as _create_app
+
+    return _create_app(model, **options)

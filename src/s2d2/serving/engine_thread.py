@@ -1,0 +1,205 @@
+"""The engine's own thread: the step loop, a command queue in, one asyncio queue per request out.
+
+:class:`~s2d2.engine.llm_engine.LLMEngine` is not thread-safe, so ONE thread owns it: it runs the step
+loop and is the only caller of ``add_request`` / ``abort``, which the event loop sends it as commands
+through a thread-safe queue (taken between steps, so a new request joins the running batch at the next
+step). Each step's outputs go to their request's asyncio queue with ``loop.call_soon_threadsafe``.
+
+Admission control is here too: at most ``max_num_seqs + max_queue`` requests are in the server at once
+(running, waiting, or on their way to the engine); one more raises :class:`QueueFull` (the app's 429).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import queue
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..config import DecodeConfig
+from ..decoding.stats import GenerationStats
+from ..engine.llm_engine import DecodeOutput, LLMEngine, RequestOutput
+from .metrics import ServerMetrics
+
+log = logging.getLogger("s2d2.serving")
+
+
+class QueueFull(Exception):
+    """The waiting queue is full (answer 429)."""
+
+
+class Draining(Exception):
+    """The server is shutting down and admits nothing new (answer 503)."""
+
+
+@dataclass
+class Submission:
+    """One request on its way through the engine, as the event loop sees it."""
+
+    request_id: str
+    prompt_ids: list[int]
+    config: DecodeConfig
+    loop: asyncio.AbstractEventLoop
+    #: :class:`RequestOutput` items; the last one has ``finished=True``
+    outputs: asyncio.Queue[RequestOutput] = field(default_factory=asyncio.Queue)
+    #: resolves once the engine took the request (or raised its PromptError)
+    accepted: asyncio.Future[None] | None = None
+
+
+class EngineThread:
+    """Owns an :class:`LLMEngine` and runs it (see the module docstring)."""
+
+    def __init__(self, engine: LLMEngine, *, max_queue: int = 64, metrics: ServerMetrics | None = None):
+        if max_queue < 0:
+            raise ValueError(f"max_queue must be >= 0, got {max_queue}")
+        self.engine = engine
+        self.max_queue = max_queue
+        self.metrics = metrics or ServerMetrics()
+        self.capacity = engine.max_num_seqs + max_queue
+        self._commands: queue.Queue[tuple[str, Any]] = queue.Queue()
+        self._subs: dict[str, Submission] = {}
+        self._inflight = 0
+        self._lock = threading.Lock()
+        self._ids = itertools.count()
+        self._thread: threading.Thread | None = None
+        self.draining = False
+        self.error: BaseException | None = None
+
+    # ------------------------------------------------------------------ event-loop side
+    def start(self) -> None:
+        if self._thread is not None:
+            return
+        self._thread = threading.Thread(target=self._run, name="s2d2-engine", daemon=True)
+        self._thread.start()
+
+    def ensure_started(self) -> None:
+        """Start the thread unless it runs (or ran: a stopped engine stays stopped)."""
+        with self._lock:
+            if self._thread is None and not self.draining:
+                self.start()
+
+    @property
+    def alive(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def submit(self, prompt_ids: list[int], config: DecodeConfig) -> Submission:
+        """Queue a request (call from the event loop); raises :class:`QueueFull` or :class:`Draining`."""
+        if self.draining:
+            raise Draining("the server is shutting down")
+        with self._lock:
+            if self._inflight >= self.capacity:
+                raise QueueFull(f"the waiting queue is full ({self.max_queue} requests)")
+            self._inflight += 1
+        loop = asyncio.get_running_loop()
+        sub = Submission(f"req-{next(self._ids)}", prompt_ids, config, loop)
+        sub.accepted = loop.create_future()
+        self._commands.put(("add", sub))
+        return sub
+
+    def abort(self, request_id: str) -> None:
+        """Abort a request (its row is freed at the next step); unknown or finished ids are ignored."""
+        self._commands.put(("abort", request_id))
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Abort what is left, let the thread end, join it."""
+        self.draining = True
+        self._commands.put(("stop", None))
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    # ------------------------------------------------------------------ engine thread
+    def _run(self) -> None:
+        stopping = False
+        while True:
+            busy = self.engine.has_unfinished()
+            stopping = self._take_commands(block=not busy) or stopping
+            if stopping and not self._subs and not self.engine.has_unfinished():
+                break
+            if self.engine.has_unfinished():
+                self._step()
+
+    def _take_commands(self, *, block: bool) -> bool:
+        """Run the queued commands; True if one of them was ``stop``."""
+        stop = False
+        try:
+            item = self._commands.get(timeout=0.1) if block else self._commands.get_nowait()
+        except queue.Empty:
+            return False
+        while True:
+            kind, arg = item
+            if kind == "add":
+                self._add(arg)
+            elif kind == "abort":
+                self._abort(arg)
+            else:
+                stop = True
+                for rid in list(self._subs):
+                    self._abort(rid)
+            try:
+                item = self._commands.get_nowait()
+            except queue.Empty:
+                return stop
+
+    def _add(self, sub: Submission) -> None:
+        try:
+            self.engine.add_request(sub.prompt_ids, sub.config, sub.request_id)
+        except Exception as exc:  # a PromptError (or any bad input): this request alone fails
+            self._release()
+            sub.loop.call_soon_threadsafe(_resolve, sub.accepted, exc)
+            return
+        self._subs[sub.request_id] = sub
+        sub.loop.call_soon_threadsafe(_resolve, sub.accepted, None)
+
+    def _abort(self, request_id: str) -> None:
+        """Abort in the engine; a request still waiting leaves at once, with no engine output: end it here."""
+        running = any(r.request_id == request_id for r in self.engine.scheduler.running)
+        if self.engine.abort(request_id) and not running:
+            out = DecodeOutput([], GenerationStats(), request_id=request_id, status="aborted")
+            self._dispatch([RequestOutput(request_id, [], True, out)])
+            self.metrics.record_engine(self.engine)
+
+    def _step(self) -> None:
+        try:
+            outputs = self.engine.step()
+        except Exception as exc:  # the batched forward itself failed: fail the rows in it, go on
+            log.exception("engine step failed")
+            outputs = self._fail_all(exc)
+        self._dispatch(outputs)
+        self.metrics.record_engine(self.engine)
+
+    def _dispatch(self, outputs: list[RequestOutput]) -> None:
+        for out in outputs:
+            sub = self._subs.get(out.request_id)
+            if sub is None:
+                continue
+            self.metrics.record_tokens(len(out.new_token_ids))
+            if out.finished:
+                del self._subs[out.request_id]
+                self._release()
+                self.metrics.record_finished(out.output, len(sub.prompt_ids))
+            sub.loop.call_soon_threadsafe(sub.outputs.put_nowait, out)
+
+    def _fail_all(self, exc: BaseException) -> list[RequestOutput]:
+        outs = []
+        for rid in [r.request_id for r in self.engine.scheduler.running if r.request_id in self._subs]:
+            self._abort(rid)
+            msg = str(exc).splitlines()[0] if str(exc) else exc.__class__.__name__
+            failed = DecodeOutput([], GenerationStats(), request_id=rid, status="failed", error=msg)
+            outs.append(RequestOutput(rid, [], True, failed))
+        return outs
+
+    def _release(self) -> None:
+        with self._lock:
+            self._inflight -= 1
+
+
+def _resolve(fut: asyncio.Future[None] | None, exc: BaseException | None) -> None:
+    if fut is None or fut.done():
+        return
+    if exc is None:
+        fut.set_result(None)
+    else:
+        fut.set_exception(exc)

@@ -1,0 +1,109 @@
+"""OpenAI-style errors: one exception type for the handlers, and the app-wide exception handlers.
+
+Every error leaves the server as ``{"error": {"message", "type", "param", "code"}}``: validation errors
+(FastAPI's 422) become 400s naming the first bad field, unknown routes 404, wrong methods 405, and an
+unexpected exception a 500 that names no internals (and is logged).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+log = logging.getLogger("s2d2.serving")
+
+#: OpenAI's error ``type`` by HTTP status.
+ERROR_TYPES = {
+    400: "invalid_request_error",
+    404: "invalid_request_error",
+    405: "invalid_request_error",
+    413: "invalid_request_error",
+    429: "rate_limit_exceeded",
+    500: "server_error",
+    503: "server_error",
+}
+
+
+class APIError(Exception):
+    """An error answer: HTTP ``status`` and OpenAI's error fields."""
+
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        *,
+        param: str | None = None,
+        code: str | None = None,
+        type: str | None = None,
+        headers: dict[str, str] | None = None,
+    ):
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.param = param
+        self.code = code
+        self.type = type or ERROR_TYPES.get(status, "invalid_request_error")
+        self.headers = headers
+
+    def body(self) -> dict[str, Any]:
+        return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
+
+    def response(self) -> JSONResponse:
+        return JSONResponse(self.body(), status_code=self.status, headers=self.headers)
+
+
+def bad_request(message: str, param: str | None = None, code: str | None = None) -> APIError:
+    return APIError(400, message, param=param, code=code)
+
+
+def _validation_error(exc: RequestValidationError) -> APIError:
+    errors = exc.errors()
+    if not errors:
+        return bad_request("invalid request body")
+    first = errors[0]
+    if first.get("type") == "json_invalid":
+        return bad_request("the request body is not valid JSON", code="invalid_json")
+    loc = [str(p) for p in first.get("loc", ()) if p != "body"]
+    # union members add their type name to the location (e.g. prompt.str); keep the field path only
+    loc = [p for p in loc if not (p.startswith(("list[", "str", "int")) or p in ("function-after",))]
+    param = ".".join(loc) or None
+    msg = str(first.get("msg", "invalid value"))
+    if first.get("type") == "missing":
+        return bad_request(f"missing required field {param!r}", param=param, code="missing_required_field")
+    if first.get("type") == "model_attributes_type":
+        return bad_request("the request body must be a JSON object", param=param)
+    return bad_request(f"invalid value for {param or 'body'}: {msg}", param=param, code="invalid_value")
+
+
+def install_error_handlers(app: FastAPI, metrics: Any = None) -> None:
+    """Make every error answer an OpenAI error object (``metrics``: counts rejected and invalid ones)."""
+
+    def answer(err: APIError) -> JSONResponse:
+        if metrics is not None and 400 <= err.status < 500:
+            metrics.record_status("rejected" if err.status == 429 else "invalid")
+        return err.response()
+
+    @app.exception_handler(APIError)
+    async def _api_error(request: Request, exc: APIError) -> JSONResponse:
+        return answer(exc)
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        return answer(_validation_error(exc))
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        message = exc.detail if isinstance(exc.detail, str) else "request failed"
+        if exc.status_code == 404:
+            message = f"no route {request.url.path}"
+        return answer(APIError(exc.status_code, message, headers=getattr(exc, "headers", None)))
+
+    @app.exception_handler(Exception)
+    async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
+        log.exception("unexpected error on %s", request.url.path)
+        return APIError(500, "internal server error", code="internal_error").response()

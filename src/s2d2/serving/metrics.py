@@ -1,0 +1,134 @@
+"""Server counters and their Prometheus text exposition (``GET /metrics``).
+
+The engine thread records each step and each finished request; the event loop records what never
+reaches the engine (rejected with 429, invalid with 4xx). A lock keeps the two sides consistent.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from typing import Any
+
+#: Request outcomes counted by ``s2d2_requests_total{status=...}``.
+STATUSES = ("finished", "aborted", "failed", "rejected", "invalid")
+
+
+class ServerMetrics:
+    """What ``/metrics`` reports (see :meth:`render`)."""
+
+    def __init__(self, max_num_seqs: int = 1):
+        self._lock = threading.Lock()
+        self.max_num_seqs = max_num_seqs
+        self.requests: Counter[str] = Counter({s: 0 for s in STATUSES})
+        self.prompt_tokens = 0
+        self.generation_tokens = 0
+        # decoding statistics summed over finished requests
+        self.finished_tokens = 0
+        self.nfe = 0
+        self.steps = 0
+        self.verify_steps = 0
+        self.drafted = 0
+        self.accepted = 0
+        # engine state, refreshed after every step
+        self.forwards = 0
+        self.forward_rows = 0
+        self.query_tokens = 0
+        self.running = 0
+        self.waiting = 0
+
+    # ------------------------------------------------------------------ recording
+    def record_status(self, status: str) -> None:
+        with self._lock:
+            self.requests[status] += 1
+
+    def record_tokens(self, n: int) -> None:
+        with self._lock:
+            self.generation_tokens += n
+
+    def record_finished(self, output: Any, prompt_tokens: int) -> None:
+        """A request left the engine (``output``: its DecodeOutput)."""
+        s = output.stats
+        with self._lock:
+            self.requests[output.status] += 1
+            self.prompt_tokens += prompt_tokens
+            if output.status == "finished":
+                self.finished_tokens += s.generated_tokens
+                self.nfe += s.nfe
+                self.steps += s.steps
+                self.verify_steps += s.verify_steps
+                self.drafted += s.drafted
+                self.accepted += s.accepted
+
+    def record_engine(self, engine: Any) -> None:
+        c = engine.runner.counters
+        with self._lock:
+            self.forwards, self.forward_rows, self.query_tokens = c.forwards, c.rows, c.query_tokens
+            self.running, self.waiting = engine.num_running, engine.num_waiting
+            self.max_num_seqs = engine.max_num_seqs
+
+    # ------------------------------------------------------------------ exposition
+    def snapshot(self) -> dict[str, Any]:
+        with self._lock:
+            return {
+                "requests": dict(self.requests),
+                "running": self.running,
+                "waiting": self.waiting,
+                "forwards": self.forwards,
+                "generation_tokens": self.generation_tokens,
+            }
+
+    def _counters(self) -> list[tuple[str, str, float | int]]:
+        return [
+            ("s2d2_prompt_tokens_total", "Prompt tokens of requests that ran.", self.prompt_tokens),
+            ("s2d2_generation_tokens_total", "Final tokens produced.", self.generation_tokens),
+            ("s2d2_forwards_total", "Batched model forwards.", self.forwards),
+            ("s2d2_forward_rows_total", "Rows summed over forwards.", self.forward_rows),
+            ("s2d2_query_tokens_total", "Query tokens fed to the model.", self.query_tokens),
+            ("s2d2_request_nfe_total", "Forwards of finished requests, per row.", self.nfe),
+            ("s2d2_verify_steps_total", "Verification forwards of finished requests.", self.verify_steps),
+            ("s2d2_drafted_total", "Draft tokens offered to verification.", self.drafted),
+            ("s2d2_accepted_total", "Draft tokens accepted by verification.", self.accepted),
+        ]
+
+    def _gauges(self) -> list[tuple[str, str, float | int]]:
+        def ratio(a: float, b: float) -> float:
+            return float(a / b) if b else 0.0
+
+        mean = ratio(self.forward_rows, self.forwards * self.max_num_seqs)
+        return [
+            (
+                "s2d2_nfe_per_token",
+                "Forwards per generated token (finished requests).",
+                ratio(self.nfe, self.finished_tokens),
+            ),
+            (
+                "s2d2_verification_rate",
+                "Share of decoding steps that verified drafts.",
+                ratio(self.verify_steps, self.steps),
+            ),
+            ("s2d2_acceptance_rate", "Share of drafted tokens accepted.", ratio(self.accepted, self.drafted)),
+            ("s2d2_running_rows", "Rows decoding now.", self.running),
+            ("s2d2_waiting_rows", "Requests waiting for a row.", self.waiting),
+            ("s2d2_max_num_seqs", "Rows the engine decodes together at most.", self.max_num_seqs),
+            (
+                "s2d2_batch_occupancy",
+                "Running rows / max_num_seqs now.",
+                ratio(self.running, self.max_num_seqs),
+            ),
+            ("s2d2_mean_batch_occupancy", "Rows per forward / max_num_seqs, since start.", mean),
+        ]
+
+    def render(self) -> str:
+        """The Prometheus text format (version 0.0.4)."""
+
+        def fmt(value: float | int) -> str:
+            return f"{value:g}" if isinstance(value, float) else str(value)
+
+        with self._lock:
+            lines = ["# HELP s2d2_requests_total Requests by outcome.", "# TYPE s2d2_requests_total counter"]
+            lines += [f's2d2_requests_total{{status="{s}"}} {self.requests[s]}' for s in STATUSES]
+            for kind, series in (("counter", self._counters()), ("gauge", self._gauges())):
+                for name, help_, value in series:
+                    lines += [f"# HELP {name} {help_}", f"# TYPE {name} {kind}", f"{name} {fmt(value)}"]
+        return "\n".join(lines) + "\n"

@@ -97,7 +97,7 @@ def test_explicit_settings_override_presets():
 
 
 def test_paper_presets_decode_the_last_block_whole():
-    for name, preset in PRESETS.items():
+    for name in PRESETS:
         expected = "full" if name.startswith("paper-") else "truncate"
         assert DecodeConfig.build(preset=name).last_block == expected, name
     assert DecodeConfig.build(preset="paper-sdar-a", last_block="truncate").last_block == "truncate"

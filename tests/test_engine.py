@@ -20,6 +20,9 @@ class Spy:
     def new_pool(self):
         return self.inner.new_pool()
 
+    def can_fold_prefill(self, causal):
+        return self.inner.can_fold_prefill(causal)
+
     def prefill_segment(self, state, ids, **kw):
         self.calls.append(("prefill", ids.tolist(), state.length))
         return self.inner.prefill_segment(state, ids, **kw)
@@ -37,7 +40,8 @@ class Spy:
 
 
 def test_prompt_not_multiple_of_block(random_sdar):
-    """Whole blocks are prefilled; the prompt's remainder is committed context of the first block."""
+    """The prompt's whole blocks ride in the first draft forward (written to the cache there, no prefill
+    forward of their own); its remainder is committed context of the first block."""
     spy = Spy(random_sdar.adapter)
     M = spy.info.mask_token_id
     prompt = list(range(10))  # 10 = 2 blocks of 4 + 2
@@ -46,15 +50,30 @@ def test_prompt_not_multiple_of_block(random_sdar):
         prompt,
         DecodeConfig.build(decoder="static", block_size=4, steps=4, max_new_tokens=6, ignore_eos=True),
     )
-    assert spy.calls[0] == ("prefill", list(range(8)), 0)
-    first = spy.calls[1]
-    assert first[0] == "draft" and first[1] == [] and first[3] == 8
+    first = spy.calls[0]
+    assert first[0] == "draft" and first[1] == list(range(8)) and first[3] == 8 and first[4] == 0
     assert first[2] == [8, 9, M, M]
+    assert spy.calls[1][1] == [] and spy.calls[1][4] == 8  # the prompt blocks are cached now
     # the first block's 2 masked positions take 2 steps; then the next block folds the commit of block 1
     nxt = [c for c in spy.calls if c[0] == "draft" and c[3] == 12][0]
     assert nxt[1] == [8, 9] + out.token_ids[:2] and nxt[4] == 8
     assert out.stats.generated_tokens == 6
-    assert out.stats.nfe_prefill == 1 and out.stats.nfe_commit == 0
+    assert out.stats.nfe_prefill == 0 and out.stats.nfe_commit == 0
+
+
+def test_long_prompts_prefill_in_chunks_then_fold(random_sdar):
+    """Past ``prefill_chunk`` positions the prompt is prefilled in whole-block chunks; the rest folds."""
+    from s2d2.engine.llm_engine import LLMEngine
+
+    spy = Spy(random_sdar.adapter)
+    prompt = list(range(1, 31))  # AR: block size 1, so all 30 positions are whole blocks
+    cfg = DecodeConfig.build(decoder="ar", max_new_tokens=3, ignore_eos=True)
+    out = LLMEngine(spy, max_num_seqs=1, prefill_chunk=10).generate([prompt], [cfg])[0]
+    prefills = [c for c in spy.calls if c[0] == "prefill"]
+    assert [(len(c[1]), c[2]) for c in prefills] == [(10, 0), (10, 10)]  # B=1: chunks of 10
+    assert spy.calls[2][0] == "draft" and len(spy.calls[2][1]) == 10 and spy.calls[2][4] == 20
+    assert out.stats.nfe_prefill == 2
+    assert out.token_ids == random_sdar.generate(prompt, **cfg.to_dict()).token_ids
 
 
 def test_prompt_remainder_lossless(random_sdar):
@@ -68,7 +87,8 @@ def test_prompt_remainder_lossless(random_sdar):
 def test_ar_costs_one_forward_per_token(random_sdar):
     out = random_sdar.generate([1, 2, 3], decoder="ar", max_new_tokens=7, ignore_eos=True)
     s = out.stats
-    assert s.generated_tokens == 7 and s.nfe_draft == 7 and s.nfe_prefill == 1 and s.nfe_verify == 0
+    assert s.generated_tokens == 7 and s.nfe_draft == 7 and s.nfe_prefill == 0 and s.nfe_verify == 0
+    assert s.nfe == 7  # the prompt rides in the first draft forward
 
 
 @pytest.mark.parametrize("decoder", ["static", "dynamic", "eb", "s2d2"])

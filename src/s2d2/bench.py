@@ -65,22 +65,22 @@ class BenchConfig:
     @property
     def decoder(self) -> str:
         """The decoder family (``ar``, ``static``, ``dynamic``, ``eb`` or ``s2d2``)."""
-        from .config import PRESETS
-
-        merged = dict(PRESETS.get(self.settings.get("preset", ""), {}))
-        merged.update(self.settings)
-        return str(merged.get("decoder", "s2d2"))
+        return str(self.expanded().get("decoder", "s2d2"))
 
     def expanded(self) -> dict[str, Any]:
-        """The settings with the preset's values written out (explicit settings win)."""
-        from .config import PRESETS
+        """The settings with the preset's values written out (explicit settings win); the preset is a name
+        in :data:`s2d2.config.PRESETS` or a preset file."""
+        from .config import preset_settings
+        from .errors import ConfigError
 
         out: dict[str, Any] = {}
         if "preset" in self.settings:
-            if self.settings["preset"] not in PRESETS:
-                raise S2D2Error(f"configuration {self.name}: unknown preset {self.settings['preset']!r}")
+            try:
+                values = preset_settings(self.settings["preset"])
+            except ConfigError as exc:
+                raise S2D2Error(f"configuration {self.name}: {exc}") from None
             out["preset"] = self.settings["preset"]
-            out.update(PRESETS[self.settings["preset"]])
+            out.update(values)
         out.update({k: v for k, v in self.settings.items() if k != "preset"})
         return out
 

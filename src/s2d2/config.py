@@ -28,6 +28,7 @@ ESTIMATORS = (
 SCORES = ("static", "dynamic")
 ACCEPTANCE = ("auto", "strict", "probabilistic")
 LAST_BLOCK = ("truncate", "full")
+UCB_SCOPES = ("request", "engine")
 
 #: Default parameter of each acceptance estimator (docs/METHOD.md section 4).
 ESTIMATOR_DEFAULTS: dict[str, float | None] = {
@@ -80,6 +81,9 @@ class DecodeConfig:
     min_span: int = 2
     ucb_beta: float = 1.0
     ucb_bins: int = 2
+    #: Whose statistics the UCB bandit learns: ``request`` (each request its own) or ``engine`` (shared by
+    #: every request of one engine with the same settings, and kept across them).
+    ucb_scope: str = "request"
     # --- acceptance ---
     #: ``strict`` accepts iff draft == argmax q; ``probabilistic`` is the paper's min(1, (q/p)^g) rule;
     #: ``auto`` = strict at temperature 0, probabilistic otherwise.
@@ -109,6 +113,16 @@ class DecodeConfig:
     #: every position of the block (as the SDAR and LLaDA2 reference decoders do), then returns the
     #: first ``max_new_tokens``.
     last_block: str = "truncate"
+    # --- fused verification (one forward per step; docs/METHOD.md section 8) ---
+    #: Carry the next step's draft queries ("pre-drafts") in each verification forward, and keep the
+    #: verification's token-causal keys/values of a finished block in the cache.
+    fuse: bool = False
+    #: Pre-draft groups for a first rejection at the k most likely positions of the span.
+    predraft_positions: int = 1
+    #: Per rejection position, also branch on the m most likely correction tokens (drafter's ranking).
+    predraft_tokens: int = 1
+    #: On a pre-draft miss, reuse the stale drafts (verification judges them) instead of drafting afresh.
+    reuse_stale: bool = False
     #: Record a per-step trace of what was committed and how.
     trace: bool = False
 
@@ -141,15 +155,16 @@ class DecodeConfig:
     ) -> DecodeConfig:
         """Merge ``config`` (or the defaults), a preset and explicit settings, then validate.
 
+        ``preset`` is a name in :data:`PRESETS` or a preset file (a value ending in ``.json`` or naming an
+        existing file; see :mod:`s2d2.tuning.preset_file`).
+
         Settings whose value is ``None`` are treated as "not given", except ``steps``, ``seed``,
         ``estimator_param``, ``sub_block_size`` and ``editing_threshold`` where ``None`` is meaningful
         only when given through ``config``.
         """
         base = dataclasses.asdict(config) if config is not None else {}
         if preset is not None:
-            if preset not in PRESETS:
-                raise ConfigError(f"unknown preset {preset!r}; choose one of: {', '.join(sorted(PRESETS))}")
-            base.update(PRESETS[preset])
+            base.update(preset_settings(preset))
         names = {f.name for f in dataclasses.fields(cls)}
         for key, value in settings.items():
             if key not in names:
@@ -188,6 +203,7 @@ class DecodeConfig:
         choice("score", self.score, SCORES)
         choice("acceptance", self.acceptance, ACCEPTANCE)
         choice("last_block", self.last_block, LAST_BLOCK)
+        choice("ucb_scope", self.ucb_scope, UCB_SCOPES)
         if not isinstance(self.block_size, int) or self.block_size < 1:
             fail(f"block_size must be an integer >= 1, got {self.block_size!r}")
         if self.steps is not None:
@@ -232,6 +248,44 @@ class DecodeConfig:
             fail(f"post_steps must be >= 0, got {self.post_steps}")
         if self.decoder == "ar" and self.block_size != 1:
             fail("the ar decoder uses block_size 1")
+        self._validate_fusion(fail)
+
+    def _validate_fusion(self, fail: Any) -> None:
+        """Fused verification is built for strict, always-verify, one-token-quota decoding with a causal
+        cache (the lossless family): there every step verifies and nothing is committed unverified."""
+        if not isinstance(self.predraft_positions, int) or self.predraft_positions < 0:
+            fail(f"predraft_positions must be an integer >= 0, got {self.predraft_positions!r}")
+        if not isinstance(self.predraft_tokens, int) or self.predraft_tokens < 0:
+            fail(f"predraft_tokens must be an integer >= 0, got {self.predraft_tokens!r}")
+        if not self.fuse:
+            return
+        needs = {
+            "decoder='s2d2'": self.decoder == "s2d2",
+            "policy='always'": self.policy == "always",
+            "strict acceptance": self.strict,
+            "causal_cache=true": self.causal_cache,
+            "one token per step (steps = block_size)": self.num_steps == self.block_size,
+            "no sub-blocks": self.sub_block_size in (None, self.block_size),
+            "no token editing": self.editing_threshold is None,
+        }
+        missing = [k for k, ok in needs.items() if not ok]
+        if missing:
+            fail(f"fuse needs {', '.join(missing)} (as in the lossless preset)")
+
+
+def preset_settings(preset: str) -> dict[str, Any]:
+    """The settings of a named preset or of a preset file (a copy); an unknown one is a ``ConfigError``."""
+    if not isinstance(preset, str) or not preset:
+        raise ConfigError(f"preset must be a name or a .json file, got {preset!r}")
+    if preset in PRESETS:
+        return dict(PRESETS[preset])
+    from .tuning.preset_file import looks_like_preset_file, read_preset_file
+
+    if looks_like_preset_file(preset):
+        return read_preset_file(preset).settings
+    raise ConfigError(
+        f"unknown preset {preset!r}; choose one of: {', '.join(sorted(PRESETS))}, or give a PRESET.json file"
+    )
 
 
 _FAST_DLLM_V2: dict[str, Any] = dict(
@@ -249,6 +303,16 @@ _LLADA2: dict[str, Any] = dict(
     score="static",
     penalty=4.0,
     last_block="full",
+)
+
+_LOSSLESS: dict[str, Any] = dict(
+    decoder="s2d2",
+    steps=None,
+    policy="always",
+    acceptance="strict",
+    fallback="static",
+    causal_cache=True,
+    temperature=0.0,
 )
 
 #: Named presets: partial settings applied before the user's own. The paper presets decode the last block
@@ -290,13 +354,7 @@ PRESETS: dict[str, dict[str, Any]] = {
     "paper-llada2-conservative": dict(_LLADA2, threshold=0.95, editing_threshold=0.9, score_threshold=-5.0),
     "paper-llada2-quality": dict(_LLADA2, threshold=0.7, editing_threshold=0.5, score_threshold=0.0),
     # Output equals AR greedy decoding token for token, at any block size.
-    "lossless": dict(
-        decoder="s2d2",
-        steps=None,
-        policy="always",
-        acceptance="strict",
-        fallback="static",
-        causal_cache=True,
-        temperature=0.0,
-    ),
+    "lossless": _LOSSLESS,
+    # The same output in about one forward per step: verification forwards carry the next step's drafts.
+    "lossless-fused": dict(_LOSSLESS, fuse=True, predraft_positions=1, predraft_tokens=1),
 }

@@ -18,6 +18,7 @@ from .decoding.stats import GenerationStats, StepTrace
 from .engine.llm_engine import DecodeOutput, LLMEngine
 from .engine.request import check_prompt
 from .errors import ConfigError, ModelLoadError, PromptError, S2D2Error
+from .tuning.preset_file import MODEL_PRESET_FILE, PresetFile, read_preset_file
 
 #: Models shipped inside the package, by name.
 BUILTIN_MODELS = ("tiny-gsm",)
@@ -75,8 +76,11 @@ class S2D2Model:
         *,
         max_num_seqs: int = DEFAULT_MAX_NUM_SEQS,
         kv_budget_tokens: int | None = None,
+        preset: PresetFile | None = None,
     ):
         self.adapter = adapter
+        #: the checkpoint's own default decoding settings (its ``s2d2_preset.json``), if any
+        self.preset = preset
         self.tokenizer = tokenizer
         self.path = path
         self.name = name or (str(path) if path else adapter.info.family)
@@ -101,10 +105,16 @@ class S2D2Model:
     def info(self):
         return self.adapter.info
 
-    def default_config(self) -> DecodeConfig:
-        """Defaults adapted to the checkpoint (its configured block size)."""
+    def checkpoint_config(self) -> DecodeConfig:
+        """The library's defaults adapted to the checkpoint's configuration (its block size)."""
         bs = self.info.default_block_size
         return DecodeConfig(block_size=int(bs)) if bs else DecodeConfig()
+
+    def default_config(self) -> DecodeConfig:
+        """This model's default settings: :meth:`checkpoint_config` with the model's preset applied."""
+        if self.preset is None:
+            return self.checkpoint_config()
+        return DecodeConfig.build(self.checkpoint_config(), **self.preset.settings)
 
     # ------------------------------------------------------------------ text <-> ids
     def encode(self, prompt: str, *, chat: bool = False) -> list[int]:
@@ -149,10 +159,15 @@ class S2D2Model:
 
     # ------------------------------------------------------------------ generation
     def make_config(self, config: DecodeConfig | None = None, **settings: Any) -> DecodeConfig:
+        """``config`` (default: :meth:`default_config`) with a preset and explicit settings on top.
+
+        An explicit ``preset`` (a name or a PRESET.json file) replaces the model's own preset; explicit
+        settings win over both.
+        """
         preset = settings.pop("preset", None)
-        return DecodeConfig.build(
-            config if config is not None else self.default_config(), preset=preset, **settings
-        )
+        if config is None:
+            config = self.default_config() if preset is None else self.checkpoint_config()
+        return DecodeConfig.build(config, preset=preset, **settings)
 
     def _ids(self, prompt: str | Sequence[int] | torch.Tensor, chat: bool) -> list[int]:
         if isinstance(prompt, str):
@@ -280,6 +295,7 @@ def load(
     dtype: str | None = None,
     max_num_seqs: int = DEFAULT_MAX_NUM_SEQS,
     kv_budget_tokens: int | None = None,
+    use_preset: bool = True,
     **options: Any,
 ) -> S2D2Model:
     """Load a block-diffusion model: a built-in name (``tiny-gsm``) or a local checkpoint directory.
@@ -288,12 +304,22 @@ def load(
     safetensors. ``device``: cpu | cuda (default: cuda if available); ``dtype``: bf16 | fp16 | fp32
     (default: fp32 on CPU, bf16 on CUDA). ``max_num_seqs`` bounds the rows the batched engine decodes
     together and ``kv_budget_tokens`` the cached positions they reserve (engine-wide settings);
-    ``options`` go to the family's loader.
+    ``options`` go to the family's loader. A checkpoint directory holding ``s2d2_preset.json`` (a preset
+    file) gets those settings as its defaults (explicit settings and ``preset=`` still win); pass
+    ``use_preset=False`` to ignore it.
     """
     path = resolve_model_path(name_or_path)
+    preset_path = path / MODEL_PRESET_FILE  # read first: a broken preset file fails before the slow load
+    preset = read_preset_file(preset_path) if use_preset and preset_path.is_file() else None
     adapter = load_adapter(path, device=device, dtype=dtype, **options)
     tokenizer = load_tokenizer(path)
     name = str(name_or_path)
     return S2D2Model(
-        adapter, tokenizer, path, name=name, max_num_seqs=max_num_seqs, kv_budget_tokens=kv_budget_tokens
+        adapter,
+        tokenizer,
+        path,
+        name=name,
+        max_num_seqs=max_num_seqs,
+        kv_budget_tokens=kv_budget_tokens,
+        preset=preset,
     )

@@ -106,6 +106,11 @@ class ModelAdapter(ABC):
         """Run ``segments`` (one per row, rows distinct) as one forward; advance each row's length by
         its ``keep`` and return each segment's logits (after its ``finish``)."""
 
+    def can_fold_prefill(self, causal: bool) -> bool:
+        """Whether a prompt's whole blocks may be written by the first draft forward (as its ``pending``
+        tokens) instead of a prefill forward of their own: true wherever the two compute the same keys."""
+        return True
+
     # ------------------------------------------------------------------ one row alone
     def new_state(self) -> KVState:
         """A fresh row in a pool of its own."""

@@ -19,7 +19,7 @@ import torch
 from .base import ModelAdapter, ModelInfo, context_mask, draft_mask, verify2l_mask
 from .fastpath import FastDecoder
 from .kv_pool import KVPool, KVState
-from .segment import Segment
+from .segment import Predraft, Segment
 
 
 @functools.lru_cache(maxsize=4096)
@@ -187,6 +187,39 @@ class HFAdapter(ModelAdapter):
         pos = torch.cat([torch.arange(start, start + n_first), start + torch.tensor(slots, dtype=torch.long)])
         mask = _verify_mask(n_first, tuple(slots))
         return Segment(state, ids, pos, mask, keep=0, logit_rows=Segment.last_rows(ids.numel(), len(slots)))
+
+    def fused_verify_segment(
+        self,
+        state: KVState,
+        filled: torch.Tensor,
+        *,
+        start: int,
+        slots: list[int],
+        predrafts: Sequence[Predraft],
+    ) -> Segment:
+        """A 2L verification whose first half covers ``filled[: max(slots) + 1]`` (so its keys/values can
+        be kept as the block's cache entries), followed by the ``predrafts`` groups.
+
+        Logit rows: the ``len(slots)`` verification rows, then every row of each group in order.
+        """
+        assert state.length == start, "commit pending tokens (draft) before verifying"
+        n_first = max(slots) + 1
+        ids = [filled[:n_first], torch.full((len(slots),), self.info.mask_token_id, dtype=filled.dtype)]
+        pos = [torch.arange(start, start + n_first), start + torch.tensor(slots, dtype=torch.long)]
+        ids += [g.ids for g in predrafts]
+        pos += [g.pos for g in predrafts]
+        n = n_first + len(slots) + sum(g.ids.numel() for g in predrafts)
+        mask = torch.zeros(n, n, dtype=torch.bool)
+        mask[: n_first + len(slots), : n_first + len(slots)] = _verify_mask(n_first, tuple(slots))
+        at = n_first + len(slots)
+        for g in predrafts:
+            size = g.ids.numel()
+            mask[at : at + size, : g.visible] = True
+            mask[at : at + size, at : at + size] = g.inner
+            at += size
+        return Segment(
+            state, torch.cat(ids), torch.cat(pos), mask, keep=0, logit_rows=torch.arange(n_first, n)
+        )
 
     # ------------------------------------------------------------------ helpers for subclasses
     @staticmethod

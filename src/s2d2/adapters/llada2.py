@@ -211,6 +211,10 @@ class LLaDA2Adapter(HFAdapter):
         seg.logit_rows = Segment.last_rows(seg.n, n_logits)
         return self.run([seg])[0]
 
+    def can_fold_prefill(self, causal: bool) -> bool:
+        """The official prefill mask is additive (nothing masked), unlike a draft's pending rows."""
+        return causal or self.prefill_mask != "official"
+
     def prefill_segment(self, state: KVState, ids: torch.Tensor, *, block_size: int, causal: bool) -> Segment:
         seg = super().prefill_segment(state, ids, block_size=block_size, causal=causal)
         if self.prefill_mask == "official" and not causal:

@@ -47,3 +47,18 @@ class Segment:
     def last_rows(n: int, k: int) -> torch.Tensor:
         """Indices of the last ``k`` of ``n`` rows."""
         return torch.arange(n - k, n, dtype=torch.long)
+
+
+@dataclass
+class Predraft:
+    """A group of next-step draft queries carried by a fused verification forward.
+
+    ``ids`` / ``pos`` ``[g]``: its tokens and absolute positions; its rows see the cache, the first
+    ``visible`` tokens of the verification's first half (the draft-filled block, token-causal) and each
+    other as ``inner`` ``[g, g]`` allows.
+    """
+
+    ids: torch.Tensor
+    pos: torch.Tensor
+    visible: int
+    inner: torch.Tensor

@@ -23,7 +23,9 @@ from .bench_batch import bench_batch_command
 from .evaluate import eval_command, lm_eval_command
 from .generate import generate_command
 from .serve import bench_serve_command, serve_command
+from .trace import trace_command
 from .train_tiny import train_tiny_command
+from .tune import tune_command
 
 __all__ = ["app", "main"]
 
@@ -44,6 +46,8 @@ app.command("bench-batch")(bench_batch_command)
 app.command("eval")(eval_command)
 app.command("serve")(serve_command)
 app.command("bench-serve")(bench_serve_command)
+app.command("tune")(tune_command)
+app.command("trace")(trace_command)
 app.command(
     "lm-eval",
     context_settings={"allow_extra_args": True, "ignore_unknown_options": True, "help_option_names": []},

@@ -17,6 +17,14 @@ NOpt = Annotated[
     int | None, typer.Option("--n", help="Number of problems (the split's first N; default: all).")
 ]
 GridOpt = Annotated[str, typer.Option(help="Configurations to run: default | paper | quick.")]
+BenchPresetOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--preset",
+        help="Also run this preset (a name or a PRESET.json file, e.g. from s2d2 tune) as one more row, "
+        "named after it. Repeatable.",
+    ),
+]
 OutOpt = Annotated[Path | None, typer.Option(help="Output directory (default: runs/bench-GRID).")]
 ThreadsOpt = Annotated[int | None, typer.Option(help="torch CPU threads (default: torch's own choice).")]
 BenchNumSeqsOpt = Annotated[
@@ -36,6 +44,7 @@ def bench_command(
     split: SplitOpt = "test",
     n: NOpt = None,
     grid: GridOpt = "default",
+    preset: BenchPresetOpt = None,
     out: OutOpt = None,
     threads: ThreadsOpt = None,
     max_new_tokens: MaxNewOpt = None,
@@ -46,8 +55,9 @@ def bench_command(
 ) -> None:
     """Run a grid of decoding configurations over the same N problems, interleaved problem by problem
     (or chunk by chunk with --max-num-seqs); print a table and write results.json, problems.jsonl,
-    table.md and accuracy-vs-cost plots to OUT."""
-    configs = bench.get_grid(grid)
+    table.md and accuracy-vs-cost plots to OUT. Rows are decoded over the library's defaults, not over a
+    checkpoint's own s2d2_preset.json (give it with --preset to add it as a row)."""
+    configs = bench.get_grid(grid) + preset_rows(preset)
     problems = bench.load_problems(suite, split, n)
     if threads is not None and threads < 1:
         raise S2D2Error(f"--threads must be >= 1, got {threads}")
@@ -85,9 +95,22 @@ def _load_model(
     if threads is not None:
         torch.set_num_threads(threads)
     try:
-        return load(model, device=device, dtype=dtype, max_num_seqs=max_num_seqs)
+        return load(model, device=device, dtype=dtype, max_num_seqs=max_num_seqs, use_preset=False)
     except S2D2Error:
         raise
     except Exception as exc:  # a broken checkpoint can fail in many ways; the user needs one line
         msg = str(exc).strip().splitlines()[0] if str(exc).strip() else exc.__class__.__name__
         raise S2D2Error(f"cannot load model {model}: {msg}") from None
+
+
+def preset_rows(presets: list[str] | None) -> list[bench.BenchConfig]:
+    """One bench row per ``--preset``: named after the preset file's ``name`` (or the preset's name)."""
+    from ..config import PRESETS, preset_settings
+    from ..tuning.preset_file import read_preset_file
+
+    rows = []
+    for value in presets or []:
+        preset_settings(value)  # an unknown name or a bad file fails here, before the model loads
+        name = value if value in PRESETS else read_preset_file(value).name
+        rows.append(bench.BenchConfig(name, {"preset": value}))
+    return rows

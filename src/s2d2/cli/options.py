@@ -26,7 +26,10 @@ DtypeOpt = Annotated[
 
 # ---------------------------------------------------------------------------------------------- decoding
 DecoderOpt = Annotated[str | None, typer.Option(help="ar | static | dynamic | eb | s2d2")]
-PresetOpt = Annotated[str | None, typer.Option(help="paper-sdar-a | paper-sdar-b | lossless | ...")]
+PresetOpt = Annotated[
+    str | None,
+    typer.Option(help="A named preset (paper-sdar-a | paper-sdar-b | lossless | ...) or a PRESET.json file."),
+]
 BlockOpt = Annotated[int | None, typer.Option("--block-size", help="Block size B.")]
 StepsOpt = Annotated[int | None, typer.Option(help="Denoising steps per block (default: one per position).")]
 ThresholdOpt = Annotated[

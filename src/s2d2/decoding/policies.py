@@ -2,7 +2,8 @@
 
 A policy is one class with ``decide(features) -> bool`` and, for learning policies, ``update``. Add a
 policy by writing a class and registering it in :data:`POLICIES` under the name the CLI uses.
-Policies are created per generation, so their state (hysteresis, bandit statistics) is per row.
+Policies are created per generation, so their state (hysteresis, bandit statistics) is per row, except
+UCB with ``ucb_scope="engine"``, whose statistics the engine's requests share (:mod:`.routing_state`).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import torch
 
 from ..config import DecodeConfig
 from . import functional as F
+from .routing_state import EngineRoutingState
 
 
 @dataclass
@@ -138,9 +140,12 @@ class UCB(Policy):
     name = "ucb"
     ARMS = (True, False)  # verify, skip
 
-    def __init__(self, config: DecodeConfig):
+    def __init__(
+        self, config: DecodeConfig, stats: dict[tuple[int, int, int], dict[bool, _Arm]] | None = None
+    ):
         super().__init__(config)
-        self.stats: dict[tuple[int, int, int], dict[bool, _Arm]] = {}
+        #: context -> arm -> statistics; a shared table (``ucb_scope="engine"``) when one is given
+        self.stats: dict[tuple[int, int, int], dict[bool, _Arm]] = {} if stats is None else stats
 
     def context(self, f: RouteFeatures) -> tuple[int, int, int]:
         k = self.config.ucb_bins
@@ -173,8 +178,13 @@ POLICIES: dict[str, type[Policy]] = {
 }
 
 
-def make_policy(config: DecodeConfig) -> Policy:
+def make_policy(config: DecodeConfig, shared: EngineRoutingState | None = None) -> Policy:
+    """The routing policy of one request. With ``ucb_scope="engine"`` and the engine's ``shared`` state, a
+    UCB policy learns in the table it shares with the engine's other requests of the same settings
+    (:mod:`.routing_state`); without ``shared`` it falls back to its own statistics."""
+    if config.policy == UCB.name and config.ucb_scope == "engine" and shared is not None:
+        return UCB(config, stats=shared.table(config))
     return POLICIES[config.policy](config)
 
 
-__all__ = ["POLICIES", "Policy", "RouteFeatures", "make_policy"]
+__all__ = ["POLICIES", "EngineRoutingState", "Policy", "RouteFeatures", "make_policy"]

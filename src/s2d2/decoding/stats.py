@@ -17,6 +17,9 @@ class StepTrace:
     verified: bool = False
     span: int = 0
     accepted: int = 0
+    #: per commit (same order): the drafter's confidence p(token) and the verifier's probability q(token),
+    #: each None where the step did not report it
+    probs: list[tuple[float | None, float | None]] = field(default_factory=list)
 
 
 @dataclass
@@ -38,6 +41,12 @@ class GenerationStats:
     blocks: int = 0
     fallback_commits: int = 0
     edits: int = 0
+    #: fused verification: steps whose draft came from a pre-draft group (no draft forward), and fused
+    #: verifications whose outcome had no group (the next step drafted afresh or reused stale drafts)
+    predraft_hits: int = 0
+    predraft_misses: int = 0
+    #: tokens fed to the model over all of this request's forwards (the cost of bigger forwards)
+    query_tokens: int = 0
     finish_reason: str = "length"
 
     @property

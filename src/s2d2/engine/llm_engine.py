@@ -17,8 +17,9 @@ import torch
 
 from ..adapters.base import ModelAdapter
 from ..config import DecodeConfig
+from ..decoding.routing_state import EngineRoutingState
 from ..decoding.stats import GenerationStats, StepTrace
-from ..errors import PromptError, S2D2Error
+from ..errors import ConfigError, PromptError, S2D2Error
 from .request import Request, Status, check_prompt
 from .runner import ModelRunner
 from .scheduler import Scheduler
@@ -79,6 +80,8 @@ class LLMEngine:
         self.stream = stream
         self._ids = itertools.count()
         self._emitted: dict[Any, int] = {}
+        #: UCB statistics shared by this engine's requests with ``ucb_scope="engine"``
+        self.routing = EngineRoutingState()
 
     @property
     def max_num_seqs(self) -> int:
@@ -91,7 +94,14 @@ class LLMEngine:
         """Queue a request; returns its id. A bad prompt raises :class:`PromptError` at once."""
         prompt = check_prompt(prompt_ids, self.adapter.info)
         rid = next(self._ids) if request_id is None else request_id
-        req = Request(rid, prompt, config, self.adapter.info)
+        req = Request(rid, prompt, config, self.adapter.info, routing=self.routing)
+        if self.adapter.can_fold_prefill(config.causal_cache):
+            req.fold_limit = self.runner.prefill_chunk
+        if config.fuse and self.adapter.info.shifted:
+            raise ConfigError(
+                "fuse is not available for shifted-prediction models (Fast-dLLM v2): their verification "
+                "is a plain causal forward with no 2L layout to carry pre-drafts"
+            )
         if not self.scheduler.fits_alone(req):
             raise PromptError(
                 f"the request needs {req.kv_need} cached positions (prompt + max_new_tokens + one block), "

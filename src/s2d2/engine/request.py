@@ -21,6 +21,7 @@ from ..adapters.base import ModelInfo
 from ..adapters.kv_pool import KVState
 from ..config import DecodeConfig
 from ..decoding.policies import Policy, RouteFeatures, make_policy
+from ..decoding.routing_state import EngineRoutingState
 from ..decoding.stats import GenerationStats
 from ..errors import PromptError
 from .trace import NullTracer, StepTracer, Tracer
@@ -86,6 +87,8 @@ class PendingVerify:
     #: block slots of the span
     filled: torch.Tensor | None = None
     slots: list[int] = field(default_factory=list)
+    #: fused verification: the pre-draft groups the forward carries (None: a plain 2L verification)
+    groups: list[Any] | None = None
 
 
 @dataclass
@@ -106,6 +109,8 @@ class Request:
     action: str | None = None
     output_ids: list[int] | None = None
     abort_requested: bool = False
+    #: the engine's shared routing statistics (used by UCB with ``ucb_scope="engine"``)
+    routing: EngineRoutingState | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         cfg, info = self.config, self.info
@@ -120,13 +125,15 @@ class Request:
         self.generator = torch.Generator().manual_seed(seed)
         self.greedy = cfg.temperature == 0
         self.rule = cfg.fallback if cfg.decoder == "s2d2" else BASELINE_RULE[cfg.decoder]
-        self.policy: Policy | None = make_policy(cfg) if cfg.decoder == "s2d2" else None
+        self.policy: Policy | None = make_policy(cfg, self.routing) if cfg.decoder == "s2d2" else None
         self.unit = cfg.sub_block_size or cfg.block_size
         if cfg.trace:
             self.tracer = StepTracer()
         # prefill: whole blocks of the prompt go into the cache first
         self.n_pre = self.n_prompt // cfg.block_size * cfg.block_size
-        self.prefilled = 0
+        #: prompt positions the first draft forward may write to the cache itself (its ``pending``), so a
+        #: prompt that fits costs no prefill forward of its own; the engine sets it from its adapter
+        self.fold_limit = 0
         # block position
         self.start = self.n_pre
         self.end: int | None = None
@@ -143,6 +150,8 @@ class Request:
         self.post_left = 0
         self.in_post = False
         self.pending: PendingVerify | None = None
+        #: fused verification: draft logits for the next step from the group of the outcome that happened
+        self.predraft: Any = None
         self.t_start: float | None = None
 
     # ------------------------------------------------------------------ memory and progress

@@ -15,6 +15,7 @@ import torch
 
 from ..adapters.base import ModelAdapter
 from ..adapters.segment import Segment
+from .fusion import predraft_inputs
 from .request import Request
 
 
@@ -54,12 +55,17 @@ class ModelRunner:
             return ad.draft_segment(st, pending, req.block, start=req.start, block_size=B, causal=causal)
         if req.action == "verify":
             p = req.pending
+            if p.groups is not None:
+                groups = predraft_inputs(req, p.groups)
+                return ad.fused_verify_segment(st, p.filled, start=req.start, slots=p.slots, predrafts=groups)
             return ad.verify_segment(st, p.filled, start=req.start, slots=p.slots)
         raise RuntimeError(f"request {req.request_id!r} needs no forward")
 
     def run(self, rows: Sequence[Request], segments: Sequence[Segment]) -> list[torch.Tensor]:
         """One forward over ``segments`` (one per row of ``rows``); each row's logits, in order."""
         logits = self.adapter.run(segments)
+        for req, seg in zip(rows, segments, strict=True):
+            req.stats.query_tokens += seg.n
         c = self.counters
         c.forwards += 1
         c.rows += len(rows)

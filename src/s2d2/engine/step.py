@@ -19,6 +19,7 @@ import torch
 
 from ..decoding import functional as F
 from ..decoding.policies import RouteFeatures
+from .fusion import pick_group, plan_groups, stale_logits
 from .request import PendingVerify, Request, Status
 
 
@@ -72,8 +73,8 @@ def advance(req: Request) -> None:
     """Walk the block loop until the row needs a forward (sets ``req.action``) or is finished."""
     cfg, mask_id = req.config, req.info.mask_token_id
     while True:
-        if req.state is not None and req.state.length < req.n_pre:
-            req.action = "prefill"
+        if req.state is not None and req.n_pre - req.state.length > req.fold_limit:
+            req.action = "prefill"  # the rest (at most fold_limit positions) rides in the first draft
             return
         if req.pending is not None:
             req.action = "verify"
@@ -111,6 +112,11 @@ def advance(req: Request) -> None:
         cand = [c for c in cand if c < (u + 1) * req.unit]
         req.cand, req.hi = torch.tensor(cand, dtype=torch.long), hi
         req.n_committed_block = len(blk) - blk.count(mask_id)
+        pre, req.predraft = req.predraft, None
+        if pre is not None and pre.start == req.start:
+            req.stats.predraft_hits += int(pre.hit)
+            _draft_step(req, pre.logits)  # the fused verification already drafted this step
+            continue
         req.action = "draft"
         return
 
@@ -221,6 +227,8 @@ def _draft_step(req: Request, logits: torch.Tensor, probs: torch.Tensor | None =
             p.filled = block.clone()
             p.filled[cand] = drafts
             p.slots = slots[: p.span_n]
+            if cfg.fuse:
+                p.groups = plan_groups(req, p)
             req.pending = p
             return
     _finish_step(req, p)
@@ -231,6 +239,10 @@ def _verify_step(req: Request, q_logits: torch.Tensor) -> None:
     p, cfg, block = req.pending, req.config, req.block
     req.pending = None
     strict = cfg.strict
+    group_rows: list[torch.Tensor] = []
+    if p.groups is not None:
+        sizes = [p.span_n] + [req.length - g.slot if g.slot is not None else g.rows for g in p.groups]
+        q_logits, *group_rows = q_logits.split(sizes)
     q = _no_mask(req, q_logits) if strict else _probs(req, q_logits)
     sp = slice(p.off, p.off + p.span_n)
     n_acc, correction = F.speculative_commit(
@@ -254,7 +266,24 @@ def _verify_step(req: Request, q_logits: torch.Tensor) -> None:
         req.tracer.commit(req.start + s, int(block[s]), "accepted")
     if correction is not None:
         req.tracer.commit(req.start + p.slots[n_acc], correction, "resampled")
+    if p.groups is not None:
+        _after_fused_verify(req, p, group_rows, n_acc, correction)
     _finish_step(req, p)
+
+
+def _after_fused_verify(
+    req: Request, p: PendingVerify, group_rows: list[torch.Tensor], n_acc: int, correction: int | None
+) -> None:
+    """Keep a completed block's token-causal keys/values; take the outcome's pre-draft for next step."""
+    complete = correction is None and p.slots[-1] == req.length - 1
+    if complete and req.info.mask_token_id not in req.block.tolist():
+        req.state.length += req.length  # all drafts accepted: the first half IS this block's causal cache
+    pre = pick_group(req, p, group_rows, n_acc, correction)
+    if pre is None:
+        req.stats.predraft_misses += 1
+        if req.config.reuse_stale and correction is not None:
+            pre = stale_logits(req, p)
+    req.predraft = pre
 
 
 def _finish_step(req: Request, p: PendingVerify) -> None:

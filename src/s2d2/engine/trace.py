@@ -17,9 +17,18 @@ class Tracer:
     def begin_step(self, block_start: int, step: int) -> None:
         """A step of the block at ``block_start`` starts (its draft forward came back)."""
 
-    def commit(self, position: int, token: int, how: str) -> None:
+    def commit(
+        self,
+        position: int,
+        token: int,
+        how: str,
+        *,
+        confidence: float | None = None,
+        q_prob: float | None = None,
+    ) -> None:
         """``token`` was committed at absolute ``position``; ``how`` in ar | accepted | resampled |
-        fallback | baseline | edited."""
+        fallback | baseline | edited. ``confidence``: the drafter's probability of the token; ``q_prob``: the
+        verifier's (when the step has them)."""
 
     def verified(self, span: int, accepted: int) -> None:
         """This step verified ``span`` drafts and accepted ``accepted`` of them."""
@@ -38,9 +47,18 @@ class StepTracer(Tracer):
     def begin_step(self, block_start: int, step: int) -> None:
         self.steps.append(StepTrace(block_start=block_start, step=step))
 
-    def commit(self, position: int, token: int, how: str) -> None:
+    def commit(
+        self,
+        position: int,
+        token: int,
+        how: str,
+        *,
+        confidence: float | None = None,
+        q_prob: float | None = None,
+    ) -> None:
         if self.steps:
             self.steps[-1].commits.append((position, token, how))
+            self.steps[-1].probs.append((confidence, q_prob))
 
     def verified(self, span: int, accepted: int) -> None:
         if self.steps:

@@ -1,0 +1,66 @@
+"""``ucb_scope``: UCB statistics per request (default) or shared by every request of one engine."""
+
+from __future__ import annotations
+
+import pytest
+
+from conftest import tiny_model_path
+from s2d2.config import DecodeConfig
+from s2d2.decoding.policies import UCB, make_policy
+from s2d2.decoding.routing_state import EngineRoutingState
+from s2d2.errors import ConfigError
+
+
+def _prompts() -> list[str]:
+    from s2d2.bench import load_problems
+
+    return [p["question"] for p in load_problems("tiny-gsm", "dev", 3)]
+
+
+def test_ucb_scope_is_validated():
+    assert DecodeConfig().ucb_scope == "request"
+    assert DecodeConfig.build(ucb_scope="engine").ucb_scope == "engine"
+    with pytest.raises(ConfigError, match="ucb_scope"):
+        DecodeConfig.build(ucb_scope="global")
+
+
+def test_make_policy_shares_tables_by_settings():
+    shared = EngineRoutingState()
+    eng = DecodeConfig.build(policy="ucb", ucb_scope="engine", seed=1)
+    a, b = make_policy(eng, shared), make_policy(eng.replace(seed=2, max_new_tokens=9), shared)
+    assert isinstance(a, UCB) and a.stats is b.stats  # per-request settings do not split the table
+    assert make_policy(eng.replace(block_size=8), shared).stats is not a.stats
+    req = DecodeConfig.build(policy="ucb")
+    assert make_policy(req, shared).stats is not a.stats and not make_policy(req, shared).stats
+    assert make_policy(eng).stats == {}  # no engine state given: the request's own
+
+
+@pytest.mark.skipif(tiny_model_path() is None, reason="the built-in tiny-gsm model is not installed")
+def test_a_second_batch_starts_from_the_first_batchs_statistics():
+    import s2d2
+
+    m = s2d2.load("tiny-gsm", max_num_seqs=8)
+    prompts = _prompts()
+    settings = dict(policy="ucb", ucb_scope="engine", block_size=8, max_new_tokens=24, seed=0)
+    first = m.generate_batch(prompts, **settings)
+    state = m.engine.routing
+    pulls = state.total_pulls()
+    assert len(state.tables) == 1 and pulls == sum(r.stats.steps for r in first) > 0
+    # the next batch's policies see the first batch's counts: no arm is untried any more in the contexts
+    # the first batch met, so the first step of each request exploits rather than explores
+    (table,) = state.tables.values()
+    snapshot = {ctx: {arm: s.pulls for arm, s in arms.items()} for ctx, arms in table.items()}
+    second = m.generate_batch(prompts, **settings)
+    assert state.total_pulls() == pulls + sum(r.stats.steps for r in second)
+    for ctx, arms in snapshot.items():
+        for arm, n in arms.items():
+            assert table[ctx][arm].pulls >= n
+    # request scope learns nothing across requests and leaves the engine's state alone
+    m.generate_batch(prompts, **{**settings, "ucb_scope": "request"})
+    assert state.total_pulls() == pulls + sum(r.stats.steps for r in second)
+    # a fresh engine reproduces the first batch exactly, so the second batch's different routing (same
+    # prompts, same seeds) comes from the statistics it inherited
+    fresh = s2d2.load("tiny-gsm", max_num_seqs=8).generate_batch(prompts, **settings)
+    verify = [r.stats.verify_steps for r in first]
+    assert [r.stats.verify_steps for r in fresh] == verify
+    assert [r.stats.verify_steps for r in second] != verify

@@ -161,6 +161,18 @@ def test_abort_frees_the_row_and_leaves_the_others(tiny, questions, alone):
     assert not engine.abort(2)  # already gone
 
 
+def test_abort_a_waiting_request_reports_it(tiny, questions):
+    engine = LLMEngine(tiny.adapter, max_num_seqs=1)
+    cfg = tiny.make_config(decoder="ar", max_new_tokens=8)
+    for i, q in enumerate(questions[:3]):
+        engine.add_request(tiny.encode(q), cfg, request_id=i)
+    engine.step()
+    assert engine.num_waiting == 2 and engine.abort(2)
+    outs = {o.request_id: o for o in engine.step() if o.finished}
+    assert outs[2].output.status == "aborted" and outs[2].output.token_ids == []
+    assert engine.num_waiting == 1 and not engine._emitted.get(2)
+
+
 def test_bad_requests_fail_alone(tiny, questions, alone):
     kw = DECODERS["s2d2-always"]
     prompts = [questions[0], [1] * 600, questions[1], questions[2]]

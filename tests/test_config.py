@@ -103,3 +103,10 @@ def test_paper_presets_decode_the_last_block_whole():
     assert DecodeConfig.build(preset="paper-sdar-a", last_block="truncate").last_block == "truncate"
     with pytest.raises(s2d2.ConfigError, match="last_block"):
         DecodeConfig.build(last_block="half")
+
+
+@pytest.mark.parametrize("temperature", [4e-70, 1e-4, 101.0, 1e81, float("inf")])
+def test_temperatures_that_overflow_are_refused(temperature):
+    with pytest.raises(s2d2.ConfigError, match="temperature"):
+        DecodeConfig.build(temperature=temperature)
+    assert DecodeConfig.build(temperature=0.001).temperature == 0.001

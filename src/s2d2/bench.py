@@ -154,6 +154,10 @@ def _lossless(b: int) -> BenchConfig:
     return BenchConfig(f"lossless-b{b}", {"preset": "lossless", "block_size": b})
 
 
+def _lossless_fused(b: int) -> BenchConfig:
+    return BenchConfig(f"lossless-fused-b{b}", {"preset": "lossless-fused", "block_size": b})
+
+
 def _default_grid() -> list[BenchConfig]:
     blocks = (4, 8, 16)
     grid = [_ar()]
@@ -163,7 +167,7 @@ def _default_grid() -> list[BenchConfig]:
     for b in blocks:
         for routing in S2D2_ROUTINGS:
             grid += [_s2d2(b, routing, acc) for acc in ("strict", "probabilistic")]
-        grid.append(_lossless(b))
+        grid += [_lossless(b), _lossless_fused(b)]
     # cheap S2D2 points: dynamic-score routing with a low fallback threshold (to face dynamic tau .5/.7)
     grid += [_s2d2(b, "score-dynamic", "strict", fallback_tau=tau) for b in blocks for tau in (0.5, 0.7)]
     # routing that skips verification falls back to the threshold rule: a stricter fallback + causal cache

@@ -28,6 +28,8 @@ ESTIMATORS = (
 SCORES = ("static", "dynamic")
 ACCEPTANCE = ("auto", "strict", "probabilistic")
 LAST_BLOCK = ("truncate", "full")
+#: Sampling temperatures outside this range overflow the softmax in float32.
+MIN_TEMPERATURE, MAX_TEMPERATURE = 1e-3, 100.0
 UCB_SCOPES = ("request", "engine")
 
 #: Default parameter of each acceptance estimator (docs/METHOD.md section 4).
@@ -118,9 +120,10 @@ class DecodeConfig:
     #: verification's token-causal keys/values of a finished block in the cache.
     fuse: bool = False
     #: Pre-draft groups for a first rejection at the k most likely positions of the span.
-    predraft_positions: int = 1
-    #: Per rejection position, also branch on the m most likely correction tokens (drafter's ranking).
-    predraft_tokens: int = 1
+    predraft_positions: int = 4
+    #: Per rejection position, branch on the m most likely correction tokens (drafter's ranking); 0: one
+    #: group with the rejected position masked (its drafts are judged by the next verification).
+    predraft_tokens: int = 0
     #: On a pre-draft miss, reuse the stale drafts (verification judges them) instead of drafting afresh.
     reuse_stale: bool = False
     #: Record a per-step trace of what was committed and how.
@@ -234,6 +237,11 @@ class DecodeConfig:
             fail("the renyi2 estimator takes no parameter")
         if self.temperature < 0 or math.isnan(self.temperature):
             fail(f"temperature must be >= 0, got {self.temperature}")
+        if 0 < self.temperature < MIN_TEMPERATURE or self.temperature > MAX_TEMPERATURE:
+            fail(
+                f"temperature must be 0 (greedy) or in [{MIN_TEMPERATURE}, {MAX_TEMPERATURE}], got "
+                f"{self.temperature} (outside it the sampling distribution is not finite)"
+            )
         if not isinstance(self.top_k, int) or self.top_k < 0:
             fail(f"top_k must be an integer >= 0 (0 = off), got {self.top_k!r}")
         if not (0.0 < self.top_p <= 1.0):
@@ -356,5 +364,5 @@ PRESETS: dict[str, dict[str, Any]] = {
     # Output equals AR greedy decoding token for token, at any block size.
     "lossless": _LOSSLESS,
     # The same output in about one forward per step: verification forwards carry the next step's drafts.
-    "lossless-fused": dict(_LOSSLESS, fuse=True, predraft_positions=1, predraft_tokens=1),
+    "lossless-fused": dict(_LOSSLESS, fuse=True, predraft_positions=4, predraft_tokens=0),
 }

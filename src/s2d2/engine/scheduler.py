@@ -27,6 +27,8 @@ class Scheduler:
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
         self.reserved = 0
+        #: waiting requests aborted since the last retirement (reported by the next one)
+        self._aborted_waiting: list[Request] = []
 
     def fits_alone(self, req: Request) -> bool:
         return self.kv_budget_tokens is None or req.kv_need <= self.kv_budget_tokens
@@ -56,6 +58,7 @@ class Scheduler:
             if req.request_id == request_id:
                 self.waiting.remove(req)
                 req.status, req.action = Status.ABORTED, None
+                self._aborted_waiting.append(req)
                 return True
         for req in self.running:
             if req.request_id == request_id and not req.status.done:
@@ -64,8 +67,9 @@ class Scheduler:
         return False
 
     def retire(self) -> list[Request]:
-        """Take finished, failed and aborted rows out of the batch and give their memory back."""
-        out = []
+        """Take finished, failed and aborted rows out of the batch and give their memory back; also report
+        waiting requests aborted since the last call."""
+        out, self._aborted_waiting = self._aborted_waiting, []
         for req in list(self.running):
             if req.abort_requested and not req.status.done:
                 req.status, req.action = Status.ABORTED, None

@@ -52,6 +52,9 @@ DIAGNOSTIC_KEYS = {
     "full_accept_fraction",
     "fallback_commits_per_token",
     "nfe_per_token_by_kind",
+    "query_tokens_per_forward",
+    "query_tokens_per_token",
+    "predraft_hit_rate",
 }
 TOP_KEYS = {"model", "suite", "split", "n", "max_num_seqs", "machine", "runs"}
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

@@ -288,7 +288,28 @@ class _Totals:
     accepted: int = 0
     full_accepts: int = 0
     fallback_commits: int = 0
+    query_tokens: int = 0
+    predraft_hits: int = 0
+    predraft_misses: int = 0
     seconds: float = 0.0
+
+
+#: Counters summed from each generation's statistics into :class:`_Totals` (same names).
+_COUNTERS = (
+    "nfe",
+    "nfe_prefill",
+    "nfe_draft",
+    "nfe_verify",
+    "nfe_commit",
+    "verify_steps",
+    "drafted",
+    "accepted",
+    "fallback_commits",
+    "full_accepts",
+    "query_tokens",
+    "predraft_hits",
+    "predraft_misses",
+)
 
 
 def machine_info(model: Any = None) -> dict[str, Any]:
@@ -353,6 +374,9 @@ def _summarize(cfg: BenchConfig, config: dict[str, Any], t: _Totals) -> dict[str
         "mean_accepted_per_verification": _round(_ratio(t.accepted, t.verify_steps)),
         "full_accept_fraction": _round(_ratio(t.full_accepts, t.verify_steps)),
         "fallback_commits_per_token": _round(t.fallback_commits / tokens),
+        "query_tokens_per_forward": _round(_ratio(t.query_tokens, t.nfe)),
+        "query_tokens_per_token": _round(t.query_tokens / tokens),
+        "predraft_hit_rate": _round(_ratio(t.predraft_hits, t.predraft_hits + t.predraft_misses)),
         "nfe_per_token_by_kind": {
             "prefill": _round(t.nfe_prefill / tokens),
             "draft": _round(t.nfe_draft / tokens),
@@ -502,17 +526,9 @@ def run_bench(
             t = totals[j]
             t.problems += 1
             t.correct += int(correct)
-            t.nfe += s.nfe
-            t.nfe_prefill += s.nfe_prefill
-            t.nfe_draft += s.nfe_draft
-            t.nfe_verify += s.nfe_verify
-            t.nfe_commit += s.nfe_commit
+            for k in _COUNTERS:
+                setattr(t, k, getattr(t, k) + getattr(s, k))
             t.tokens += s.generated_tokens
-            t.verify_steps += s.verify_steps
-            t.drafted += s.drafted
-            t.accepted += s.accepted
-            t.fallback_commits += s.fallback_commits
-            t.full_accepts += s.full_accepts
             t.seconds += seconds
             if records is not None:
                 rec = {
@@ -567,6 +583,8 @@ TABLE_COLUMNS = (
     "tokens/forward",
     "verification rate",
     "acceptance rate",
+    "query tokens/forward",
+    "pre-draft hit rate",
     "s/problem",
     "tokens/s",
     "speed-up vs AR (NFE)",
@@ -590,6 +608,8 @@ def table_rows(results: dict[str, Any]) -> list[list[str]]:
                 _fmt(r["tokens_per_forward"], ".2f"),
                 _fmt(r["verify_rate"], ".3f"),
                 _fmt(r["acceptance_rate"], ".3f"),
+                _fmt(r.get("query_tokens_per_forward"), ".1f"),
+                _fmt(r.get("predraft_hit_rate"), ".3f"),
                 _fmt(r["seconds_per_problem"], ".4f"),
                 _fmt(r["tokens_per_second"], ".1f"),
                 _fmt(r["speedup_nfe_vs_ar"], ".2f", "x"),

@@ -20,6 +20,7 @@ import typer
 from ..errors import S2D2Error
 from .bench import bench_command
 from .bench_batch import bench_batch_command
+from .bench_forward import bench_forward_command
 from .evaluate import eval_command, lm_eval_command
 from .generate import generate_command
 from .serve import bench_serve_command, serve_command
@@ -43,6 +44,7 @@ app.command("generate")(generate_command)
 app.command("train-tiny")(train_tiny_command)
 app.command("bench")(bench_command)
 app.command("bench-batch")(bench_batch_command)
+app.command("bench-forward")(bench_forward_command)
 app.command("eval")(eval_command)
 app.command("serve")(serve_command)
 app.command("bench-serve")(bench_serve_command)

@@ -1,0 +1,75 @@
+"""``s2d2 bench-forward``: milliseconds per forward by query, context and batch (:mod:`s2d2.forward_cost`)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from ..errors import S2D2Error
+from .bench_batch import _int_list
+from .options import DeviceOpt, DtypeOpt
+
+
+def bench_forward_command(
+    model: Annotated[str | None, typer.Option("--model", "-m", help="Built-in name or checkpoint.")] = None,
+    config_json: Annotated[
+        Path | None, typer.Option("--config-json", help="A config.json: time a random model of that shape.")
+    ] = None,
+    query: Annotated[str, typer.Option(help="Query tokens per row.")] = "1,4,16,32,64,128,256",
+    context: Annotated[str, typer.Option(help="Cached positions per row.")] = "128,1024,4096",
+    batch: Annotated[str, typer.Option(help="Rows per forward.")] = "1,8,32",
+    repeats: Annotated[int, typer.Option(help="Timed forwards per cell (median).")] = 5,
+    results: Annotated[
+        Path | None, typer.Option(help="A bench results.json: project its configurations' wall speed-ups.")
+    ] = None,
+    threads: Annotated[int | None, typer.Option(help="torch CPU threads.")] = None,
+    json_out: Annotated[Path | None, typer.Option("--json", help="Also write the table here.")] = None,
+    device: DeviceOpt = None,
+    dtype: DtypeOpt = None,
+) -> None:
+    """Time one batched forward for every (batch, context, query) cell of a checkpoint or of a random model
+    built from a config, and (with --results) project each bench configuration's wall speed-up vs AR
+    from its NFE/token and query tokens per forward."""
+    import torch
+    from tqdm.auto import tqdm
+
+    from .. import forward_cost
+    from ..model import load
+
+    if (model is None) == (config_json is None):
+        raise S2D2Error("give exactly one of --model and --config-json")
+    if threads is not None:
+        torch.set_num_threads(max(1, threads))
+    qs, cs, bs = _int_list(query, "--query"), _int_list(context, "--context"), _int_list(batch, "--batch")
+    if min(qs + cs + bs) < 1 or repeats < 1:
+        raise S2D2Error("--query, --context, --batch and --repeats take integers >= 1")
+    if model is not None:
+        adapter = load(model, device=device, dtype=dtype).adapter
+    else:
+        adapter = forward_cost.random_adapter(config_json, device=device, dtype=dtype)
+    if adapter.fast is None:
+        raise S2D2Error("bench-forward times the lean forward; this model's architecture has none")
+    with tqdm(total=len(qs) * len(cs) * len(bs), desc="bench-forward", file=sys.stderr) as bar:
+        rows = forward_cost.measure(adapter, qs, cs, bs, repeats, progress=lambda: bar.update(1))
+    typer.echo("| batch | context | query | ms/forward | us per query token |\n|---|---|---|---|---|")
+    for r in rows:
+        per_token_us = 1000 * r["ms"] / (r["query"] * r["batch"])
+        typer.echo(f"| {r['batch']} | {r['context']} | {r['query']} | {r['ms']:.3f} | {per_token_us:.1f} |")
+    out = {"device": str(adapter.device), "dtype": str(adapter.dtype), "cells": rows}
+    if results is not None:
+        try:
+            bench = json.loads(results.read_text())
+        except (OSError, json.JSONDecodeError) as exc:
+            raise S2D2Error(f"cannot read {results}: {exc}") from None
+        proj = forward_cost.project(rows, bench, bs[0], cs[0])
+        typer.echo(f"\nprojected wall speed-up vs AR at batch {bs[0]}, context {cs[0]}:")
+        for p in proj:
+            q = p["query_tokens_per_forward"]
+            typer.echo(f"  {p['name']}: {p['projected_speedup_vs_ar']}x ({q} query tokens/forward)")
+        out["projection"] = proj
+    if json_out is not None:
+        json_out.write_text(json.dumps(out, indent=1) + "\n")

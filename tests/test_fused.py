@@ -89,3 +89,18 @@ def test_fuse_needs_the_lossless_family_and_same_position_models():
     shifted = _load("fast_dllm_v2")
     with pytest.raises(s2d2.ConfigError, match="shifted"):
         shifted.generate([5, 6, 7], preset="lossless-fused", max_new_tokens=4)
+
+
+def test_fused_trace_marks_pre_drafted_steps_and_counts_forwards():
+    from s2d2.tracing.view import build_view
+
+    tiny = _load("tiny-gsm")
+    q = "Priya starts with 111 shells. She gives 4 kids 11 shells each. How many shells does Priya have now?"
+    out = tiny.generate(q, preset="lossless-fused", block_size=8, trace=True)
+    kinds = {how for st in out.trace for _, _, how in st.commits}
+    assert "predraft" in kinds and kinds <= {"accepted", "predraft", "resampled"}
+    assert sum(st.predrafted for st in out.trace) == out.stats.predraft_hits
+    probs = [p for st in out.trace for p in st.probs]
+    assert probs and all(c is not None and 0 < c <= 1 and 0 < qp <= 1 for c, qp in probs)
+    view = build_view(out.trace, tiny.encode(q), 8, str, stats=out.stats)
+    assert view.steps[-1].nfe == out.stats.nfe

@@ -20,6 +20,8 @@ class StepTrace:
     #: per commit (same order): the drafter's confidence p(token) and the verifier's probability q(token),
     #: each None where the step did not report it
     probs: list[tuple[float | None, float | None]] = field(default_factory=list)
+    #: the step's drafts came from a pre-draft group of the previous (fused) verification: no draft forward
+    predrafted: bool = False
 
 
 @dataclass

@@ -115,7 +115,7 @@ def advance(req: Request) -> None:
         pre, req.predraft = req.predraft, None
         if pre is not None and pre.start == req.start:
             req.stats.predraft_hits += int(pre.hit)
-            _draft_step(req, pre.logits)  # the fused verification already drafted this step
+            _draft_step(req, pre.logits, predrafted=pre.hit)  # the fused verification drafted this step
             continue
         req.action = "draft"
         return
@@ -181,19 +181,23 @@ def _edit(req: Request, logits: torch.Tensor, hi: int) -> int:
     new = F.sample(probs, req.greedy, req.generator)
     conf = F.token_probs(probs, new)
     change = (new != block[slots]) & (conf > tau)
-    for s, t in zip(slots[change].tolist(), new[change].tolist(), strict=True):
+    for s, t, c in zip(slots[change].tolist(), new[change].tolist(), conf[change], strict=True):
         block[s] = t
-        req.tracer.commit(req.start + s, t, "edited")
+        req.tracer.commit(req.start + s, t, "edited", confidence=c)
     n = int(change.sum())
     req.stats.edits += n
     return n
 
 
-def _draft_step(req: Request, logits: torch.Tensor, probs: torch.Tensor | None = None) -> None:
-    """Sample the drafts, commit a shifted model's slot 0, route; verify next or finish the step."""
+def _draft_step(
+    req: Request, logits: torch.Tensor, probs: torch.Tensor | None = None, *, predrafted: bool = False
+) -> None:
+    """Sample the drafts, commit a shifted model's slot 0, route; verify next or finish the step.
+
+    ``predrafted``: the logits came from the previous fused verification's pre-draft group."""
     cfg, block, cand = req.config, req.block, req.cand
     req.stats.steps += 1
-    req.tracer.begin_step(req.start, req.step)
+    req.tracer.begin_step(req.start, req.step, predrafted=predrafted)
     if cfg.editing_threshold is not None:
         _edit(req, logits, req.hi)
     if probs is None:
@@ -207,7 +211,7 @@ def _draft_step(req: Request, logits: torch.Tensor, probs: torch.Tensor | None =
         block[0] = drafts[0]
         p.done[0] = True
         p.n_committed = p.off = 1
-        req.tracer.commit(req.start, int(drafts[0]), "ar")
+        req.tracer.commit(req.start, int(drafts[0]), "ar", confidence=conf[0])
         req.n_committed_block += 1
     if req.policy is not None and p.off < cand.numel():
         span_cand = cand[p.off :]
@@ -262,13 +266,32 @@ def _verify_step(req: Request, q_logits: torch.Tensor) -> None:
     st.accepted += n_acc
     st.full_accepts += int(n_acc == p.span_n)
     req.tracer.verified(p.span_n, n_acc)
-    for s in p.slots[:n_acc]:
-        req.tracer.commit(req.start + s, int(block[s]), "accepted")
-    if correction is not None:
-        req.tracer.commit(req.start + p.slots[n_acc], correction, "resampled")
+    _trace_verification(req, p, q, n_acc, correction)
     if p.groups is not None:
         _after_fused_verify(req, p, group_rows, n_acc, correction)
     _finish_step(req, p)
+
+
+def _trace_verification(
+    req: Request, p: PendingVerify, q: torch.Tensor, n_acc: int, correction: int | None
+) -> None:
+    """Report the verified span's commits with the drafter's and the verifier's probabilities."""
+    if req.tracer.steps is None:
+        return
+    qp = torch.softmax(q.float(), dim=-1) if req.config.strict else q
+    how = "predraft" if req.tracer.steps and req.tracer.steps[-1].predrafted else "accepted"
+    for i, s in enumerate(p.slots[:n_acc]):
+        tok = int(req.block[s])
+        req.tracer.commit(req.start + s, tok, how, confidence=p.conf[p.off + i], q_prob=qp[i, tok])
+    if correction is not None:
+        row = p.off + n_acc
+        req.tracer.commit(
+            req.start + p.slots[n_acc],
+            correction,
+            "resampled",
+            confidence=p.probs[row, correction],
+            q_prob=qp[n_acc, correction],
+        )
 
 
 def _after_fused_verify(
@@ -306,7 +329,7 @@ def _finish_step(req: Request, p: PendingVerify) -> None:
             req.stats.fallback_commits += chosen.numel()
             how = "fallback"
         for i in chosen.tolist():
-            req.tracer.commit(req.start + int(p.cand[i]), int(p.drafts[i]), how)
+            req.tracer.commit(req.start + int(p.cand[i]), int(p.drafts[i]), how, confidence=p.conf[i])
     if req.policy is not None and p.features is not None:
         req.policy.update(p.features, p.verified, p.n_committed)
     req.step += 1

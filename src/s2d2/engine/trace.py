@@ -9,13 +9,19 @@ from __future__ import annotations
 from ..decoding.stats import StepTrace
 
 
+def _num(x: object) -> float | None:
+    """A float (or None) from a float or a 0-d tensor, rounded for the record."""
+    return None if x is None else round(float(x), 6)
+
+
 class Tracer:
     """What the decode step reports: a new step, each committed token, a verification."""
 
     steps: list[StepTrace] | None = None
 
-    def begin_step(self, block_start: int, step: int) -> None:
-        """A step of the block at ``block_start`` starts (its draft forward came back)."""
+    def begin_step(self, block_start: int, step: int, *, predrafted: bool = False) -> None:
+        """A step of the block at ``block_start`` starts (its draft forward came back, or, ``predrafted``,
+        its drafts came from the previous fused verification)."""
 
     def commit(
         self,
@@ -28,7 +34,7 @@ class Tracer:
     ) -> None:
         """``token`` was committed at absolute ``position``; ``how`` in ar | accepted | resampled |
         fallback | baseline | edited. ``confidence``: the drafter's probability of the token; ``q_prob``: the
-        verifier's (when the step has them)."""
+        verifier's (when the step has them); floats or 0-d tensors (read only when recording)."""
 
     def verified(self, span: int, accepted: int) -> None:
         """This step verified ``span`` drafts and accepted ``accepted`` of them."""
@@ -44,8 +50,8 @@ class StepTracer(Tracer):
     def __init__(self) -> None:
         self.steps: list[StepTrace] = []
 
-    def begin_step(self, block_start: int, step: int) -> None:
-        self.steps.append(StepTrace(block_start=block_start, step=step))
+    def begin_step(self, block_start: int, step: int, *, predrafted: bool = False) -> None:
+        self.steps.append(StepTrace(block_start=block_start, step=step, predrafted=predrafted))
 
     def commit(
         self,
@@ -58,7 +64,7 @@ class StepTracer(Tracer):
     ) -> None:
         if self.steps:
             self.steps[-1].commits.append((position, token, how))
-            self.steps[-1].probs.append((confidence, q_prob))
+            self.steps[-1].probs.append((_num(confidence), _num(q_prob)))
 
     def verified(self, span: int, accepted: int) -> None:
         if self.steps:

@@ -22,6 +22,7 @@ from .view import KINDS, Cell, StepView, TraceView
 #: Colour of each commit kind (the same hues as the terminal view).
 COLOURS: dict[str, str] = {
     "accepted": "#2e9d3a",
+    "predraft": "#7fc97f",
     "resampled": "#d62728",
     "ar": "#1aa3b8",
     "fallback": "#c99a00",

@@ -9,6 +9,7 @@ from .view import KINDS, StepView, TraceView
 #: rich colour of each commit kind (the HTML view uses the same hues).
 STYLES: dict[str, str] = {
     "accepted": "green",
+    "predraft": "bright_green",
     "resampled": "red",
     "ar": "cyan",
     "fallback": "yellow",

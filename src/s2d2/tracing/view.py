@@ -17,6 +17,7 @@ from typing import Any
 #: How tokens are committed, in legend order, with what each means.
 KINDS: dict[str, str] = {
     "accepted": "draft accepted by the verifier",
+    "predraft": "pre-drafted token (drafted inside the previous verification) accepted by the verifier",
     "resampled": "AR correction / resample at the first rejection",
     "ar": "AR token (shifted model, first slot)",
     "fallback": "committed unverified by the fallback rule",
@@ -99,7 +100,8 @@ def build_view(
         for j, (pos, tok, how) in enumerate(st.commits):
             conf, q = probs[j] if j < len(probs) else (None, None)
             new[pos] = state[pos] = Cell(pos, tok, token_text(tok), how, False, conf, q)
-        nfe += 1 + int(st.verified)
+        predrafted = bool(getattr(st, "predrafted", False))
+        nfe += int(not predrafted) + int(st.verified)  # a pre-drafted step needs no draft forward
         cells = []
         for pos in range(st.block_start, min(st.block_start + block_size, last + 1)):
             if pos < n_prompt:
@@ -109,7 +111,7 @@ def build_view(
                 cells.append(Cell(pos, c.token, c.text, c.kind, pos in new, c.confidence, c.q_prob))
             else:
                 cells.append(Cell(pos, None, "·", "mask"))
-        kind = "draft + verify" if st.verified else "draft"
+        kind = ("pre-draft" if predrafted else "draft") + (" + verify" if st.verified else "")
         steps.append(StepView(i, block_index, st.block_start, st.step, kind, nfe, st.verified, st.span,
                               st.accepted, cells))  # fmt: skip
     counts = commit_counts(trace)

@@ -83,19 +83,25 @@ class ModelAdapter(ABC):
         start: int,
         block_size: int,
         causal: bool,
+        cached: int = 0,
+        extend: bool = False,
     ) -> Segment:
         """Diffusion logits ``[len(block), vocab]`` for the block at positions ``start...``.
 
         ``pending`` holds the committed tokens at positions ``start - len(pending) .. start - 1`` that
         are not cached yet; they are written to the cache (block-causally, or token-causally when
-        ``causal``). With ``causal`` the block's committed (non-mask) tokens also attend token-causally.
+        ``causal``). With ``causal`` the block's committed (non-mask) tokens also attend token-causally;
+        then the block's first ``cached`` slots may already be in the cache (not fed again), and with
+        ``extend`` the fed block's leading committed tokens are kept too (``keep`` counts them).
+        Families whose blocks cannot be cached in parts (shifted predictions) refuse ``cached > 0``.
         """
 
     @abstractmethod
     def verify_segment(
-        self, state: KVState, filled: torch.Tensor, *, start: int, slots: list[int]
+        self, state: KVState, filled: torch.Tensor, *, start: int, slots: list[int], cached: int = 0
     ) -> Segment:
-        """AR-mode logits ``[len(slots), vocab]``: row i is q for ``s = slots[i]`` given ``filled[:s]``."""
+        """AR-mode logits ``[len(slots), vocab]``: row i is q for ``s = slots[i]`` given ``filled[:s]``
+        (its first ``cached`` slots read from the cache)."""
 
     def commit_segment(self, state: KVState, ids: torch.Tensor, *, block_size: int, causal: bool) -> Segment:
         """Write ``ids`` (positions ``state.length`` onwards) into the cache with one forward."""
@@ -105,6 +111,9 @@ class ModelAdapter(ABC):
     def run(self, segments: Sequence[Segment]) -> list[torch.Tensor]:
         """Run ``segments`` (one per row, rows distinct) as one forward; advance each row's length by
         its ``keep`` and return each segment's logits (after its ``finish``)."""
+
+    #: whether a block's committed prefix may be cached before the block is complete (causal cache)
+    caches_partial_blocks: bool = True
 
     def can_fold_prefill(self, causal: bool) -> bool:
         """Whether a prompt's whole blocks may be written by the first draft forward (as its ``pending``

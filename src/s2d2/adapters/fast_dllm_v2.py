@@ -104,6 +104,8 @@ def qwen2_config(config: dict[str, Any]) -> Any:
 class FastDLLMv2Adapter(HFAdapter):
     """Fast-dLLM v2 on a native ``Qwen2ForCausalLM``: shifted logits re-aligned to block slots."""
 
+    caches_partial_blocks = False
+
     # ------------------------------------------------------------------ slot-0 bookkeeping
     def _save_next(self, state: KVState, row: torch.Tensor) -> None:
         """Remember ``row`` as the prediction for position ``state.length`` (the next uncached one)."""
@@ -151,7 +153,12 @@ class FastDLLMv2Adapter(HFAdapter):
         start: int,
         block_size: int,
         causal: bool,
+        cached: int = 0,
+        extend: bool = False,
     ) -> Segment:
+        """As the same-position draft; a shifted block is never partly cached (slot 0's prediction comes
+        from the position before the block), so ``cached`` must be 0 and ``extend`` is ignored."""
+        assert cached == 0, "a shifted model's block is not cached in parts"
         m, n = pending.numel(), block.numel()
         seg = super().draft_segment(state, pending, block, start=start, block_size=block_size, causal=causal)
         if m:
@@ -171,8 +178,9 @@ class FastDLLMv2Adapter(HFAdapter):
         return seg
 
     def verify_segment(
-        self, state: KVState, filled: torch.Tensor, *, start: int, slots: list[int]
+        self, state: KVState, filled: torch.Tensor, *, start: int, slots: list[int], cached: int = 0
     ) -> Segment:
+        assert cached == 0, "a shifted model's block is not cached in parts"
         assert state.length == start, "commit pending tokens (draft) before verifying"
         top = max(slots)  # slot s is predicted by the row of slot s-1: no need to feed filled[top:]
         pos = torch.arange(start, start + top)

@@ -71,6 +71,12 @@ class HFAdapter(ModelAdapter):
         #: lean batched forward (None: transformers' own forward with a DynamicCache per row)
         self.fast = FastDecoder(model) if FastDecoder.supports(model) else None
 
+    @property
+    def caches_partial_blocks(self) -> bool:  # type: ignore[override]
+        """A pool row keeps whatever a forward wrote past its length, so the engine can decide after the
+        forward how much to keep; transformers' cache is cropped in the forward, so it cannot."""
+        return self.fast is not None
+
     # ------------------------------------------------------------------ plumbing
     def new_pool(self) -> Any:
         if self.fast is not None:
@@ -167,26 +173,43 @@ class HFAdapter(ModelAdapter):
         start: int,
         block_size: int,
         causal: bool,
+        cached: int = 0,
+        extend: bool = False,
     ) -> Segment:
+        """A draft of ``block``; its first ``cached`` slots are in the cache already (a causal cache's
+        committed prefix) and are not fed. With ``extend`` (causal cache only) the fed block's leading
+        committed tokens are kept in the cache too (``keep`` grows by their number). Logits come back for
+        every slot (cached slots' rows are zeros, never read)."""
         m, n = pending.numel(), block.numel()
-        assert state.length + m == start, "pending tokens must end where the block starts"
-        committed = tuple(t != self.info.mask_token_id for t in block.tolist()) if causal else (False,) * n
+        assert state.length + m == start + cached, (
+            "pending tokens must end where the block's uncached part starts"
+        )
+        fed = block[cached:]
+        flags = [t != self.info.mask_token_id for t in fed.tolist()]
+        committed = tuple(flags) if causal else (False,) * (n - cached)
         mask = _draft_mask(m, committed, block_size, causal, start % block_size)
-        ids = torch.cat([pending, block]) if m else block
-        pos = torch.arange(start - m, start + n)
-        return Segment(state, ids, pos, mask, keep=m, logit_rows=Segment.last_rows(m + n, n))
+        ids = torch.cat([pending, fed]) if m else fed
+        pos = torch.cat([torch.arange(start - m, start), torch.arange(start + cached, start + n)])
+        ext = next((i for i, f in enumerate(flags) if not f), len(flags)) if extend and causal else 0
+        seg = Segment(
+            state, ids, pos, mask, keep=m + ext, logit_rows=Segment.last_rows(m + n - cached, n - cached)
+        )
+        if cached:
+
+            def finish(rows: torch.Tensor) -> torch.Tensor:
+                full = rows.new_zeros(n, rows.shape[-1])
+                full[cached:] = rows
+                return full
+
+            seg.finish = finish
+        return seg
 
     def verify_segment(
-        self, state: KVState, filled: torch.Tensor, *, start: int, slots: list[int]
+        self, state: KVState, filled: torch.Tensor, *, start: int, slots: list[int], cached: int = 0
     ) -> Segment:
-        assert state.length == start, "commit pending tokens (draft) before verifying"
-        n_first = max(slots)  # second-half query for slot s only needs first-half keys < s
-        first = filled[:n_first]
-        second = torch.full((len(slots),), self.info.mask_token_id, dtype=filled.dtype)
-        ids = torch.cat([first, second])
-        pos = torch.cat([torch.arange(start, start + n_first), start + torch.tensor(slots, dtype=torch.long)])
-        mask = _verify_mask(n_first, tuple(slots))
-        return Segment(state, ids, pos, mask, keep=0, logit_rows=Segment.last_rows(ids.numel(), len(slots)))
+        """The 2L verification of ``slots``: first half ``filled[cached : max(slots)]`` (the query for slot
+        s only needs first-half keys < s; slots before ``cached`` are in the cache)."""
+        return self._two_halves(state, filled, start, slots, cached, max(slots), ())
 
     def fused_verify_segment(
         self,
@@ -196,30 +219,46 @@ class HFAdapter(ModelAdapter):
         start: int,
         slots: list[int],
         predrafts: Sequence[Predraft],
+        cached: int = 0,
     ) -> Segment:
-        """A 2L verification whose first half covers ``filled[: max(slots) + 1]`` (so its keys/values can
-        be kept as the block's cache entries), followed by the ``predrafts`` groups.
+        """A 2L verification whose first half covers ``filled[cached : max(slots) + 1]`` (so its keys/values
+        can be kept as the block's cache entries), followed by the ``predrafts`` groups (their ``visible``
+        counts first-half tokens, from ``cached``).
 
         Logit rows: the ``len(slots)`` verification rows, then every row of each group in order.
         """
-        assert state.length == start, "commit pending tokens (draft) before verifying"
-        n_first = max(slots) + 1
-        ids = [filled[:n_first], torch.full((len(slots),), self.info.mask_token_id, dtype=filled.dtype)]
-        pos = [torch.arange(start, start + n_first), start + torch.tensor(slots, dtype=torch.long)]
+        return self._two_halves(state, filled, start, slots, cached, max(slots) + 1, predrafts)
+
+    def _two_halves(
+        self,
+        state: KVState,
+        filled: torch.Tensor,
+        start: int,
+        slots: list[int],
+        cached: int,
+        n_first: int,
+        predrafts: Sequence[Predraft],
+    ) -> Segment:
+        assert state.length == start + cached, "commit pending tokens (draft) before verifying"
+        n1, n2 = n_first - cached, len(slots)
+        ids = [filled[cached:n_first], torch.full((n2,), self.info.mask_token_id, dtype=filled.dtype)]
+        pos = [torch.arange(start + cached, start + n_first), start + torch.tensor(slots, dtype=torch.long)]
         ids += [g.ids for g in predrafts]
         pos += [g.pos for g in predrafts]
-        n = n_first + len(slots) + sum(g.ids.numel() for g in predrafts)
-        mask = torch.zeros(n, n, dtype=torch.bool)
-        mask[: n_first + len(slots), : n_first + len(slots)] = _verify_mask(n_first, tuple(slots))
-        at = n_first + len(slots)
-        for g in predrafts:
-            size = g.ids.numel()
-            mask[at : at + size, : g.visible] = True
-            mask[at : at + size, at : at + size] = g.inner
-            at += size
-        return Segment(
-            state, torch.cat(ids), torch.cat(pos), mask, keep=0, logit_rows=torch.arange(n_first, n)
-        )
+        n = n1 + n2 + sum(g.ids.numel() for g in predrafts)
+        two_l = _verify_mask(n1, tuple(s - cached for s in slots))
+        if not predrafts:
+            mask = two_l
+        else:
+            mask = torch.zeros(n, n, dtype=torch.bool)
+            mask[: n1 + n2, : n1 + n2] = two_l
+            at = n1 + n2
+            for g in predrafts:
+                size = g.ids.numel()
+                mask[at : at + size, : g.visible] = True
+                mask[at : at + size, at : at + size] = g.inner
+                at += size
+        return Segment(state, torch.cat(ids), torch.cat(pos), mask, keep=0, logit_rows=torch.arange(n1, n))
 
     # ------------------------------------------------------------------ helpers for subclasses
     @staticmethod

@@ -59,7 +59,7 @@ def plan_groups(req: Request, p: PendingVerify) -> list[GroupPlan]:
     plans: list[GroupPlan] = []
     last = slots[-1]
     next_start = req.start + L
-    if last == L - 1 and next_start < req.limit and req.end is None:
+    if last == L - 1 and next_start < req.limit and req.end is None and req.partial_cache:
         plans.append(GroupPlan(None, None, 0, min(cfg.block_size, req.info.max_length - next_start)))
     k = min(cfg.predraft_positions, len(slots))
     if k == 0:
@@ -90,7 +90,8 @@ def predraft_inputs(req: Request, plans: list[GroupPlan]) -> list[Predraft]:
         if g.slot is None:
             ids = torch.full((g.rows,), mask_id, dtype=torch.long)
             pos = torch.arange(req.start + req.length, req.start + req.length + g.rows)
-            out.append(Predraft(ids, pos, req.length, torch.ones(g.rows, g.rows, dtype=torch.bool)))
+            visible = req.length - req.cached  # the whole first half (it starts at the cache point)
+            out.append(Predraft(ids, pos, visible, torch.ones(g.rows, g.rows, dtype=torch.bool)))
             continue
         n_masks = req.length - g.first_slot
         head = [] if g.token is None else [g.token]
@@ -99,7 +100,7 @@ def predraft_inputs(req: Request, plans: list[GroupPlan]) -> list[Predraft]:
         inner = torch.ones(ids.numel(), ids.numel(), dtype=torch.bool)
         if g.token is not None:
             inner[0, 1:] = False  # the committed correction sees only itself (token-causal)
-        out.append(Predraft(ids, pos, g.slot, inner))
+        out.append(Predraft(ids, pos, g.slot - req.cached, inner))
     return out
 
 

@@ -97,6 +97,9 @@ class LLMEngine:
         req = Request(rid, prompt, config, self.adapter.info, routing=self.routing)
         if self.adapter.can_fold_prefill(config.causal_cache):
             req.fold_limit = self.runner.prefill_chunk
+        req.partial_cache = (
+            self.adapter.caches_partial_blocks and config.causal_cache and config.editing_threshold is None
+        )
         if config.fuse and self.adapter.info.shifted:
             raise ConfigError(
                 "fuse is not available for shifted-prediction models (Fast-dLLM v2): their verification "

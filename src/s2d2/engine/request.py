@@ -146,6 +146,12 @@ class Request:
         self.hi = 0
         #: committed (non-mask) positions of the current block before this step (routing's progress)
         self.n_committed_block = 0
+        #: causal cache: the current block's leading slots already in the cache (not fed again), what the
+        #: last draft forward added to them, and whether this request caches blocks in parts at all (the
+        #: engine decides from its adapter)
+        self.cached = 0
+        self.cache_ext = 0
+        self.partial_cache = False
         self.cand = torch.zeros(0, dtype=torch.long)
         self.post_left = 0
         self.in_post = False

@@ -52,13 +52,26 @@ class ModelRunner:
             return ad.prefill_segment(st, ids, block_size=B, causal=causal)
         if req.action in ("draft", "post"):
             pending = req.tokens[st.length : req.start]
-            return ad.draft_segment(st, pending, req.block, start=req.start, block_size=B, causal=causal)
+            seg = ad.draft_segment(
+                st,
+                pending,
+                req.block,
+                start=req.start,
+                block_size=B,
+                causal=causal,
+                cached=req.cached,
+                extend=req.partial_cache,
+            )
+            req.cache_ext = seg.keep - pending.numel()
+            return seg
         if req.action == "verify":
-            p = req.pending
+            p, c = req.pending, req.cached
             if p.groups is not None:
                 groups = predraft_inputs(req, p.groups)
-                return ad.fused_verify_segment(st, p.filled, start=req.start, slots=p.slots, predrafts=groups)
-            return ad.verify_segment(st, p.filled, start=req.start, slots=p.slots)
+                return ad.fused_verify_segment(
+                    st, p.filled, start=req.start, slots=p.slots, predrafts=groups, cached=c
+                )
+            return ad.verify_segment(st, p.filled, start=req.start, slots=p.slots, cached=c)
         raise RuntimeError(f"request {req.request_id!r} needs no forward")
 
     def run(self, rows: Sequence[Request], segments: Sequence[Segment]) -> list[torch.Tensor]:

@@ -45,6 +45,7 @@ def _open_block(req: Request) -> None:
     full = cfg.last_block == "full"
     req.n_valid = req.length if full else min(req.length, req.limit - req.start)
     req.first_gen = max(0, req.n_prompt - req.start)
+    req.cached = 0
     req.stats.blocks += 1
     req.unit_id, req.step, req.in_post, req.post_left = -1, 0, False, 0
 
@@ -155,6 +156,7 @@ def postprocess(req: Request, logits: torch.Tensor, probs: torch.Tensor | None =
         req.stats.nfe_prefill += 1
     elif action == "draft":
         req.stats.nfe_draft += 1
+        req.cached, req.cache_ext = req.cached + req.cache_ext, 0
         _draft_step(req, logits, probs)
     elif action == "post":
         req.stats.nfe_draft += 1
@@ -267,6 +269,13 @@ def _verify_step(req: Request, q_logits: torch.Tensor) -> None:
     st.full_accepts += int(n_acc == p.span_n)
     req.tracer.verified(p.span_n, n_acc)
     _trace_verification(req, p, q, n_acc, correction)
+    if req.partial_cache:
+        # the first half's committed run from the cache point (committed slots, then accepted drafts) is
+        # exactly what AR mode would cache: keep it
+        first_end = p.slots[-1] + (1 if p.groups is not None else 0)
+        kept = min(p.slots[0] - req.cached + n_acc, first_end - req.cached)
+        req.state.length += kept
+        req.cached += kept
     if p.groups is not None:
         _after_fused_verify(req, p, group_rows, n_acc, correction)
     _finish_step(req, p)
@@ -297,10 +306,7 @@ def _trace_verification(
 def _after_fused_verify(
     req: Request, p: PendingVerify, group_rows: list[torch.Tensor], n_acc: int, correction: int | None
 ) -> None:
-    """Keep a completed block's token-causal keys/values; take the outcome's pre-draft for next step."""
-    complete = correction is None and p.slots[-1] == req.length - 1
-    if complete and req.info.mask_token_id not in req.block.tolist():
-        req.state.length += req.length  # all drafts accepted: the first half IS this block's causal cache
+    """Take the outcome's pre-draft group as the next step's draft logits (or stale drafts on a miss)."""
     pre = pick_group(req, p, group_rows, n_acc, correction)
     if pre is None:
         req.stats.predraft_misses += 1

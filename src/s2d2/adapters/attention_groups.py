@@ -43,15 +43,30 @@ def group_mask(
     and its own new keys as its ``mask`` allows. Padding queries and rows without a segment see key 0
     only (finite output, never read).
     """
-    out = torch.full((n_rows, 1, n_q, n_k), float("-inf"))
-    out[:, 0, :, 0] = 0.0
-    for r, seg in zip(rows, segments, strict=True):
-        ctx, n = seg.state.length, seg.n
-        out[r, 0, :n, 0] = float("-inf")
-        out[r, 0, :n, :ctx] = seg.context_bias
-        inner = torch.zeros(n, n) if seg.bias is None else seg.bias.float()
-        out[r, 0, :n, ctx : ctx + n] = inner.masked_fill(~seg.mask, float("-inf"))
-    return out
+    R = len(segments)
+    lengths = torch.tensor([s.state.length for s in segments])[:, None, None]
+    sizes = torch.tensor([s.n for s in segments])[:, None, None]
+    inner = torch.zeros(R, n_q, n_q, dtype=torch.bool)
+    for r, seg in enumerate(segments):
+        inner[r, : seg.n, : seg.n] = seg.mask
+    k = torch.arange(n_k)[None, None, :]
+    q = torch.arange(n_q)[None, :, None]
+    rel = (k - lengths).clamp(0, n_q - 1).expand(R, n_q, n_k)
+    new = (k >= lengths) & (k < lengths + sizes) & inner.gather(2, rel)
+    valid = q < sizes
+    visible = valid & ((k < lengths) | new)
+    visible |= ~valid & (k == 0)  # padding queries: key 0 only
+    bias = torch.zeros(R, n_q, n_k)
+    for r, seg in enumerate(segments):
+        if seg.bias is not None or seg.context_bias:
+            ctx, n = seg.state.length, seg.n
+            bias[r, :n, :ctx] = seg.context_bias
+            if seg.bias is not None:
+                bias[r, :n, ctx : ctx + n] = seg.bias.float()
+    out = torch.full((n_rows, n_q, n_k), float("-inf"))
+    out[:, :, 0] = 0.0
+    out[torch.tensor(list(rows))] = bias.masked_fill(~visible, float("-inf"))
+    return out[:, None]
 
 
 def split_by_length(segments: Sequence[Segment]) -> list[list[int]]:

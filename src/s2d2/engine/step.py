@@ -317,25 +317,37 @@ def _after_fused_verify(
 
 def _finish_step(req: Request, p: PendingVerify) -> None:
     """Top the step up to its quota with the baseline rule, feed the policy back, count the step."""
-    cfg = req.config
-    if p.n_committed < p.quota and not bool(p.done.all()):
-        rest = (~p.done).nonzero().view(-1)
-        need = p.quota - p.n_committed
-        if req.rule == "static":
-            sel = F.select_static(p.conf[rest], need)
-        elif req.rule == "dynamic":
-            sel = F.select_dynamic(p.conf[rest], cfg.threshold, need)
-        else:
-            sel = F.select_entropy_bounded(F.entropy(p.probs[rest]), cfg.gamma, need)
-        chosen = rest[sel]
-        req.block[p.cand[chosen]] = p.drafts[chosen]
-        p.n_committed += chosen.numel()
-        how = "baseline"
-        if req.policy is not None:
-            req.stats.fallback_commits += chosen.numel()
-            how = "fallback"
-        for i in chosen.tolist():
-            req.tracer.commit(req.start + int(p.cand[i]), int(p.drafts[i]), how, confidence=p.conf[i])
+    if p.n_committed < p.quota:
+        chosen = _top_up(req, p)
+        if chosen is not None:
+            req.block[p.cand[chosen]] = p.drafts[chosen]
+            p.n_committed += chosen.numel()
+            how = "baseline"
+            if req.policy is not None:
+                req.stats.fallback_commits += chosen.numel()
+                how = "fallback"
+            if req.tracer.steps is not None:
+                for i in chosen.tolist():
+                    tok, pos = int(p.drafts[i]), req.start + int(p.cand[i])
+                    req.tracer.commit(pos, tok, how, confidence=p.conf[i])
     if req.policy is not None and p.features is not None:
         req.policy.update(p.features, p.verified, p.n_committed)
     req.step += 1
+
+
+def _top_up(req: Request, p: PendingVerify) -> torch.Tensor | None:
+    """Indices into ``p.cand`` the baseline rule commits to reach the quota (None: nothing to commit)."""
+    n = p.cand.numel()
+    if n == 1 and p.n_committed == 0:  # one candidate, nothing committed yet (AR, a block's last slot)
+        return torch.zeros(1, dtype=torch.long)
+    if bool(p.done.all()):
+        return None
+    rest = (~p.done).nonzero().view(-1)
+    need = p.quota - p.n_committed
+    if req.rule == "static":
+        sel = F.select_static(p.conf[rest], need)
+    elif req.rule == "dynamic":
+        sel = F.select_dynamic(p.conf[rest], req.config.threshold, need)
+    else:
+        sel = F.select_entropy_bounded(F.entropy(p.probs[rest]), req.config.gamma, need)
+    return rest[sel]

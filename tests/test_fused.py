@@ -81,9 +81,12 @@ def test_fused_saves_forwards_on_the_built_in_model():
 def test_fuse_needs_the_lossless_family_and_same_position_models():
     tiny = _load("tiny-gsm")
     with pytest.raises(s2d2.ConfigError, match="fuse needs.*policy='always'"):
-        tiny.make_config(preset="lossless-fused", policy="score")
+        tiny.make_config(preset="lossless-fused", policy="score", fuse=True)
     with pytest.raises(s2d2.ConfigError, match="causal_cache"):
-        tiny.make_config(preset="lossless-fused", causal_cache=False)
+        tiny.make_config(preset="lossless", causal_cache=False, fuse=True)
+    # fusion inherited from a preset (or the model's shipped defaults) gives way to explicit settings
+    assert not tiny.make_config(preset="lossless-fused", policy="score").fuse
+    assert not tiny.make_config(decoder="ar").fuse and tiny.make_config().fuse == tiny.default_config().fuse
     with pytest.raises(s2d2.ConfigError, match="predraft_positions"):
         tiny.make_config(preset="lossless-fused", predraft_positions=-1)
     shifted = _load("fast_dllm_v2")

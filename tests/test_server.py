@@ -262,6 +262,45 @@ def test_bad_request_is_a_4xx_with_openai_error(url, name, path, body, status):
     assert httpx.get(url + "/health").json()["status"] == "ok"
 
 
+def _assert_preset_refused(resp) -> None:
+    assert resp.status_code == 400, resp.text
+    err = resp.json()["error"]
+    assert set(err) == {"message", "type", "param", "code"}
+    assert err["type"] == "invalid_request_error" and err["param"] == "s2d2.preset"
+    assert err["code"] == "invalid_value" and "\n" not in err["message"]
+    assert "root:" not in resp.text  # nothing of the file leaks into the answer
+
+
+def test_request_preset_may_not_name_a_server_file(url, tmp_path):
+    """A request's ``s2d2.preset`` is a preset name only: never a file on the server, whether it exists,
+    is not a preset file (/etc/passwd), or is a valid preset file."""
+    valid = tmp_path / "valid.json"
+    valid.write_text(json.dumps({"name": "p", "settings": {"decoder": "ar"}}))
+    for preset in ("/etc/passwd", str(valid), "../../etc/passwd.json"):
+        for path, body in (
+            ("/v1/completions", {"prompt": "hi", "max_tokens": 4}),
+            ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}),
+        ):
+            _assert_preset_refused(httpx.post(url + path, json={**body, "s2d2": {"preset": preset}}))
+    # a named preset still works
+    named = {"prompt": "hi", "max_tokens": 4, "s2d2": {"preset": "lossless"}}
+    ok = httpx.post(url + "/v1/completions", json=named)
+    assert ok.status_code == 200, ok.text
+    assert httpx.get(url + "/health").json()["status"] == "ok"
+
+
+def test_server_preset_may_be_a_file(model, tmp_path):
+    """The operator's own ``--preset`` (create_app's ``preset``) may be a preset file."""
+    path = tmp_path / "ar.json"
+    path.write_text(json.dumps({"name": "ar-file", "settings": {"decoder": "ar"}}))
+    with running_server(create_app(model, preset=str(path), max_num_seqs=4)) as base:
+        body = {"prompt": QUESTIONS[0], "max_tokens": 24}
+        served = httpx.post(base + "/v1/completions", json=body, timeout=60)
+        assert served.status_code == 200, served.text
+        alone = model.generate(QUESTIONS[0], decoder="ar", max_new_tokens=24).text
+        assert served.json()["choices"][0]["text"] == alone
+
+
 def test_openai_client_raises_its_own_errors(client):
     with pytest.raises(openai.BadRequestError) as exc:
         client.completions.create(model="tiny-gsm", prompt="hi", n=2)

@@ -3,6 +3,7 @@ resuming a study from its storage."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -81,3 +82,26 @@ def test_tune_option_errors_are_one_line(capsys, tmp_path):
     assert_one_line_error(code, err, "--max-drop")
     code, _, err = run_cli(capsys, "tune", "--out", str(tmp_path / "p.json"), "--task", "gsm8k")
     assert_one_line_error(code, err, "--data")
+
+
+@pytest.mark.parametrize("family", ["sdar", "fast_dllm_v2", "llada2"])
+def test_search_space_keeps_request_scoped_ucb_and_never_fuses(family):
+    """A tuned preset must keep batch == alone (no engine-scoped UCB) and the lossless-only settings off."""
+    import optuna
+
+    from s2d2.config import DecodeConfig
+    from s2d2.tuning.space import SearchSpace
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
+    space = SearchSpace(family=family)
+    policies = set()
+    for _ in range(300):
+        s = space.suggest(study.ask())
+        policies.add(s["policy"])
+        assert s.get("ucb_scope", "request") == "request", s
+        assert set(s) <= {f.name for f in dataclasses.fields(DecodeConfig)}, s
+        if s.get("fuse"):  # fused verification only where it is valid (lossless family, 2L families)
+            assert family != "fast_dllm_v2", s
+            DecodeConfig.build(**s)
+    assert "ucb" in policies  # the UCB branch was sampled, with its scope pinned

@@ -181,6 +181,10 @@ class DecodeConfig:
             cfg = cls(**base)
         except TypeError as exc:  # pragma: no cover - guarded by the name check above
             raise ConfigError(str(exc)) from None
+        if cfg.fuse and settings.get("fuse") is None and cfg.fusion_blockers():
+            # fusion inherited from a preset or a model's defaults gives way to explicit settings it does
+            # not apply to (e.g. --decoder ar on a model whose preset fuses); asked for explicitly, it errs
+            cfg.fuse = False
         cfg.validate()
         return cfg
 
@@ -265,8 +269,12 @@ class DecodeConfig:
             fail(f"predraft_positions must be an integer >= 0, got {self.predraft_positions!r}")
         if not isinstance(self.predraft_tokens, int) or self.predraft_tokens < 0:
             fail(f"predraft_tokens must be an integer >= 0, got {self.predraft_tokens!r}")
-        if not self.fuse:
-            return
+        missing = self.fusion_blockers() if self.fuse else []
+        if missing:
+            fail(f"fuse needs {', '.join(missing)} (as in the lossless preset)")
+
+    def fusion_blockers(self) -> list[str]:
+        """What keeps fused verification from applying to these settings (empty: it applies)."""
         needs = {
             "decoder='s2d2'": self.decoder == "s2d2",
             "policy='always'": self.policy == "always",
@@ -276,9 +284,7 @@ class DecodeConfig:
             "no sub-blocks": self.sub_block_size in (None, self.block_size),
             "no token editing": self.editing_threshold is None,
         }
-        missing = [k for k, ok in needs.items() if not ok]
-        if missing:
-            fail(f"fuse needs {', '.join(missing)} (as in the lossless preset)")
+        return [k for k, ok in needs.items() if not ok]
 
 
 def preset_settings(preset: str) -> dict[str, Any]:

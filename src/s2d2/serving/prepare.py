@@ -5,7 +5,8 @@ a 4xx :class:`~s2d2.serving.errors.APIError`: the model name, unsupported OpenAI
 (through the engine's own ``check_prompt``) and the decoding settings (through ``S2D2Model.make_config``,
 the code the CLI uses). Settings are layered: the model's defaults, the server's ``--preset`` (or the
 request's ``s2d2.preset``), the ``s2d2`` object, then the OpenAI fields (``max_tokens``, ``temperature``,
-``top_p``, ``seed``).
+``top_p``, ``seed``). A request's ``s2d2.preset`` must be a preset name of :data:`s2d2.config.PRESETS`: a
+client may not make the server read one of its files (only the server's own ``--preset`` may be a file).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..config import DecodeConfig
+from ..config import PRESETS, DecodeConfig
 from ..engine.request import check_prompt
 from ..errors import S2D2Error
 from .chat import chat_prompt_ids, encode_text
@@ -90,6 +91,15 @@ def _completion_ids(model: Any, prompt: Any) -> list[int]:
 
 def _settings(body: CompletionRequest | ChatCompletionRequest, server_preset: str | None) -> dict[str, Any]:
     settings = body.s2d2.model_dump(exclude_none=True) if body.s2d2 is not None else {}
+    requested = settings.get("preset")
+    if requested is not None and requested not in PRESETS:
+        # never a path: a request must not name (and so probe or read) a file on the server
+        names = ", ".join(sorted(PRESETS))
+        raise bad_request(
+            f"unknown preset {requested!r}; a request may name one of: {names}",
+            param="s2d2.preset",
+            code="invalid_value",
+        )
     settings.setdefault("preset", server_preset)
     max_tokens = body.max_tokens
     if isinstance(body, ChatCompletionRequest) and max_tokens is None:

@@ -26,7 +26,10 @@ def _settings_model() -> type[BaseModel]:
     """``S2D2Settings``: every field of :class:`DecodeConfig`, optional, plus ``preset``."""
     hints = typing.get_type_hints(DecodeConfig)
     fields: dict[str, Any] = {
-        "preset": (str | None, Field(None, description="A named preset (see `s2d2 generate --help`)."))
+        "preset": (
+            str | None,
+            Field(None, description="A named preset (see `s2d2 generate --help`); never a file path."),
+        )
     }
     for f in dataclasses.fields(DecodeConfig):
         if f.name in _HIDDEN_SETTINGS:

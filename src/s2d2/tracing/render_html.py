@@ -41,7 +41,7 @@ h1{font-size:1.3em} .muted{color:#777}
 .block{margin:.8em 0} .block h3{font-size:1em;margin:.3em 0}
 .step{font-family:monospace;padding:2px 4px;border-left:3px solid transparent;white-space:nowrap}
 .step.current{background:#fff6d5;border-left-color:#e0a800} .step.future{display:none}
-.meta{display:inline-block;width:22em;color:#555}
+.meta{display:inline-block;min-width:30em;margin-right:.5em;color:#555}
 .step span.c{display:inline-block;padding:0 3px;margin:0 1px;border-radius:3px}
 .tok{color:#fff;font-weight:700} .old{opacity:.55;color:#fff} .prompt{color:#888;background:#eee}
 .mask{color:#bbb;background:#f0f0f0} .c:hover{outline:2px solid #333}

@@ -1,11 +1,19 @@
 """The search space of ``s2d2 tune``: S2D2 settings an Optuna trial samples.
 
 Searched: block size, causal cache, routing policy and its parameters (score threshold, hysteresis
-thresholds, minimum span, UCB beta / bins / scope), acceptance estimator and its parameter, score kind
+thresholds, minimum span, UCB beta / bins), acceptance estimator and its parameter, score kind
 and penalty, fallback rule and its threshold (tau or gamma), acceptance rule (and tempering), plus the
 fusion settings of the families that have them (Fast-dLLM v2 sub-blocks, LLaDA2.1 token editing).
 Parameters only exist where they matter (Optuna's conditional search space): e.g. the estimator is
 sampled only for the score and hysteresis policies, which are the ones that read it.
+
+Never searched, on purpose:
+
+- ``ucb_scope`` stays ``request``: with ``engine`` a request's output depends on the requests the engine
+  served before it, so a tuned preset (and a model's shipped default) would break batch == alone.
+Fused verification (``fuse``, ``predraft_positions``, ``predraft_tokens``) is searched where it is valid:
+always-verify, strict acceptance and a causal cache on a same-position family without token editing
+(see ``DecodeConfig.validate``); there its output equals AR greedy's whatever the other settings.
 """
 
 from __future__ import annotations
@@ -46,12 +54,31 @@ class SearchSpace:
         if s["acceptance"] == "probabilistic":
             s["tempering"] = trial.suggest_float("tempering", 0.5, 2.0)
         s.update(self._fusion(trial, b))
+        s.update(self._fused_verification(trial, s))
         return s
+
+    def _fused_verification(self, trial: Any, s: dict[str, Any]) -> dict[str, Any]:
+        eligible = (
+            s["policy"] == "always"
+            and s["acceptance"] == "strict"
+            and s["causal_cache"]
+            and self.family != "fast_dllm_v2"
+            and "editing_threshold" not in s
+        )
+        if not eligible or not trial.suggest_categorical("fuse", [False, True]):
+            return {}
+        return {
+            "fuse": True,
+            "predraft_positions": trial.suggest_int("predraft_positions", 1, 6),
+            "predraft_tokens": trial.suggest_int("predraft_tokens", 0, 1),
+        }
 
     def _fusion(self, trial: Any, b: int) -> dict[str, Any]:
         if self.family == "fast_dllm_v2":
-            sizes = [u for u in (4, 8, 16, 32) if u <= b and b % u == 0] or [b]
-            return {"sub_block_size": trial.suggest_categorical("sub_block_size", sizes)}
+            # one fixed choice list (Optuna's categorical space may not change from trial to trial),
+            # clamped to the block: a sub-block larger than the block, or not dividing it, is the block
+            u = min(trial.suggest_categorical("sub_block_size", [4, 8, 16, 32]), b)
+            return {"sub_block_size": u if b % u == 0 else b}
         if self.family == "llada2" and trial.suggest_categorical("editing", [False, True]):
             return {"editing_threshold": trial.suggest_float("editing_threshold", 0.5, 0.99)}
         return {}
@@ -78,7 +105,7 @@ def _routing(trial: Any, policy: str, b: int) -> dict[str, Any]:
     elif policy == "ucb":
         s["ucb_beta"] = trial.suggest_float("ucb_beta", 0.0, 2.0)
         s["ucb_bins"] = trial.suggest_int("ucb_bins", 1, 4)
-        s["ucb_scope"] = trial.suggest_categorical("ucb_scope", ["request", "engine"])
+        s["ucb_scope"] = "request"  # never "engine": a preset must keep batch == alone
     return s
 
 
@@ -103,6 +130,11 @@ SEED_POINTS: tuple[dict[str, Any], ...] = (
          acceptance="strict"),
     dict(block_size=8, causal_cache=False, policy="always", fallback="dynamic", threshold=0.9,
          acceptance="strict"),
+    # the lossless-fused preset at B16 and B8 (AR's output, about one forward per step)
+    dict(block_size=16, causal_cache=True, policy="always", fallback="static", acceptance="strict",
+         fuse=True, predraft_positions=4, predraft_tokens=0),
+    dict(block_size=8, causal_cache=True, policy="always", fallback="static", acceptance="strict",
+         fuse=True, predraft_positions=4, predraft_tokens=0),
 )  # fmt: skip
 
 

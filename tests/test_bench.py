@@ -119,7 +119,9 @@ def test_pareto_frontier_constructed_points():
 
 
 def test_grids_are_valid_and_named_uniquely():
-    assert set(GRIDS) == {"default", "paper", "quick"}
+    assert set(GRIDS) == {"default", "headline", "paper", "quick"}
+    default = {c.name for c in GRIDS["default"]}
+    assert {c.name for c in GRIDS["headline"]} <= default
     for name, grid in GRIDS.items():
         names = [c.name for c in grid]
         assert len(names) == len(set(names)), name

@@ -199,9 +199,25 @@ def _quick_grid() -> list[BenchConfig]:
     ]
 
 
+def _headline_grid() -> list[BenchConfig]:
+    """The rows of BENCHMARKS.md's headline table (all in the default grid)."""
+    return [
+        _ar(),
+        _dynamic(8, 0.9),
+        _s2d2(8, "always", "strict"),
+        _s2d2(8, "score-dynamic", "strict"),
+        _s2d2(16, "score-static", "strict", fallback_tau=0.95, causal_cache=True),
+        _lossless(8),
+        _lossless_fused(8),
+        _lossless(16),
+        _lossless_fused(16),
+    ]
+
+
 #: Named grids of configurations.
 GRIDS: dict[str, list[BenchConfig]] = {
     "default": _default_grid(),
+    "headline": _headline_grid(),
     "paper": _paper_grid(),
     "quick": _quick_grid(),
 }

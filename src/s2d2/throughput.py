@@ -102,7 +102,11 @@ def run_throughput(
     if repeats < 1 or n < 1:
         raise S2D2Error("--n and --repeats must be >= 1")
     cfgs = pick_configs(configs)
-    decode_cfgs = [model.make_config(**c.expanded(), max_new_tokens=max_new_tokens, seed=0) for c in cfgs]
+    # rows are spelled against the library's defaults, not the model's own preset (as in s2d2 bench)
+    base = model.checkpoint_config()
+    decode_cfgs = [
+        model.make_config(base, **c.expanded(), max_new_tokens=max_new_tokens, seed=0) for c in cfgs
+    ]
     prompts = [model.encode(p["question"]) for p in load_problems("tiny-gsm", split, n)]
     _one_cell(model, prompts[:4], decode_cfgs[0], 4)  # warm-up, untimed
     cells: dict[tuple[int, int], list[dict[str, float]]] = {}

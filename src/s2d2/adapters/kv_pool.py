@@ -75,11 +75,6 @@ class KVPool:
         self.row_capacity, self.capacity = new_rows, new_cap
 
     @property
-    def bytes_per_token(self) -> int:
-        n_layers, n_kv, hd = self.shape
-        return 2 * n_layers * n_kv * hd * torch.empty(0, dtype=self.dtype).element_size()
-
-    @property
     def rows_in_use(self) -> int:
         return len(self._used)
 

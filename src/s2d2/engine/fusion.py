@@ -47,7 +47,6 @@ class PredraftLogits:
 
     start: int
     logits: torch.Tensor
-    exact: bool
     #: False for stale drafts reused after a miss (not a pre-draft hit)
     hit: bool = True
 
@@ -112,7 +111,7 @@ def pick_group(
     if correction is None:
         for g, rows in zip(p.groups, group_rows, strict=True):
             if g.slot is None:
-                return PredraftLogits(req.start + req.length, rows, True)
+                return PredraftLogits(req.start + req.length, rows)
         return None
     c = p.slots[n_acc]
     if c == req.length - 1:
@@ -123,7 +122,7 @@ def pick_group(
     for g, rows in exact + approx:
         full = rows.new_zeros(req.length, vocab)
         full[g.slot :] = rows  # row t of the group is slot g.slot + t (the correction's row is unused)
-        return PredraftLogits(req.start, full, g.token is not None)
+        return PredraftLogits(req.start, full)
     return None
 
 
@@ -131,4 +130,4 @@ def stale_logits(req: Request, p: PendingVerify) -> PredraftLogits:
     """The step's own drafts as next-step draft logits (``reuse_stale``): log-probabilities at slots."""
     full = torch.zeros(req.length, p.probs.shape[-1])
     full[p.cand] = torch.log(p.probs.clamp_min(1e-30))
-    return PredraftLogits(req.start, full, False, hit=False)
+    return PredraftLogits(req.start, full, hit=False)

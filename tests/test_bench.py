@@ -119,7 +119,7 @@ def test_pareto_frontier_constructed_points():
 
 
 def test_grids_are_valid_and_named_uniquely():
-    assert set(GRIDS) == {"default", "headline", "paper", "quick"}
+    assert set(GRIDS) == {"default", "headline", "paper", "quick", "ucb"}
     default = {c.name for c in GRIDS["default"]}
     assert {c.name for c in GRIDS["headline"]} <= default
     for name, grid in GRIDS.items():
@@ -130,6 +130,18 @@ def test_grids_are_valid_and_named_uniquely():
             assert c.decoder in FAMILIES
             cfg = DecodeConfig.build(**c.expanded(), max_new_tokens=64)  # validates
             assert cfg.decoder == c.decoder
+
+
+def test_ucb_grid_sets_scope_and_reward():
+    ucb = {c.name: DecodeConfig.build(**c.expanded()) for c in GRIDS["ucb"]}
+    for b in (8, 16):
+        assert ucb[f"s2d2-b{b}-always-strict"].policy == "always"
+        paper = ucb[f"s2d2-b{b}-ucb-strict"]
+        assert (paper.ucb_scope, paper.ucb_checked, paper.ucb_log_entropy) == ("request", False, False)
+        engine = ucb[f"s2d2-b{b}-ucb-engine-strict"]
+        assert (engine.ucb_scope, engine.ucb_checked, engine.ucb_log_entropy) == ("engine", True, True)
+        committed = ucb[f"s2d2-b{b}-ucb-engine-committed-strict"]
+        assert (committed.ucb_scope, committed.ucb_checked) == ("engine", False)
 
 
 def test_default_grid_covers_the_issue():

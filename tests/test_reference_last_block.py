@@ -33,9 +33,11 @@ def reference_decode(model, prompt: list[int], block: int, tau: float) -> tuple[
             pos = torch.arange(len(seq))
             allowed = (pos[None, :] // block) <= (pos[:, None] // block)
             with torch.no_grad():
-                logits = net(
-                    input_ids=torch.tensor([seq]), attention_mask=allowed[None, None], use_cache=False
-                ).logits[0].float()
+                logits = (
+                    net(input_ids=torch.tensor([seq]), attention_mask=allowed[None, None], use_cache=False)
+                    .logits[0]
+                    .float()
+                )
             if info.shifted:  # row p scores position p + 1; nothing scores position 0
                 logits = torch.cat([torch.zeros_like(logits[:1]), logits[:-1]])
             logits[:, mask_id] = float("-inf")

@@ -9,7 +9,7 @@ import torch
 
 from s2d2.config import DecodeConfig
 from s2d2.decoding import functional as F
-from s2d2.decoding.policies import UCB, Hysteresis, RouteFeatures, make_policy
+from s2d2.decoding.policies import UCB, Hysteresis, RouteFeatures, SkipCheck, make_policy
 
 V = 4
 
@@ -138,6 +138,51 @@ def test_ucb_untried_arm_first_then_bonus():
     g = features(cfg, UNSURE, progress=0.9)
     assert pol.context(g) != pol.context(f)
     assert pol.decide(g) is True
+
+
+def test_skip_check_counts_commits_the_verification_did_not_accept():
+    picks = torch.tensor([0, 1, 2])
+    assert SkipCheck.of(picks, span_off=0, n_accepted=3) == SkipCheck(3, 0)
+    assert SkipCheck.of(picks, span_off=0, n_accepted=2) == SkipCheck(3, 1)  # the first rejected slot
+    assert SkipCheck.of(picks, span_off=0, n_accepted=0) == SkipCheck(3, 3)
+    # span from candidate 1 (candidate 0 committed before routing); candidate 5 lies past the accepted
+    # prefix and candidate 0 before the span: neither was vouched for by this verification
+    assert SkipCheck.of(torch.tensor([0, 1, 2, 5]), span_off=1, n_accepted=4) == SkipCheck(4, 2)
+    assert SkipCheck.of(torch.tensor([], dtype=torch.long), span_off=0, n_accepted=2) == SkipCheck(0, 0)
+
+
+def test_ucb_checked_reward_skips_only_once_checks_clear_the_prior():
+    cfg = DecodeConfig.build(block_size=8, policy="ucb", ucb_reward="checked", ucb_error_cost=64.0)
+    pol = make_policy(cfg)
+    assert pol.learns_from_checks and not make_policy(DecodeConfig.build(policy="ucb")).learns_from_checks
+    f = features(cfg, CONFIDENT)
+    # every check: verification committed 8 (reward 4), skipping would have committed 8, all vouched.
+    # Skip estimate (8n - 64) / (n + 1) must beat 4 by 2 sqrt(ln n / n): first true at n = 22
+    for n in range(22):
+        assert pol.decide(f) is True, n
+        pol.update(f, True, committed=8, check=SkipCheck(8, 0))
+    assert pol.decide(f) is False
+    pol.update(f, False, committed=8)  # a skip's own outcome teaches nothing about its errors
+    verify_arm = pol.stats[pol.context(f)][True]
+    assert (verify_arm.skip_commits, verify_arm.skip_unvouched) == (22 * 8, 0)
+    # one check where skipping would have committed 3 unvouched tokens: back to verifying
+    pol.update(f, True, committed=3, check=SkipCheck(8, 3))
+    assert pol.decide(f) is True
+    # the error cost prices it: at cost 0 the same statistics favour skipping
+    free = UCB(cfg.replace(ucb_error_cost=0.0), stats=pol.stats)
+    assert free.decide(f) is False
+
+
+def test_ucb_log_entropy_bins_separate_what_linear_bins_merge():
+    probs = lambda h: dist(*[[1 - h, h / 3, h / 3, h / 3]] * 3)  # noqa: E731
+    low, high = probs(1e-5), probs(0.05)
+    lin = make_policy(DecodeConfig.build(block_size=8, policy="ucb"))
+    log = make_policy(DecodeConfig.build(block_size=8, policy="ucb", ucb_entropy_scale="log"))
+    cfg = lin.config
+    assert lin.context(features(cfg, low)) == lin.context(features(cfg, high))  # both below 0.5
+    ent = [features(cfg, p).mean_entropy for p in (low, high)]
+    assert ent[0] < 1e-2 < ent[1]  # log10 bins over [-4, 0]: split at 1e-2 with 2 bins
+    assert log.context(features(cfg, low))[2] == 0 and log.context(features(cfg, high))[2] == 1
 
 
 def test_ucb_context_bins():

@@ -24,6 +24,23 @@ def test_ucb_scope_is_validated():
         DecodeConfig.build(ucb_scope="global")
 
 
+def test_ucb_reward_and_entropy_scale_resolve_by_scope():
+    request, engine = DecodeConfig(), DecodeConfig.build(ucb_scope="engine")
+    assert (request.ucb_checked, request.ucb_log_entropy) == (False, False)  # the paper's bandit
+    assert (engine.ucb_checked, engine.ucb_log_entropy) == (True, True)
+    mixed = DecodeConfig.build(ucb_scope="engine", ucb_reward="committed", ucb_entropy_scale="log")
+    assert (mixed.ucb_checked, mixed.ucb_log_entropy) == (False, True)
+    assert DecodeConfig.build(ucb_reward="checked").ucb_log_entropy  # follows the reward when auto
+    for bad, match in [
+        (dict(ucb_reward="tokens"), "invalid ucb_reward 'tokens'; choose one of: auto, committed, checked"),
+        (dict(ucb_entropy_scale="sqrt"), "invalid ucb_entropy_scale"),
+        (dict(ucb_error_cost=-1.0), "ucb_error_cost must be >= 0"),
+        (dict(ucb_error_cost=float("nan")), "ucb_error_cost must be >= 0"),
+    ]:
+        with pytest.raises(ConfigError, match=match):
+            DecodeConfig.build(**bad)
+
+
 def test_make_policy_shares_tables_by_settings():
     shared = EngineRoutingState()
     eng = DecodeConfig.build(policy="ucb", ucb_scope="engine", seed=1)
@@ -41,7 +58,10 @@ def test_a_second_batch_starts_from_the_first_batchs_statistics():
 
     m = s2d2.load("tiny-gsm", max_num_seqs=8)
     prompts = _prompts()
-    settings = dict(policy="ucb", ucb_scope="engine", block_size=8, max_new_tokens=24, seed=0)
+    # the paper's reward, which acts on a few steps' statistics (the checked reward waits for more)
+    settings = dict(
+        policy="ucb", ucb_scope="engine", ucb_reward="committed", block_size=8, max_new_tokens=24, seed=0
+    )
     first = m.generate_batch(prompts, **settings)
     state = m.engine.routing
     pulls = state.total_pulls()
@@ -64,3 +84,30 @@ def test_a_second_batch_starts_from_the_first_batchs_statistics():
     verify = [r.stats.verify_steps for r in first]
     assert [r.stats.verify_steps for r in fresh] == verify
     assert [r.stats.verify_steps for r in second] != verify
+
+
+@pytest.mark.skipif(tiny_model_path() is None, reason="the built-in tiny-gsm model is not installed")
+def test_engine_scope_learns_where_skipping_is_safe():
+    """With the checked reward, a second pass over the same problems skips many verifications and still
+    returns exactly always-verify's tokens; the paper's reward skips too, but changes answers."""
+    import s2d2
+    from s2d2.bench import load_problems
+
+    prompts = [p["question"] for p in load_problems("tiny-gsm", "dev", 64)]
+    base = dict(decoder="s2d2", block_size=8, acceptance="strict", max_new_tokens=96, seed=0)
+    always = s2d2.load("tiny-gsm", max_num_seqs=16, use_preset=False).generate_batch(
+        prompts, policy="always", **base
+    )
+    verifications = sum(r.stats.verify_steps for r in always)
+
+    def two_passes(**ucb):
+        m = s2d2.load("tiny-gsm", max_num_seqs=16, use_preset=False)
+        m.generate_batch(prompts, policy="ucb", ucb_scope="engine", **ucb, **base)
+        second = m.generate_batch(prompts, policy="ucb", ucb_scope="engine", **ucb, **base)
+        same = sum(a.token_ids == b.token_ids for a, b in zip(always, second, strict=True))
+        return sum(r.stats.verify_steps for r in second), same
+
+    checked, same = two_passes()  # ucb_reward "auto" = checked at engine scope
+    assert checked <= 0.75 * verifications and same == len(prompts), (checked, verifications, same)
+    paper, same = two_passes(ucb_reward="committed")
+    assert paper < checked and same < len(prompts) - 8, (paper, same)

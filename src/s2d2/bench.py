@@ -214,12 +214,28 @@ def _headline_grid() -> list[BenchConfig]:
     ]
 
 
+def _ucb_grid() -> list[BenchConfig]:
+    """UCB routing by scope and reward at B8 and B16, beside always-verify (BENCHMARKS.md, METHOD 9)."""
+    grid = [_ar()]
+    for b in (8, 16):
+        always, ucb = _s2d2(b, "always", "strict"), _s2d2(b, "ucb", "strict")
+        engine = {**ucb.settings, "ucb_scope": "engine"}
+        grid += [
+            always,
+            ucb,
+            BenchConfig(f"s2d2-b{b}-ucb-engine-strict", engine),
+            BenchConfig(f"s2d2-b{b}-ucb-engine-committed-strict", {**engine, "ucb_reward": "committed"}),
+        ]
+    return grid
+
+
 #: Named grids of configurations.
 GRIDS: dict[str, list[BenchConfig]] = {
     "default": _default_grid(),
     "headline": _headline_grid(),
     "paper": _paper_grid(),
     "quick": _quick_grid(),
+    "ucb": _ucb_grid(),
 }
 
 

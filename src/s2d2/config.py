@@ -31,6 +31,8 @@ LAST_BLOCK = ("truncate", "full")
 #: Sampling temperatures outside this range overflow the softmax in float32.
 MIN_TEMPERATURE, MAX_TEMPERATURE = 1e-3, 100.0
 UCB_SCOPES = ("request", "engine")
+UCB_REWARDS = ("auto", "committed", "checked")
+UCB_ENTROPY_SCALES = ("auto", "linear", "log")
 
 #: Default parameter of each acceptance estimator (docs/METHOD.md section 4).
 ESTIMATOR_DEFAULTS: dict[str, float | None] = {
@@ -86,6 +88,15 @@ class DecodeConfig:
     #: Whose statistics the UCB bandit learns: ``request`` (each request its own) or ``engine`` (shared by
     #: every request of one engine with the same settings, and kept across them).
     ucb_scope: str = "request"
+    #: What a UCB step earns: ``committed`` (the paper's: tokens committed per forward), ``checked``
+    #: (each verification also prices what skipping would have committed, ``ucb_error_cost`` per token
+    #: it did not vouch for) or ``auto`` (``checked`` at engine scope, ``committed`` at request scope).
+    ucb_reward: str = "auto"
+    ucb_error_cost: float = 64.0
+    #: How the UCB context bins the span's mean normalised entropy: ``linear`` over [0, 1] (the
+    #: paper's), ``log`` (equal-width bins of log10 over [-4, 0]) or ``auto`` (``log`` with the checked
+    #: reward, ``linear`` otherwise).
+    ucb_entropy_scale: str = "auto"
     # --- acceptance ---
     #: ``strict`` accepts iff draft == argmax q; ``probabilistic`` is the paper's min(1, (q/p)^g) rule;
     #: ``auto`` = strict at temperature 0, probabilistic otherwise.
@@ -134,6 +145,20 @@ class DecodeConfig:
     def num_steps(self) -> int:
         """Denoising steps per block (``steps`` or, when unset, one per position)."""
         return self.block_size if self.steps is None else self.steps
+
+    @property
+    def ucb_checked(self) -> bool:
+        """Whether the UCB policy prices skips by what verifications show (``ucb_reward`` resolved)."""
+        if self.ucb_reward == "auto":
+            return self.ucb_scope == "engine"
+        return self.ucb_reward == "checked"
+
+    @property
+    def ucb_log_entropy(self) -> bool:
+        """Whether the UCB context bins entropy on a log scale (``ucb_entropy_scale`` resolved)."""
+        if self.ucb_entropy_scale == "auto":
+            return self.ucb_checked
+        return self.ucb_entropy_scale == "log"
 
     @property
     def strict(self) -> bool:
@@ -211,6 +236,8 @@ class DecodeConfig:
         choice("acceptance", self.acceptance, ACCEPTANCE)
         choice("last_block", self.last_block, LAST_BLOCK)
         choice("ucb_scope", self.ucb_scope, UCB_SCOPES)
+        choice("ucb_reward", self.ucb_reward, UCB_REWARDS)
+        choice("ucb_entropy_scale", self.ucb_entropy_scale, UCB_ENTROPY_SCALES)
         if not isinstance(self.block_size, int) or self.block_size < 1:
             fail(f"block_size must be an integer >= 1, got {self.block_size!r}")
         if self.steps is not None:
@@ -233,6 +260,8 @@ class DecodeConfig:
             fail(f"penalty must be >= 0, got {self.penalty}")
         if self.ucb_beta < 0:
             fail(f"ucb_beta must be >= 0, got {self.ucb_beta}")
+        if not self.ucb_error_cost >= 0:
+            fail(f"ucb_error_cost must be >= 0, got {self.ucb_error_cost}")
         if self.ucb_bins < 1:
             fail(f"ucb_bins must be >= 1, got {self.ucb_bins}")
         if not self.tempering > 0:

@@ -16,7 +16,7 @@ SplitOpt = Annotated[str, typer.Option(help="Split of the suite: test | dev.")]
 NOpt = Annotated[
     int | None, typer.Option("--n", help="Number of problems (the split's first N; default: all).")
 ]
-GridOpt = Annotated[str, typer.Option(help="Configurations to run: default | headline | paper | quick.")]
+GridOpt = Annotated[str, typer.Option(help=f"Configurations to run: {' | '.join(bench.GRIDS)}.")]
 BenchPresetOpt = Annotated[
     list[str] | None,
     typer.Option(

@@ -56,10 +56,29 @@ class RouteFeatures:
         return float(F.normalized_entropy(self.span_probs).mean())
 
 
+@dataclass(frozen=True)
+class SkipCheck:
+    """What a verified step tells about skipping it: the fallback rule would have committed ``commits``
+    tokens, ``unvouched`` of them outside the span prefix the verification accepted (the first rejected
+    position, positions past it, or positions outside the span: tokens AR mode did not confirm)."""
+
+    commits: int
+    unvouched: int
+
+    @classmethod
+    def of(cls, fallback: torch.Tensor, span_off: int, n_accepted: int) -> SkipCheck:
+        """From the fallback rule's picks ``[k]`` (indices into the step's candidates), the span's offset
+        among the candidates and the number of span positions the verification accepted."""
+        vouched = (fallback >= span_off) & (fallback < span_off + n_accepted)
+        return cls(int(fallback.numel()), int((~vouched).sum()))
+
+
 class Policy:
     """Base class: decide whether to verify this step."""
 
     name = "base"
+    #: whether :meth:`update` wants each verified step's :class:`SkipCheck` (computing it costs a little)
+    learns_from_checks = False
 
     def __init__(self, config: DecodeConfig):
         self.config = config
@@ -67,8 +86,11 @@ class Policy:
     def decide(self, f: RouteFeatures) -> bool:
         raise NotImplementedError
 
-    def update(self, f: RouteFeatures, verified: bool, committed: int) -> None:
-        """Feedback after the step (tokens committed, whether it verified). Most policies ignore it."""
+    def update(
+        self, f: RouteFeatures, verified: bool, committed: int, check: SkipCheck | None = None
+    ) -> None:
+        """Feedback after the step: whether it verified, the tokens it committed and, for a verified step
+        when :attr:`learns_from_checks`, what skipping would have committed. Most policies ignore it."""
 
 
 class Never(Policy):
@@ -122,6 +144,10 @@ class Hysteresis(Policy):
 class _Arm:
     pulls: int = 0
     total: float = 0.0
+    #: the verify arm under ``ucb_reward="checked"``: what skipping would have committed over its pulls,
+    #: and how many of those tokens the verifications did not vouch for (:class:`SkipCheck`, summed)
+    skip_commits: int = 0
+    skip_unvouched: int = 0
 
     @property
     def mean(self) -> float:
@@ -132,9 +158,18 @@ class UCB(Policy):
     """Contextual bandit with two arms (verify, skip) per context bucket.
 
     Context = (span length bin over [1, B], block progress bin over [0, 1], mean normalised span
-    entropy bin over [0, 1]), ``ucb_bins`` bins each. Picks the arm with the larger
-    mean + beta * sqrt(ln t / n), an untried arm first (verify before skip); reward = tokens committed
-    this step / cost, cost 2 if verified else 1.
+    entropy bin over [0, 1], or of its log10 over [-4, 0] with ``ucb_entropy_scale="log"``),
+    ``ucb_bins`` equal-width bins each. A verified step earns committed / 2 (two forwards).
+
+    ``ucb_reward="committed"`` (the paper's): a skipped step earns the tokens it committed; pick the arm
+    with the larger mean + beta * sqrt(ln t / n), an untried arm first (verify before skip). Nothing in
+    it sees the errors of unverified commits, so skipping wins wherever the fallback commits much.
+
+    ``ucb_reward="checked"`` (``auto`` at engine scope): every verification also shows what skipping
+    would have earned there (:class:`SkipCheck`): the fallback's commits minus ``ucb_error_cost`` per
+    token the verification did not vouch for, with a prior of one unvouched token. Skipping itself
+    reveals nothing about its errors, so the policy verifies unless that estimate beats the verify
+    arm's mean by more than both arms' bonus, 2 beta sqrt(ln t / n_verify) (docs/METHOD.md section 9).
     """
 
     name = "ucb"
@@ -146,31 +181,49 @@ class UCB(Policy):
         super().__init__(config)
         #: context -> arm -> statistics; a shared table (``ucb_scope="engine"``) when one is given
         self.stats: dict[tuple[int, int, int], dict[bool, _Arm]] = {} if stats is None else stats
+        self.learns_from_checks = config.ucb_checked
 
     def context(self, f: RouteFeatures) -> tuple[int, int, int]:
         k = self.config.ucb_bins
-        return (
-            F.bin_index(f.span_len, 1, f.block_size, k),
-            F.bin_index(f.progress, 0.0, 1.0, k),
-            F.bin_index(f.mean_entropy, 0.0, 1.0, k),
-        )
+        if self.config.ucb_log_entropy:
+            entropy = F.bin_index(math.log10(max(f.mean_entropy, 1e-4)), -4.0, 0.0, k)
+        else:
+            entropy = F.bin_index(f.mean_entropy, 0.0, 1.0, k)
+        return (F.bin_index(f.span_len, 1, f.block_size, k), F.bin_index(f.progress, 0.0, 1.0, k), entropy)
 
     def bonus(self, t: int, n: int) -> float:
         return self.config.ucb_beta * math.sqrt(math.log(max(t, 1)) / n)
 
+    def _arms(self, f: RouteFeatures) -> dict[bool, _Arm]:
+        return self.stats.setdefault(self.context(f), {a: _Arm() for a in self.ARMS})
+
     def decide(self, f: RouteFeatures) -> bool:
-        arms = self.stats.setdefault(self.context(f), {a: _Arm() for a in self.ARMS})
+        arms = self._arms(f)
+        t = sum(arm.pulls for arm in arms.values())
+        if self.learns_from_checks:
+            v = arms[True]
+            if v.pulls == 0:
+                return True
+            # one pseudo-observation of a skip that commits nothing and one unvouched token keeps a
+            # context's first error-free checks from licensing skips (it weighs 1 / n once learnt)
+            errors = v.skip_unvouched + 1
+            skip = (v.skip_commits - self.config.ucb_error_cost * errors) / (v.pulls + 1)
+            return skip - v.mean <= 2 * self.bonus(t, v.pulls)
         for a in self.ARMS:
             if arms[a].pulls == 0:
                 return a
-        t = sum(arm.pulls for arm in arms.values())
         values = {a: arms[a].mean + self.bonus(t, arms[a].pulls) for a in self.ARMS}
         return max(self.ARMS, key=lambda a: values[a])
 
-    def update(self, f: RouteFeatures, verified: bool, committed: int) -> None:
-        arm = self.stats.setdefault(self.context(f), {a: _Arm() for a in self.ARMS})[verified]
+    def update(
+        self, f: RouteFeatures, verified: bool, committed: int, check: SkipCheck | None = None
+    ) -> None:
+        arm = self._arms(f)[verified]
         arm.pulls += 1
         arm.total += committed / (2.0 if verified else 1.0)
+        if check is not None:
+            arm.skip_commits += check.commits
+            arm.skip_unvouched += check.unvouched
 
 
 POLICIES: dict[str, type[Policy]] = {
@@ -187,4 +240,4 @@ def make_policy(config: DecodeConfig, shared: EngineRoutingState | None = None) 
     return POLICIES[config.policy](config)
 
 
-__all__ = ["POLICIES", "EngineRoutingState", "Policy", "RouteFeatures", "make_policy"]
+__all__ = ["POLICIES", "EngineRoutingState", "Policy", "RouteFeatures", "SkipCheck", "make_policy"]

@@ -20,7 +20,7 @@ import torch
 from ..adapters.base import ModelInfo
 from ..adapters.kv_pool import KVState
 from ..config import DecodeConfig
-from ..decoding.policies import Policy, RouteFeatures, make_policy
+from ..decoding.policies import Policy, RouteFeatures, SkipCheck, make_policy
 from ..decoding.routing_state import EngineRoutingState
 from ..decoding.stats import GenerationStats
 from ..errors import PromptError
@@ -89,6 +89,9 @@ class PendingVerify:
     slots: list[int] = field(default_factory=list)
     #: fused verification: the pre-draft groups the forward carries (None: a plain 2L verification)
     groups: list[Any] | None = None
+    #: a verified step: what skipping would have committed, judged by this verification (for policies
+    #: that learn from it)
+    check: SkipCheck | None = None
 
 
 @dataclass

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 import torch
 
 from ..decoding import functional as F
-from ..decoding.policies import RouteFeatures
+from ..decoding.policies import RouteFeatures, SkipCheck
 from .fusion import pick_group, plan_groups, stale_logits
 from .request import PendingVerify, Request, Status
 
@@ -251,9 +251,12 @@ def _verify_step(req: Request, q_logits: torch.Tensor) -> None:
         q_logits, *group_rows = q_logits.split(sizes)
     q = _no_mask(req, q_logits) if strict else _probs(req, q_logits)
     sp = slice(p.off, p.off + p.span_n)
+    skip = _top_up(req, p) if req.policy is not None and req.policy.learns_from_checks else None
     n_acc, correction = F.speculative_commit(
         p.probs[sp], q, p.drafts[sp], strict=strict, tempering=cfg.tempering, generator=req.generator
     )
+    if skip is not None:
+        p.check = SkipCheck.of(skip, p.off, n_acc)
     span_cand = p.cand[p.off : p.off + p.span_n]
     block[span_cand[:n_acc]] = p.drafts[p.off : p.off + n_acc]
     p.done[p.off : p.off + n_acc] = True
@@ -331,7 +334,7 @@ def _finish_step(req: Request, p: PendingVerify) -> None:
                     tok, pos = int(p.drafts[i]), req.start + int(p.cand[i])
                     req.tracer.commit(pos, tok, how, confidence=p.conf[i])
     if req.policy is not None and p.features is not None:
-        req.policy.update(p.features, p.verified, p.n_committed)
+        req.policy.update(p.features, p.verified, p.n_committed, p.check)
     req.step += 1
 
 

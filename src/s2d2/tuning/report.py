@@ -20,6 +20,8 @@ _SHOWN = (
     "hysteresis_off",
     "min_span",
     "ucb_scope",
+    "ucb_reward",
+    "ucb_entropy_scale",
     "fallback",
     "threshold",
     "gamma",

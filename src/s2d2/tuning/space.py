@@ -1,11 +1,11 @@
 """The search space of ``s2d2 tune``: S2D2 settings an Optuna trial samples.
 
 Searched: block size, causal cache, routing policy and its parameters (score threshold, hysteresis
-thresholds, minimum span, UCB beta / bins), acceptance estimator and its parameter, score kind
-and penalty, fallback rule and its threshold (tau or gamma), acceptance rule (and tempering), plus the
-fusion settings of the families that have them (Fast-dLLM v2 sub-blocks, LLaDA2.1 token editing).
-Parameters only exist where they matter (Optuna's conditional search space): e.g. the estimator is
-sampled only for the score and hysteresis policies, which are the ones that read it.
+thresholds, minimum span, UCB beta / bins / reward / entropy scale), acceptance estimator and its
+parameter, score kind and penalty, fallback rule and its threshold (tau or gamma), acceptance rule (and
+tempering), plus the fusion settings of the families that have them (Fast-dLLM v2 sub-blocks, LLaDA2.1
+token editing). Parameters only exist where they matter (Optuna's conditional search space): e.g. the
+estimator is sampled only for the score and hysteresis policies, which are the ones that read it.
 
 Never searched, on purpose:
 
@@ -105,6 +105,8 @@ def _routing(trial: Any, policy: str, b: int) -> dict[str, Any]:
     elif policy == "ucb":
         s["ucb_beta"] = trial.suggest_float("ucb_beta", 0.0, 2.0)
         s["ucb_bins"] = trial.suggest_int("ucb_bins", 1, 4)
+        s["ucb_reward"] = trial.suggest_categorical("ucb_reward", ["committed", "checked"])
+        s["ucb_entropy_scale"] = trial.suggest_categorical("ucb_entropy_scale", ["linear", "log"])
         s["ucb_scope"] = "request"  # never "engine": a preset must keep batch == alone
     return s
 

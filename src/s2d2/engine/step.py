@@ -251,12 +251,14 @@ def _verify_step(req: Request, q_logits: torch.Tensor) -> None:
         q_logits, *group_rows = q_logits.split(sizes)
     q = _no_mask(req, q_logits) if strict else _probs(req, q_logits)
     sp = slice(p.off, p.off + p.span_n)
-    skip = _top_up(req, p) if req.policy is not None and req.policy.learns_from_checks else None
+    checks = req.policy is not None and req.policy.learns_from_checks
+    skip = _fallback_picks(req, p) if checks else None
     n_acc, correction = F.speculative_commit(
         p.probs[sp], q, p.drafts[sp], strict=strict, tempering=cfg.tempering, generator=req.generator
     )
-    if skip is not None:
-        p.check = SkipCheck.of(skip, p.off, n_acc)
+    if checks:
+        picks = skip if skip is not None else torch.zeros(0, dtype=torch.long)
+        p.check = SkipCheck.of(picks, p.off, n_acc)
     span_cand = p.cand[p.off : p.off + p.span_n]
     block[span_cand[:n_acc]] = p.drafts[p.off : p.off + n_acc]
     p.done[p.off : p.off + n_acc] = True
@@ -320,22 +322,27 @@ def _after_fused_verify(
 
 def _finish_step(req: Request, p: PendingVerify) -> None:
     """Top the step up to its quota with the baseline rule, feed the policy back, count the step."""
-    if p.n_committed < p.quota:
-        chosen = _top_up(req, p)
-        if chosen is not None:
-            req.block[p.cand[chosen]] = p.drafts[chosen]
-            p.n_committed += chosen.numel()
-            how = "baseline"
-            if req.policy is not None:
-                req.stats.fallback_commits += chosen.numel()
-                how = "fallback"
-            if req.tracer.steps is not None:
-                for i in chosen.tolist():
-                    tok, pos = int(p.drafts[i]), req.start + int(p.cand[i])
-                    req.tracer.commit(pos, tok, how, confidence=p.conf[i])
+    chosen = _fallback_picks(req, p)
+    if chosen is not None:
+        req.block[p.cand[chosen]] = p.drafts[chosen]
+        p.n_committed += chosen.numel()
+        how = "baseline"
+        if req.policy is not None:
+            req.stats.fallback_commits += chosen.numel()
+            how = "fallback"
+        if req.tracer.steps is not None:
+            for i in chosen.tolist():
+                tok, pos = int(p.drafts[i]), req.start + int(p.cand[i])
+                req.tracer.commit(pos, tok, how, confidence=p.conf[i])
     if req.policy is not None and p.features is not None:
         req.policy.update(p.features, p.verified, p.n_committed, p.check)
     req.step += 1
+
+
+def _fallback_picks(req: Request, p: PendingVerify) -> torch.Tensor | None:
+    """Indices into ``p.cand`` the baseline rule commits if the step ends now: none once the step's
+    commits reach its quota (None), else :func:`_top_up`'s."""
+    return _top_up(req, p) if p.n_committed < p.quota else None
 
 
 def _top_up(req: Request, p: PendingVerify) -> torch.Tensor | None:

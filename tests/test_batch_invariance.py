@@ -56,7 +56,7 @@ def tiny():
 
 @pytest.fixture(scope="module")
 def questions():
-    from s2d2.bench import load_problems
+    from s2d2.bench.suites import load_problems
 
     return [p["question"] for p in load_problems("tiny-gsm", "test", 40)]
 

@@ -16,21 +16,14 @@ from pathlib import Path
 import pytest
 
 from conftest import assert_one_line_error, run_cli, tiny_model_path
-from s2d2.bench import (
-    FAMILIES,
-    GRIDS,
-    OUTPUT_FILES,
-    TABLE_COLUMNS,
-    BenchConfig,
-    pareto_frontier,
-    plot_results,
-    render_table,
-    run_bench,
-    wilson_interval,
-)
+from s2d2.bench.grids import FAMILIES, GRIDS, BenchConfig
+from s2d2.bench.outdir import OUTPUT_FILES
+from s2d2.bench.report import TABLE_COLUMNS, pareto_frontier, plot_results, render_table
+from s2d2.bench.runner import run_bench
 from s2d2.cli import main
 from s2d2.config import DecodeConfig
 from s2d2.errors import S2D2Error
+from s2d2.metrics import wilson_interval
 
 RUN_KEYS = {
     "name",

@@ -61,7 +61,7 @@ def test_lossless_fused_equals_ar(model, data):
 
 def test_fused_saves_forwards_on_the_built_in_model():
     tiny = _load("tiny-gsm")
-    from s2d2.bench import load_problems
+    from s2d2.bench.suites import load_problems
 
     qs = [p["question"] for p in load_problems("tiny-gsm", "test", 24)]
     kw = dict(block_size=16, max_new_tokens=64)

@@ -205,7 +205,7 @@ def test_bench_batched_equals_one_at_a_time(capsys, tmp_path):
 
 
 def test_run_bench_checks_max_num_seqs():
-    from s2d2.bench import run_bench
+    from s2d2.bench.runner import run_bench
 
     model = SimpleNamespace(tokenizer=object(), max_num_seqs=2, generate_batch=None)
     with pytest.raises(S2D2Error, match="max_num_seqs=4"):

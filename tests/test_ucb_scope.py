@@ -12,7 +12,7 @@ from s2d2.errors import ConfigError
 
 
 def _prompts() -> list[str]:
-    from s2d2.bench import load_problems
+    from s2d2.bench.suites import load_problems
 
     return [p["question"] for p in load_problems("tiny-gsm", "dev", 3)]
 
@@ -91,7 +91,7 @@ def test_engine_scope_learns_where_skipping_is_safe():
     """With the checked reward, a second pass over the same problems skips many verifications and still
     returns exactly always-verify's tokens; the paper's reward skips too, but changes answers."""
     import s2d2
-    from s2d2.bench import load_problems
+    from s2d2.bench.suites import load_problems
 
     prompts = [p["question"] for p in load_problems("tiny-gsm", "dev", 64)]
     base = dict(decoder="s2d2", block_size=8, acceptance="strict", max_new_tokens=96, seed=0)

@@ -20,7 +20,8 @@ from typing import Any
 
 import torch
 
-from .bench import BenchConfig, get_grid, load_problems
+from .bench.grids import BenchConfig, get_grid
+from .bench.suites import load_problems
 from .engine.llm_engine import LLMEngine
 from .errors import S2D2Error
 

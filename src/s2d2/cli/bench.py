@@ -7,7 +7,11 @@ from typing import Annotated, Any
 
 import typer
 
-from .. import bench
+from ..bench.grids import GRIDS, BenchConfig, get_grid
+from ..bench.outdir import OUTPUT_FILES, check_out_dir
+from ..bench.report import render_table, require_matplotlib
+from ..bench.runner import run_bench
+from ..bench.suites import SUITES, load_problems
 from ..errors import S2D2Error
 from .options import DeviceOpt, DtypeOpt, MaxNewOpt, ModelOpt, ProgressOpt, check_max_num_seqs
 
@@ -16,7 +20,7 @@ SplitOpt = Annotated[str, typer.Option(help="Split of the suite: test | dev.")]
 NOpt = Annotated[
     int | None, typer.Option("--n", help="Number of problems (the split's first N; default: all).")
 ]
-GridOpt = Annotated[str, typer.Option(help=f"Configurations to run: {' | '.join(bench.GRIDS)}.")]
+GridOpt = Annotated[str, typer.Option(help=f"Configurations to run: {' | '.join(GRIDS)}.")]
 BenchPresetOpt = Annotated[
     list[str] | None,
     typer.Option(
@@ -57,21 +61,21 @@ def bench_command(
     (or chunk by chunk with --max-num-seqs); print a table and write results.json, problems.jsonl,
     table.md and accuracy-vs-cost plots to OUT. Rows are decoded over the library's defaults, not over a
     checkpoint's own s2d2_preset.json (give it with --preset to add it as a row)."""
-    configs = bench.get_grid(grid) + preset_rows(preset)
-    problems = bench.load_problems(suite, split, n)
+    configs = get_grid(grid) + preset_rows(preset)
+    problems = load_problems(suite, split, n)
     if threads is not None and threads < 1:
         raise S2D2Error(f"--threads must be >= 1, got {threads}")
     if max_new_tokens is not None and max_new_tokens < 1:
         raise S2D2Error(f"--max-new-tokens must be >= 1, got {max_new_tokens}")
     check_max_num_seqs(max_num_seqs)
-    out_dir = bench.check_out_dir(out if out is not None else Path("runs") / f"bench-{grid}")
-    bench.require_matplotlib()
+    out_dir = check_out_dir(out if out is not None else Path("runs") / f"bench-{grid}")
+    require_matplotlib()
     m = _load_model(model, device=device, dtype=dtype, threads=threads, max_num_seqs=max_num_seqs)
-    results = bench.run_bench(
+    results = run_bench(
         m,
         problems,
         configs,
-        max_new_tokens=max_new_tokens or bench.SUITES[suite]["max_new_tokens"],
+        max_new_tokens=max_new_tokens or SUITES[suite]["max_new_tokens"],
         suite=suite,
         split=split,
         model_name=model,
@@ -79,8 +83,8 @@ def bench_command(
         progress=progress,
         max_num_seqs=max_num_seqs,
     )
-    typer.echo(bench.render_table(results))
-    typer.echo(f"wrote {', '.join(bench.OUTPUT_FILES)} to {out_dir}", err=True)
+    typer.echo(render_table(results))
+    typer.echo(f"wrote {', '.join(OUTPUT_FILES)} to {out_dir}", err=True)
 
 
 def _load_model(
@@ -103,7 +107,7 @@ def _load_model(
         raise S2D2Error(f"cannot load model {model}: {msg}") from None
 
 
-def preset_rows(presets: list[str] | None) -> list[bench.BenchConfig]:
+def preset_rows(presets: list[str] | None) -> list[BenchConfig]:
     """One bench row per ``--preset``: named after the preset file's ``name`` (or the preset's name)."""
     from ..config import PRESETS, preset_settings
     from ..tuning.preset_file import read_preset_file
@@ -112,5 +116,5 @@ def preset_rows(presets: list[str] | None) -> list[bench.BenchConfig]:
     for value in presets or []:
         preset_settings(value)  # an unknown name or a bad file fails here, before the model loads
         name = value if value in PRESETS else read_preset_file(value).name
-        rows.append(bench.BenchConfig(name, {"preset": value}))
+        rows.append(BenchConfig(name, {"preset": value}))
     return rows

@@ -124,7 +124,7 @@ def load_dev_problems(task: str, split: str, n: int | None, data: Path | None) -
         return task_obj.load(data, limit=n), task_obj
     if task == "gsm8k":
         raise S2D2Error("--task gsm8k needs --data FILE.jsonl (its dev problems)")
-    from ..bench import load_problems
+    from ..bench.suites import load_problems
 
     return load_problems("tiny-gsm", split, n), task_obj
 

@@ -60,7 +60,7 @@ def choose(points: list[TrialPoint], ar_accuracy: float, max_drop: float) -> tup
 
 def pareto_numbers(points: list[TrialPoint]) -> set[int]:
     """Trial numbers on the (NFE/token, accuracy) Pareto front."""
-    from ..bench import pareto_frontier
+    from ..bench.report import pareto_frontier
 
     front = pareto_frontier([(p.nfe_per_token, p.accuracy) for p in points])
     return {points[i].number for i in front}

@@ -1,0 +1,39 @@
+"""Benchmark suites: their splits and generation lengths, their problems, and how an answer is scored."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..errors import S2D2Error
+
+#: Benchmark suites: splits and the generation length their answers need.
+SUITES: dict[str, dict[str, Any]] = {
+    "tiny-gsm": {"splits": ("test", "dev"), "max_new_tokens": 64},
+}
+
+
+def load_problems(suite: str, split: str, n: int | None = None) -> list[dict]:
+    """The first ``n`` problems of ``suite``/``split`` (all of them when ``n`` is None); each has ``id``,
+    ``question`` and ``final``."""
+    if suite not in SUITES:
+        raise S2D2Error(f"unknown suite {suite!r}; choose one of: {', '.join(SUITES)}")
+    splits = SUITES[suite]["splits"]
+    if split not in splits:
+        raise S2D2Error(f"unknown split {split!r} of suite {suite}; choose one of: {', '.join(splits)}")
+    if n is not None and (not isinstance(n, int) or n < 1):
+        raise S2D2Error(f"n must be an integer >= 1, got {n!r}")
+    from ..tasks import tiny_gsm
+
+    try:
+        problems = tiny_gsm.load_split(split, n)
+    except (FileNotFoundError, ValueError) as exc:
+        raise S2D2Error(f"cannot load {suite} {split}: {exc}") from None
+    if n is not None and len(problems) < n:
+        raise S2D2Error(f"n={n} exceeds the {len(problems)} problems of {suite} {split}")
+    return problems
+
+
+def score_answer(suite: str, text: str, problem: dict) -> bool:
+    from ..tasks import tiny_gsm
+
+    return tiny_gsm.is_correct(text, problem["final"])

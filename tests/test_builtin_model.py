@@ -9,7 +9,8 @@ import pytest
 
 import s2d2
 from s2d2.model import builtin_path
-from s2d2.tasks import tiny_gsm
+from s2d2.tasks.tiny_gsm.scoring import extract_answer, is_correct
+from s2d2.tasks.tiny_gsm.splits import load_split
 
 pytestmark = pytest.mark.skipif(
     not (builtin_path("tiny-gsm") / "config.json").is_file(), reason="built-in tiny-gsm weights not shipped"
@@ -28,7 +29,7 @@ def tiny():
 
 @pytest.fixture(scope="module")
 def problems():
-    return tiny_gsm.load_split("test", 24)
+    return load_split("test", 24)
 
 
 def test_default_model_is_tiny_gsm(tiny):
@@ -39,7 +40,7 @@ def test_default_model_is_tiny_gsm(tiny):
 
 def test_ar_answers_test_problems(tiny, problems):
     correct = sum(
-        tiny_gsm.is_correct(tiny.generate(p["question"], decoder="ar", max_new_tokens=64).text, p["final"])
+        is_correct(tiny.generate(p["question"], decoder="ar", max_new_tokens=64).text, p["final"])
         for p in problems
     )
     # the shipped model scores about 0.96 in AR mode (MODEL_CARD.md): allow a few slips
@@ -66,7 +67,7 @@ def test_readme_command_prints_a_correct_worked_answer():
     )
     assert proc.returncode == 0, proc.stderr
     assert "####" in proc.stdout
-    assert tiny_gsm.extract_answer(proc.stdout) == "67"
+    assert extract_answer(proc.stdout) == "67"
 
 
 def test_words_outside_the_vocabulary_are_named(tiny):

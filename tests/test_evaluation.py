@@ -397,9 +397,9 @@ def test_lm_eval_model_pieces():
 
 
 def write_lm_eval_task(directory: Path, n: int = 3) -> list[dict]:
-    from s2d2.tasks import tiny_gsm
+    from s2d2.tasks.tiny_gsm.splits import load_split
 
-    problems = tiny_gsm.load_split("test", n)
+    problems = load_split("test", n)
     directory.mkdir(parents=True, exist_ok=True)
     write_jsonl(directory / "docs.jsonl", problems)
     (directory / "tiny_local.yaml").write_text(

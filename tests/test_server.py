@@ -23,7 +23,7 @@ httpx = pytest.importorskip("httpx")
 import s2d2  # noqa: E402
 from s2d2.serving.app import create_app  # noqa: E402
 from s2d2.serving.server import make_server  # noqa: E402
-from s2d2.tasks.tiny_gsm import load_split  # noqa: E402
+from s2d2.tasks.tiny_gsm.splits import load_split  # noqa: E402
 
 QUESTIONS = [p["question"] for p in load_split("test")[:32]]
 #: a long request: the AR decoder (one token per forward) past EOS, so it is still running when we act

@@ -12,7 +12,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import s2d2
-from s2d2.tasks import tiny_gsm
+from s2d2.tasks.tiny_gsm.curriculum import (
+    borrows,
+    carries,
+    hard_columns,
+    iter_train_problems,
+    keep_probability,
+)
+from s2d2.tasks.tiny_gsm.problems import generate_problem
+from s2d2.tasks.tiny_gsm.scoring import extract_answer, is_correct
+from s2d2.tasks.tiny_gsm.splits import heldout_questions, load_split, make_split, question_hash
+from s2d2.tasks.tiny_gsm.tokenizer import build_tokenizer, tokenizer_dir
 from s2d2.training import tiny
 from s2d2.training.batches import batch_loss, build_batch
 from s2d2.training.dev_eval import DEV_DECODERS, evaluate, live_model
@@ -48,52 +58,52 @@ def _check_answer(prob: dict) -> None:
 
 
 def test_generator_deterministic_by_seed():
-    a = [tiny_gsm.generate_problem(random.Random(7)) for _ in range(3)]
-    b = [tiny_gsm.generate_problem(random.Random(7)) for _ in range(3)]
+    a = [generate_problem(random.Random(7)) for _ in range(3)]
+    b = [generate_problem(random.Random(7)) for _ in range(3)]
     assert a == b
-    assert tiny_gsm.make_split("train", 20, seed=3) == tiny_gsm.make_split("train", 20, seed=3)
-    assert tiny_gsm.make_split("train", 20, seed=3) != tiny_gsm.make_split("train", 20, seed=4)
+    assert make_split("train", 20, seed=3) == make_split("train", 20, seed=3)
+    assert make_split("train", 20, seed=3) != make_split("train", 20, seed=4)
 
 
 def test_generated_answers_are_right():
     rng = random.Random(0)
     for _ in range(2000):
-        _check_answer(tiny_gsm.generate_problem(rng))
+        _check_answer(generate_problem(rng))
 
 
 def test_commutative_orders_vary():
     rng = random.Random(1)
     forms = set()
     for _ in range(500):
-        ans = tiny_gsm.generate_problem(rng)["answer"]
+        ans = generate_problem(rng)["answer"]
         for a, _op, b in re.findall(r"(\d+) ([+*]) (\d+)", ans):
             forms.add(int(a) < int(b))
     assert forms == {True, False}
 
 
 def test_committed_splits_match_generator():
-    test = tiny_gsm.load_split("test")
-    dev = tiny_gsm.load_split("dev")
+    test = load_split("test")
+    dev = load_split("dev")
     assert len(test) == 500 and len(dev) == 1000
-    assert test == tiny_gsm.make_split("test", 500)
-    assert dev[:200] == tiny_gsm.make_split("dev", 200)
+    assert test == make_split("test", 500)
+    assert dev[:200] == make_split("dev", 200)
     for p in test[:300] + dev[:300]:
         assert set(p) == {"id", "question", "answer", "final"}
         _check_answer(p)
-    assert tiny_gsm.load_split("dev", 5) == dev[:5]
+    assert load_split("dev", 5) == dev[:5]
 
 
 def test_no_overlap_between_splits():
-    test_q = {p["question"] for p in tiny_gsm.load_split("test")}
-    dev_q = {p["question"] for p in tiny_gsm.load_split("dev")}
+    test_q = {p["question"] for p in load_split("test")}
+    dev_q = {p["question"] for p in load_split("dev")}
     assert len(test_q) == 500 and len(dev_q) == 1000
     assert not test_q & dev_q
-    train = tiny_gsm.load_split("train", 500)
+    train = load_split("train", 500)
     assert not {p["question"] for p in train} & (test_q | dev_q)
-    held = tiny_gsm.heldout_questions()
-    stream = tiny_gsm.iter_train_problems(0)
+    held = heldout_questions()
+    stream = iter_train_problems(0)
     for _ in range(300):
-        assert tiny_gsm.question_hash(next(stream)["question"]) not in held
+        assert question_hash(next(stream)["question"]) not in held
 
 
 def _digit_sum(n: int) -> int:
@@ -105,49 +115,49 @@ def _digit_sum(n: int) -> int:
 def test_carries_and_borrows_match_the_digit_sum_identity(a, b):
     """Each carry turns 10 in one column into 1 in the next: digit sums drop by 9 per carry (and per
     borrow, read backwards), an oracle independent of the column-by-column count."""
-    assert tiny_gsm.carries(a, b) * 9 == _digit_sum(a) + _digit_sum(b) - _digit_sum(a + b)
+    assert carries(a, b) * 9 == _digit_sum(a) + _digit_sum(b) - _digit_sum(a + b)
     hi, lo = max(a, b), min(a, b)
-    assert tiny_gsm.borrows(hi, lo) * 9 == _digit_sum(lo) + _digit_sum(hi - lo) - _digit_sum(hi)
+    assert borrows(hi, lo) * 9 == _digit_sum(lo) + _digit_sum(hi - lo) - _digit_sum(hi)
 
 
 def test_hard_columns_counts_additions_and_subtractions_only():
-    assert tiny_gsm.carries(58, 67) == 2 and tiny_gsm.carries(12, 30) == 0 and tiny_gsm.carries(999, 1) == 3
-    assert tiny_gsm.borrows(100, 1) == 2 and tiny_gsm.borrows(47, 24) == 0 and tiny_gsm.borrows(52, 7) == 1
+    assert carries(58, 67) == 2 and carries(12, 30) == 0 and carries(999, 1) == 3
+    assert borrows(100, 1) == 2 and borrows(47, 24) == 0 and borrows(52, 7) == 1
     with pytest.raises(ValueError, match="a >= b"):
-        tiny_gsm.borrows(3, 5)
+        borrows(3, 5)
     # 58 + 67: two carries; 125 - 8: one borrow; 9 * 9 and 81 / 3 count nothing
-    assert tiny_gsm.hard_columns("58 + 67 = 125. 125 - 8 = 117. 9 * 9 = 81. 81 / 3 = 27. #### 27") == 3
-    assert tiny_gsm.hard_columns("3 * 8 = 24. 47 - 24 = 23. #### 23") == 0
+    assert hard_columns("58 + 67 = 125. 125 - 8 = 117. 9 * 9 = 81. 81 / 3 = 27. #### 27") == 3
+    assert hard_columns("3 * 8 = 24. 47 - 24 = 23. #### 23") == 0
 
 
 def test_hard_focus_thins_easy_training_problems():
-    assert [tiny_gsm.keep_probability(h, 0.6) for h in (0, 1, 2, 5)] == pytest.approx([0.4, 0.7, 1.0, 1.0])
-    assert tiny_gsm.keep_probability(0, 0.0) == 1.0
+    assert [keep_probability(h, 0.6) for h in (0, 1, 2, 5)] == pytest.approx([0.4, 0.7, 1.0, 1.0])
+    assert keep_probability(0, 0.0) == 1.0
     for bad in (-0.1, 1.0):
         with pytest.raises(ValueError, match=r"hard focus must be in \[0, 1\)"):
-            tiny_gsm.keep_probability(0, bad)
+            keep_probability(0, bad)
         with pytest.raises(ValueError, match="hard focus"):
-            next(tiny_gsm.iter_train_problems(0, hard_focus=bad))
+            next(iter_train_problems(0, hard_focus=bad))
 
     def take(n, **kw):
-        stream = tiny_gsm.iter_train_problems(0, **kw)
+        stream = iter_train_problems(0, **kw)
         return [next(stream) for _ in range(n)]
 
     natural = take(600)
     # focus 0 is the natural stream, problem for problem (runs before --hard-focus reproduce)
-    rng, held = random.Random("tiny-gsm-train-0-0"), tiny_gsm.heldout_questions()
-    drawn = [tiny_gsm.generate_problem(rng) for _ in range(600)]
-    assert natural == [p for p in drawn if tiny_gsm.question_hash(p["question"]) not in held][:600]
+    rng, held = random.Random("tiny-gsm-train-0-0"), heldout_questions()
+    drawn = [generate_problem(rng) for _ in range(600)]
+    assert natural == [p for p in drawn if question_hash(p["question"]) not in held][:600]
     focused = take(600, hard_focus=0.6)
 
     def share_easy(probs):
-        return sum(tiny_gsm.hard_columns(p["answer"]) == 0 for p in probs) / len(probs)
+        return sum(hard_columns(p["answer"]) == 0 for p in probs) / len(probs)
 
     # about a third of natural problems carry or borrow nowhere; kept with probability 0.4 that falls to
     # about 0.4 * 1/3 / (expected keep rate ~0.73), i.e. under a fifth
     assert share_easy(natural) > 0.28 and share_easy(focused) < 0.22
     # a resumed stream restarts where it left off
-    resumed = tiny_gsm.iter_train_problems(0, start=590, hard_focus=0.6)
+    resumed = iter_train_problems(0, start=590, hard_focus=0.6)
     assert focused[590:] == [next(resumed) for _ in range(10)]
 
 
@@ -165,21 +175,21 @@ def test_hard_focus_thins_easy_training_problems():
     ],
 )
 def test_extract_answer(text, expected):
-    assert tiny_gsm.extract_answer(text) == expected
+    assert extract_answer(text) == expected
 
 
 def test_is_correct():
-    assert tiny_gsm.is_correct("1 + 2 = 3. #### 3", "3")
-    assert not tiny_gsm.is_correct("1 + 2 = 3. #### 4", "3")
-    assert tiny_gsm.is_correct("5 + 5 = 10", "10")
-    assert not tiny_gsm.is_correct("", "10")
+    assert is_correct("1 + 2 = 3. #### 3", "3")
+    assert not is_correct("1 + 2 = 3. #### 4", "3")
+    assert is_correct("5 + 5 = 10", "10")
+    assert not is_correct("", "10")
 
 
 @pytest.fixture(scope="module")
 def tok():
     from transformers import AutoTokenizer
 
-    return AutoTokenizer.from_pretrained(str(tiny_gsm.tokenizer_dir()))
+    return AutoTokenizer.from_pretrained(str(tokenizer_dir()))
 
 
 def test_tokenizer_round_trip(tok):
@@ -187,7 +197,7 @@ def test_tokenizer_round_trip(tok):
     assert tok.mask_token == "<mask>" and tok.unk_token == "<unk>"
     ids = tok.encode("24.", add_special_tokens=False)
     assert tok.convert_ids_to_tokens(ids) == ["2", "@@4", "."]
-    for p in tiny_gsm.load_split("test", 300):
+    for p in load_split("test", 300):
         for text in (p["question"], p["answer"]):
             ids = tok.encode(text, add_special_tokens=False)
             assert tok.unk_token_id not in ids
@@ -195,7 +205,7 @@ def test_tokenizer_round_trip(tok):
         assert len(tok.encode(p["question"], add_special_tokens=False)) <= 56
         assert len(tok.encode(p["answer"], add_special_tokens=False)) <= 50
     # the committed tokenizer is the one the code builds
-    built = tiny_gsm.build_tokenizer(None)
+    built = build_tokenizer(None)
     assert built.get_vocab() == tok.get_vocab()
 
 
@@ -301,7 +311,7 @@ def test_dev_eval_runs_on_the_engine_and_loss(tok, tmp_path):
     checkpoint loaded with ``s2d2.load``."""
     cfg = sdar_config(tok)
     model = build_model(cfg, seed=0).eval()
-    probs = tiny_gsm.load_split("dev", 3)
+    probs = load_split("dev", 3)
     live = live_model(model, tok)
     saved = s2d2.load(save_sdar_dir(model, cfg, tmp_path / "m"), device="cpu", dtype="fp32")
     for kw in DEV_DECODERS.values():
@@ -437,7 +447,7 @@ def test_train_tiny_cli_trains_resumes_and_loads(tmp_path, capsys):
     finally:
         torch.set_num_threads(threads)
     model = s2d2.load(str(out / "best"))
-    assert model.adapter.info.mask_token_id == tiny_gsm.build_tokenizer(None).mask_token_id
+    assert model.adapter.info.mask_token_id == build_tokenizer(None).mask_token_id
     res = model.generate(
         "Ana has 3 pens. She buys 2 more pens. How many pens does Ana have now?", max_new_tokens=5
     )

@@ -22,10 +22,10 @@ def load_problems(suite: str, split: str, n: int | None = None) -> list[dict]:
         raise S2D2Error(f"unknown split {split!r} of suite {suite}; choose one of: {', '.join(splits)}")
     if n is not None and (not isinstance(n, int) or n < 1):
         raise S2D2Error(f"n must be an integer >= 1, got {n!r}")
-    from ..tasks import tiny_gsm
+    from ..tasks.tiny_gsm.splits import load_split
 
     try:
-        problems = tiny_gsm.load_split(split, n)
+        problems = load_split(split, n)
     except (FileNotFoundError, ValueError) as exc:
         raise S2D2Error(f"cannot load {suite} {split}: {exc}") from None
     if n is not None and len(problems) < n:
@@ -34,6 +34,6 @@ def load_problems(suite: str, split: str, n: int | None = None) -> list[dict]:
 
 
 def score_answer(suite: str, text: str, problem: dict) -> bool:
-    from ..tasks import tiny_gsm
+    from ..tasks.tiny_gsm.scoring import is_correct
 
-    return tiny_gsm.is_correct(text, problem["final"])
+    return is_correct(text, problem["final"])

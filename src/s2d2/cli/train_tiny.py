@@ -97,7 +97,7 @@ def train_tiny_command(
     resumes from OUT/ckpt.pt. Evaluates greedy AR and dynamic B=8 decoding on DEV_SIZE dev problems and
     keeps the checkpoint with the best sum of the two accuracies.
     """
-    from ..tasks.tiny_gsm import check_hard_focus
+    from ..tasks.tiny_gsm.curriculum import check_hard_focus
     from ..training.ema import check_ema
     from ..training.loop import train_tiny
     from ..training.schedule import check_ar_first, check_lr, parse_block_mix

@@ -7,7 +7,8 @@
   block (else the raw completion) and passes when the problem's asserts run without error.
 * ``humaneval``: the function stub in a code block (chat) or as raw text (completion models); the program is
   stub + completion (+ the problem's ``check``), pass@1.
-* ``tiny-gsm``: the built-in model's task: the raw question, scored by :func:`s2d2.tasks.tiny_gsm.is_correct`.
+* ``tiny-gsm``: the built-in model's task: the raw question, scored by
+  :func:`s2d2.tasks.tiny_gsm.scoring.is_correct`.
 
 Generated code never runs in this process: :mod:`s2d2.evaluation.sandbox` runs it in a separate, limited one.
 """
@@ -304,9 +305,9 @@ class TinyGSMTask(Task):
     fields = ("question",)
 
     def default_records(self) -> list[dict]:
-        from ..tasks import tiny_gsm
+        from ..tasks.tiny_gsm.splits import load_split
 
-        return tiny_gsm.load_split("test")
+        return load_split("test")
 
     def load(self, data=None, limit=None) -> list[dict]:
         problems = super().load(data, limit)
@@ -325,20 +326,20 @@ class TinyGSMTask(Task):
     def gold(self, problem: dict) -> str:
         if problem.get("final") is not None:
             return str(problem["final"]).strip()
-        from ..tasks import tiny_gsm
+        from ..tasks.tiny_gsm.scoring import extract_answer
 
-        gold = tiny_gsm.extract_answer(str(problem["answer"]))
+        gold = extract_answer(str(problem["answer"]))
         if gold is None:
             raise S2D2Error(f"cannot read the answer of tiny-gsm record {problem['id']!r}")
         return gold
 
     def score(self, problem: dict, completion: str, chat: bool, **sandbox: Any) -> Score:
-        from ..tasks import tiny_gsm
+        from ..tasks.tiny_gsm.scoring import extract_answer, is_correct
 
-        pred = tiny_gsm.extract_answer(completion)
+        pred = extract_answer(completion)
         if pred is None:
             return Score(False, None, "no_answer", "no number in the completion")
-        ok = tiny_gsm.is_correct(completion, self.gold(problem))
+        ok = is_correct(completion, self.gold(problem))
         return Score(ok, pred, None if ok else "wrong_answer")
 
 

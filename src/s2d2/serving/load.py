@@ -44,7 +44,7 @@ def _base(url: str) -> str:
 
 
 def default_prompts() -> list[str]:
-    from ..tasks.tiny_gsm import load_split
+    from ..tasks.tiny_gsm.splits import load_split
 
     return [p["question"] for p in load_split("test")]
 

@@ -14,7 +14,7 @@ import torch
 from s2d2.adapters.base import ModelInfo
 from s2d2.adapters.hf import HFAdapter
 from s2d2.model import S2D2Model
-from s2d2.tasks import tiny_gsm
+from s2d2.tasks.tiny_gsm.scoring import is_correct
 
 __all__ = ["DEV_DECODERS", "MAX_NEW_TOKENS", "evaluate", "live_model"]
 
@@ -54,7 +54,7 @@ def evaluate(model: torch.nn.Module, tok: Any, problems: list[dict]) -> dict:
     for name, settings in DEV_DECODERS.items():
         before = m.engine.runner.counters.forwards
         outs = m.generate_batch(questions, max_new_tokens=MAX_NEW_TOKENS, **settings)
-        correct = sum(tiny_gsm.is_correct(o.text, p["final"]) for o, p in zip(outs, problems, strict=True))
+        correct = sum(is_correct(o.text, p["final"]) for o, p in zip(outs, problems, strict=True))
         res[name] = correct / max(1, len(problems))
         res[name.replace("acc", "forwards")] = m.engine.runner.counters.forwards - before
     res["score"] = res["acc_ar"] + res["acc_dyn8"]

@@ -4,7 +4,7 @@ The objective is :mod:`s2d2.training.batches`'s; the block mix, the AR-only phas
 rate follow :mod:`s2d2.training.schedule`. Data: the endless ``tiny_gsm`` training stream, thinned by
 ``hard_focus`` (``--hard-focus``, default :data:`~s2d2.training.options.HARD_FOCUS`) towards problems
 whose additions and subtractions carry or borrow in two or more digit columns, the steps the model gets
-wrong most (:func:`s2d2.tasks.tiny_gsm.keep_probability`).
+wrong most (:func:`s2d2.tasks.tiny_gsm.curriculum.keep_probability`).
 
 Model selection: every evaluation decodes the first ``dev_size`` dev problems greedily on the batched
 engine (:func:`~s2d2.training.dev_eval.evaluate`), in AR mode (B=1) and with the dynamic-threshold
@@ -31,7 +31,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from s2d2.tasks import tiny_gsm
+from s2d2.tasks.tiny_gsm.curriculum import iter_train_problems
+from s2d2.tasks.tiny_gsm.splits import load_split
+from s2d2.tasks.tiny_gsm.tokenizer import build_tokenizer, tokenizer_dir
 from s2d2.training.batches import BATCH_SIZE, POOL_BATCHES, batch_loss, build_batch, pool_batches
 from s2d2.training.dev_eval import evaluate
 from s2d2.training.ema import WeightEMA
@@ -67,8 +69,8 @@ class _TinyRun:
 
     def __init__(self, out: Path, seed: int, minutes: float, opts: RunOptions, resume: bool, dev_size: int):
         self.out = out
-        self.tok = tiny_gsm.build_tokenizer(None)
-        self.tok_dir = tiny_gsm.tokenizer_dir()
+        self.tok = build_tokenizer(None)
+        self.tok_dir = tokenizer_dir()
         self.cfg = sdar_config(self.tok)
         self.model = build_model(self.cfg, seed)
         self.model.train()
@@ -98,8 +100,8 @@ class _TinyRun:
         self.averager = WeightEMA(self.model, self.opts.ema) if self.opts.ema > 0 else None
         if self.averager is not None and ck is not None and ck.get("ema") is not None:
             self.averager.load_state_dict(ck["ema"])
-        self.dev = tiny_gsm.load_split("dev", dev_size)
-        self.stream = tiny_gsm.iter_train_problems(
+        self.dev = load_split("dev", dev_size)
+        self.stream = iter_train_problems(
             seed, start=self.state["stream_index"], hard_focus=self.opts.hard_focus
         )
 
@@ -369,8 +371,8 @@ def train_tiny(
     run; 0 = off; a resumed run keeps its own); when on, evaluation and ``best/`` use the averaged
     weights (``ema.WeightEMA``).
     ``hard_focus``: thin out training problems with few carrying or borrowing digit columns
-    (:func:`s2d2.tasks.tiny_gsm.keep_probability`; default ``options.HARD_FOCUS`` for a new run, 0 = the
-    natural distribution; a resumed run keeps its own).
+    (:func:`s2d2.tasks.tiny_gsm.curriculum.keep_probability`; default ``options.HARD_FOCUS`` for a new
+    run, 0 = the natural distribution; a resumed run keeps its own).
     """
     threads = ThreadChooser()
     torch.set_flush_denormal(True)

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import torch
 
-from s2d2.tasks import tiny_gsm
+# the module, not its names: save_sdar_dir's argument ``tokenizer_dir`` shadows the function
+from s2d2.tasks.tiny_gsm import tokenizer
 
 __all__ = [
     "DEFAULT_BLOCK_SIZE",
@@ -115,8 +116,8 @@ def build_model(cfg: dict, seed: int = 0):
 
 def save_sdar_dir(model, cfg: dict, directory: Path, tokenizer_dir: Path | None = None) -> Path:
     """Write ``config.json``, ``model.safetensors`` (float32, Qwen3 names) and the tokenizer files
-    (:data:`s2d2.tasks.tiny_gsm.TOKENIZER_FILES`, copied from ``tokenizer_dir``, default
-    :func:`s2d2.tasks.tiny_gsm.tokenizer_dir`)."""
+    (:data:`s2d2.tasks.tiny_gsm.tokenizer.TOKENIZER_FILES`, copied from ``tokenizer_dir``, default
+    :func:`s2d2.tasks.tiny_gsm.tokenizer.tokenizer_dir`)."""
     from safetensors.torch import save_file
 
     directory = Path(directory)
@@ -127,8 +128,8 @@ def save_sdar_dir(model, cfg: dict, directory: Path, tokenizer_dir: Path | None 
     state = {k: v.detach().to(torch.float32).contiguous().clone() for k, v in model.state_dict().items()}
     save_file(state, str(tmp / "model.safetensors"), metadata={"format": "pt"})
     (tmp / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
-    src = tiny_gsm.tokenizer_dir() if tokenizer_dir is None else Path(tokenizer_dir)
-    for name in tiny_gsm.TOKENIZER_FILES:
+    src = tokenizer.tokenizer_dir() if tokenizer_dir is None else Path(tokenizer_dir)
+    for name in tokenizer.TOKENIZER_FILES:
         shutil.copy(src / name, tmp / name)
     if directory.exists():
         shutil.rmtree(directory)

@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import dataclasses
 
-from s2d2.tasks import tiny_gsm
+from s2d2.tasks.tiny_gsm.curriculum import check_hard_focus
 from s2d2.training.ema import EMA_DECAY, check_ema
 from s2d2.training.schedule import AR_FIRST, LR, check_ar_first, check_lr
 
 __all__ = ["HARD_FOCUS", "RunOptions"]
 
 #: Training problems without carrying or borrowing columns are kept with probability 1 - HARD_FOCUS, with
-#: one 1 - HARD_FOCUS / 2 (new runs; see tiny_gsm.keep_probability): dev AR .972 against .948.
+#: one 1 - HARD_FOCUS / 2 (new runs; see tiny_gsm.curriculum.keep_probability): dev AR .972 against .948.
 HARD_FOCUS = 0.6
 
 
@@ -50,5 +50,5 @@ class RunOptions:
             ar_first=check_ar_first(AR_FIRST if self.ar_first is None else self.ar_first),
             lr=check_lr(LR if self.lr is None else self.lr),
             ema=check_ema(EMA_DECAY if self.ema is None else self.ema),
-            hard_focus=tiny_gsm.check_hard_focus(HARD_FOCUS if self.hard_focus is None else self.hard_focus),
+            hard_focus=check_hard_focus(HARD_FOCUS if self.hard_focus is None else self.hard_focus),
         )

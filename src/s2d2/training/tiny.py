@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from s2d2.tasks import tiny_gsm
+from s2d2.tasks.tiny_gsm.curriculum import check_hard_focus
 from s2d2.training.ema import EMA_DECAY, check_ema
 from s2d2.training.loop import train_tiny
 from s2d2.training.options import HARD_FOCUS
@@ -63,7 +63,7 @@ def main(argv=None) -> None:
     )
     ap.add_argument(
         "--hard-focus",
-        type=_checked(tiny_gsm.check_hard_focus),
+        type=_checked(check_hard_focus),
         default=None,
         help=f"thin out problems without carries/borrows, in [0, 1) (default {HARD_FOCUS}; 0 = natural)",
     )

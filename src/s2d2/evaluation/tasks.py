@@ -10,21 +10,19 @@
 * ``tiny-gsm``: the built-in model's task: the raw question, scored by
   :func:`s2d2.tasks.tiny_gsm.scoring.is_correct`.
 
-Generated code never runs in this process: :mod:`s2d2.evaluation.sandbox` runs it in a separate, limited one.
+Answer extraction lives in :mod:`.answers`, data files and hub datasets in :mod:`.records`. Generated
+code never runs in this process: :mod:`s2d2.evaluation.sandbox` runs it in a separate, limited one.
 """
 
 from __future__ import annotations
 
-import gzip
-import json
-import re
-import sys
 from dataclasses import dataclass
-from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any
 
 from ..errors import S2D2Error
+from .answers import extract_code, extract_gsm8k_answer, gsm8k_gold
+from .records import hub_records, read_jsonl, require_fields
 
 __all__ = [
     "TASKS",
@@ -35,11 +33,7 @@ __all__ = [
     "Score",
     "Task",
     "TinyGSMTask",
-    "extract_code",
-    "extract_gsm8k_answer",
     "get_task",
-    "normalize_number",
-    "read_jsonl",
 ]
 
 
@@ -55,163 +49,6 @@ class Score:
     error_kind: str | None = None
     error: str | None = None
     exec_seconds: float | None = None
-
-
-# ---------------------------------------------------------------------------------------------- data files
-def read_jsonl(path: str | Path) -> list[dict]:
-    """Records of a JSONL file (``.jsonl`` or ``.jsonl.gz``) with a one-line error for a bad file."""
-    path = Path(path).expanduser()
-    if not path.is_file():
-        raise S2D2Error(f"data file not found: {path}")
-    opener = gzip.open if path.suffix == ".gz" else open
-    records: list[dict] = []
-    try:
-        with opener(path, "rt", encoding="utf-8") as f:
-            for lineno, line in enumerate(f, 1):
-                if not line.strip():
-                    continue
-                try:
-                    rec = json.loads(line)
-                except json.JSONDecodeError as exc:
-                    raise S2D2Error(f"{path}:{lineno}: not valid JSON ({exc.msg})") from None
-                if not isinstance(rec, dict):
-                    raise S2D2Error(f"{path}:{lineno}: expected a JSON object per line")
-                records.append(rec)
-    except (OSError, UnicodeDecodeError) as exc:
-        raise S2D2Error(f"cannot read {path}: {exc}") from None
-    return records
-
-
-def _require(records: list[dict], fields: tuple[str, ...], source: str) -> None:
-    for i, rec in enumerate(records):
-        missing = [f for f in fields if f not in rec]
-        if missing:
-            raise S2D2Error(
-                f"{source}: record {i + 1} lacks field(s) {', '.join(missing)} (expected {', '.join(fields)})"
-            )
-
-
-def _hub_records(task: str, path: str, name: str | None, split: str) -> list[dict]:
-    """``split`` of a hub dataset through ``datasets`` (only when the user gave no --data)."""
-    try:
-        import datasets  # noqa: F401
-    except ImportError:
-        raise S2D2Error(
-            f"no data for {task}: pass --data FILE.jsonl (or install 'datasets' to fetch {path} from the hub)"
-        ) from None
-    from datasets import load_dataset
-
-    print(
-        f"loading {path} ({split}) from the Hugging Face hub; pass --data FILE.jsonl to use a local file",
-        file=sys.stderr,
-    )
-    try:
-        ds = load_dataset(path, name, split=split) if name else load_dataset(path, split=split)
-    except Exception as exc:  # network, auth, cache: the user needs one line and the way out
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else exc.__class__.__name__
-        raise S2D2Error(f"cannot load {path} from the hub ({first}); pass --data FILE.jsonl") from None
-    return [dict(r) for r in ds]
-
-
-# ---------------------------------------------------------------------------------------------- numbers
-_NUMBER = re.compile(r"-?(?:\d[\d,]*(?:\.\d+)?|\.\d+)")
-
-
-def normalize_number(text: str | None) -> str | None:
-    """Canonical form of a number: no commas / ``$`` / spaces, no trailing ``.0``; None if not a number.
-
-    ``"1,000"`` -> ``"1000"``, ``"18.0"`` -> ``"18"``, ``"-3.50"`` -> ``"-3.5"``, ``"$7"`` -> ``"7"``.
-    """
-    if text is None:
-        return None
-    s = str(text).strip().replace(",", "").replace("$", "").replace(" ", "").rstrip(".")
-    if not s:
-        return None
-    try:
-        d = Decimal(s)
-    except InvalidOperation:
-        return None
-    if not d.is_finite():
-        return None
-    if d == d.to_integral_value():
-        return str(int(d))
-    return format(d.normalize(), "f")
-
-
-def _last_number(text: str) -> str | None:
-    nums = [n.rstrip(",") for n in _NUMBER.findall(text)]
-    nums = [n for n in nums if n not in ("", "-")]
-    return normalize_number(nums[-1]) if nums else None
-
-
-def _first_number(text: str) -> str | None:
-    for n in _NUMBER.findall(text):
-        n = n.rstrip(",")
-        if n and n != "-":
-            return normalize_number(n)
-    return None
-
-
-def _boxed_contents(text: str) -> list[str]:
-    """Contents of every ``\\boxed{...}`` / ``\\fbox{...}`` (braces balanced; unclosed ones skipped)."""
-    out = []
-    for m in re.finditer(r"\\(?:boxed|fbox)\s*\{", text):
-        depth, i = 1, m.end()
-        while i < len(text) and depth:
-            if text[i] == "{":
-                depth += 1
-            elif text[i] == "}":
-                depth -= 1
-            i += 1
-        if depth == 0:
-            out.append(text[m.end() : i - 1])
-    return out
-
-
-def extract_gsm8k_answer(text: str | None) -> str | None:
-    """The final answer of a GSM8K solution, normalised (see :func:`normalize_number`), or None.
-
-    Priority: the last ``\\boxed{...}`` holding a number (its last number, so ``\\boxed{x = 5}`` gives 5),
-    then the first number after the last ``####``, then the last number in the text.
-    """
-    if not text:
-        return None
-    for content in reversed(_boxed_contents(text)):
-        content = re.sub(r"\\(?:text|mathrm|textbf)\{[^{}]*\}", " ", content)  # units: \text{ dollars}
-        num = _last_number(content.replace("\\!", "").replace("{,}", ","))
-        if num is not None:
-            return num
-    if "####" in text:
-        num = _first_number(text.rsplit("####", 1)[1])
-        if num is not None:
-            return num
-    return _last_number(text)
-
-
-def gsm8k_gold(record: dict) -> str:
-    """The reference answer of a GSM8K record: ``final`` if given, else the number after ``####``."""
-    if record.get("final") is not None:
-        gold = normalize_number(str(record["final"]))
-    else:
-        answer = str(record.get("answer", ""))
-        tail = answer.rsplit("####", 1)[1] if "####" in answer else answer
-        gold = _first_number(tail) if "####" in answer else _last_number(tail)
-    if gold is None:
-        raise S2D2Error(f"cannot read a numeric reference answer from record {record.get('id', '?')!r}")
-    return gold
-
-
-# ---------------------------------------------------------------------------------------------- code
-_FENCE = re.compile(r"```[^\n`]*\n(.*?)(?:```|\Z)", re.DOTALL)
-
-
-def extract_code(text: str) -> tuple[str, bool]:
-    """The code in the first fenced block (```` ```python ... ``` ````; an unclosed block runs to the end of
-    the text), else the raw text. Returns ``(code, from_block)``."""
-    m = _FENCE.search(text or "")
-    if m:
-        return m.group(1), True
-    return text or "", False
 
 
 # ---------------------------------------------------------------------------------------------- tasks
@@ -236,7 +73,7 @@ class Task:
             source = f"{self.name} default data"
         if not records:
             raise S2D2Error(f"{source}: no problems")
-        _require(records, self.fields, source)
+        require_fields(records, self.fields, source)
         if limit is not None:
             if limit < 1:
                 raise S2D2Error(f"--limit must be >= 1, got {limit}")
@@ -275,7 +112,7 @@ class GSM8KTask(Task):
     INSTRUCTION = "Please reason step by step, and put your final answer within \\boxed{}."
 
     def default_records(self) -> list[dict]:
-        return _hub_records(self.name, "openai/gsm8k", "main", "test")
+        return hub_records(self.name, "openai/gsm8k", "main", "test")
 
     def load(self, data=None, limit=None) -> list[dict]:
         problems = super().load(data, limit)
@@ -366,7 +203,7 @@ class MBPPTask(CodeTask):
     fields = ("text", "test_list")
 
     def default_records(self) -> list[dict]:
-        return _hub_records(self.name, "google-research-datasets/mbpp", "full", "test")
+        return hub_records(self.name, "google-research-datasets/mbpp", "full", "test")
 
     def prompt(self, problem: dict, chat: bool) -> str:
         tests = "\n".join(problem["test_list"])

@@ -120,6 +120,28 @@ def run_eval(
     that many problems with one ``model.generate_batch`` call each (the same outputs; a problem's seconds
     are then the chunk's wall time / its size).
     """
+    batched = _check_inputs(model, completions, max_num_seqs)
+    if chat is None:
+        chat = False if model is None else task.default_chat(model)
+    sandbox = {k: v for k, v in (("timeout", timeout), ("memory_mb", memory_mb)) if v is not None}
+    name = model_name or (getattr(model, "name", None) if model is not None else None) or "completions"
+    source = _Completions(task, model, config, chat, completions, batched)
+    out_path = None if out is None else Path(out).expanduser()
+    start = time.perf_counter()
+    with _Recorder(task, chat, sandbox, out_path, progress, len(problems)) as rec:
+        step = max_num_seqs if batched else 1
+        for first in range(0, len(problems), step):
+            chunk = problems[first : first + step]
+            for problem, row in zip(chunk, source.generate(first, chunk), strict=True):
+                rec.record(problem, *row)
+    summary = _summarize(task, str(name), rec, config, chat, time.perf_counter() - start)
+    if out_path is not None:
+        _write_summary(out_path, summary)
+    return EvalReport(summary, rec.results)
+
+
+def _check_inputs(model: Any | None, completions: Any, max_num_seqs: int) -> bool:
+    """Whether the run generates in batches; a one-line error for inputs it cannot run with."""
     if model is None and completions is None:
         raise S2D2Error("run_eval needs a model or completions")
     if isinstance(max_num_seqs, bool) or not isinstance(max_num_seqs, int) or max_num_seqs < 1:
@@ -127,65 +149,93 @@ def run_eval(
     batched = completions is None and max_num_seqs > 1
     if batched and not hasattr(model, "generate_batch"):
         raise S2D2Error(f"max_num_seqs={max_num_seqs} needs a model with generate_batch")
-    if chat is None:
-        chat = False if model is None else task.default_chat(model)
-    sandbox: dict[str, Any] = {}
-    if timeout is not None:
-        sandbox["timeout"] = timeout
-    if memory_mb is not None:
-        sandbox["memory_mb"] = memory_mb
-    name = model_name or (getattr(model, "name", None) if model is not None else None) or "completions"
+    return batched
 
-    out_f = None
-    if out is not None:
-        out = Path(out).expanduser()
-        try:
-            out.parent.mkdir(parents=True, exist_ok=True)
-            out_f = open(out, "w", encoding="utf-8")  # noqa: SIM115 - closed in the finally below
-        except OSError as exc:
-            raise S2D2Error(f"cannot write {out}: {exc}") from None
 
-    results: list[ProblemResult] = []
-    totals = GenerationStats()
-    errors: dict[str, int] = {}
-    start = time.perf_counter()
-    bar = None
-    if progress:
-        from tqdm import tqdm
+#: One problem's (prompt, completion text, generation statistics, generation error or None).
+_Row = tuple[str, str, GenerationStats, "str | None"]
 
-        bar = tqdm(total=len(problems), desc=task.name, unit="problem", file=sys.stderr, dynamic_ncols=True)
 
-    def generated(first: int, chunk: list[dict]) -> list[tuple[str, str, GenerationStats, str | None]]:
-        """(prompt, text, stats, generation error) of each problem of ``chunk``."""
-        prompts = [task.prompt(problem, chat) for problem in chunk]
-        if completions is not None:
+@dataclass
+class _Completions:
+    """Where completions come from: the model (one problem a call, or a chunk a ``generate_batch`` call)
+    or the canned ``completions``."""
+
+    task: Task
+    model: Any
+    config: Any
+    chat: bool
+    completions: Mapping[str, str] | Sequence[str] | None
+    batched: bool
+
+    def generate(self, first: int, chunk: list[dict]) -> list[_Row]:
+        """The rows of ``chunk``, whose first problem is problem ``first`` of the run."""
+        prompts = [self.task.prompt(problem, self.chat) for problem in chunk]
+        if self.completions is not None:
             return [
-                (prompt, _completion_for(completions, problem, first + k), GenerationStats(), None)
+                (prompt, _completion_for(self.completions, problem, first + k), GenerationStats(), None)
                 for k, (prompt, problem) in enumerate(zip(prompts, chunk, strict=True))
             ]
-        if not batched:
+        if not self.batched:
             try:
-                res = model.generate(prompts[0], config, chat=chat)
+                res = self.model.generate(prompts[0], self.config, chat=self.chat)
                 return [(prompts[0], res.text, res.stats, None)]
             except S2D2Error as exc:  # e.g. a prompt too long for the model: record it, go on
                 return [(prompts[0], "", GenerationStats(), str(exc))]
         t0 = time.perf_counter()
-        outs = model.generate_batch(prompts, config, chat=chat, errors="return")
+        outs = self.model.generate_batch(prompts, self.config, chat=self.chat, errors="return")
         share = (time.perf_counter() - t0) / len(chunk)
-        rows = []
-        for prompt, res in zip(prompts, outs, strict=True):
-            if res.error is not None:
-                rows.append((prompt, "", GenerationStats(), res.error))
-            else:
-                rows.append((prompt, res.text, replace(res.stats, seconds=share), None))
-        return rows
+        return [
+            (prompt, "", GenerationStats(), res.error)
+            if res.error is not None
+            else (prompt, res.text, replace(res.stats, seconds=share), None)
+            for prompt, res in zip(prompts, outs, strict=True)
+        ]
 
-    def record(problem: dict, prompt: str, text: str, stats: GenerationStats, gen_error: str | None) -> None:
+
+class _Recorder:
+    """Scores each problem and keeps its record: the results, the summed statistics, the failure kinds,
+    the ``--out`` JSONL file (written as problems finish) and the progress bar. A context manager: the
+    file and the bar close on exit."""
+
+    def __init__(
+        self, task: Task, chat: bool, sandbox: dict[str, Any], out: Path | None, progress: bool, total: int
+    ):
+        self.task, self.chat, self.sandbox = task, chat, sandbox
+        self.results: list[ProblemResult] = []
+        self.totals = GenerationStats()
+        self.errors: dict[str, int] = {}
+        self.out_f = None
+        if out is not None:
+            try:
+                out.parent.mkdir(parents=True, exist_ok=True)
+                self.out_f = open(out, "w", encoding="utf-8")  # noqa: SIM115 - closed in __exit__
+            except OSError as exc:
+                raise S2D2Error(f"cannot write {out}: {exc}") from None
+        self.bar = None
+        if progress:
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=total, desc=task.name, unit="problem", file=sys.stderr, dynamic_ncols=True)
+
+    def __enter__(self) -> _Recorder:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.bar is not None:
+            self.bar.close()
+        if self.out_f is not None:
+            self.out_f.close()
+
+    def record(
+        self, problem: dict, prompt: str, text: str, stats: GenerationStats, gen_error: str | None
+    ) -> None:
+        task = self.task
         if gen_error is not None:
             score = Score(False, None, "generation_error", gen_error)
         else:
-            score = task.score(problem, text, chat, **sandbox)
-        totals.add(stats)
+            score = task.score(problem, text, self.chat, **self.sandbox)
+        self.totals.add(stats)
         r = ProblemResult(
             id=problem["id"],
             task=task.name,
@@ -200,39 +250,32 @@ def run_eval(
             tokens=stats.generated_tokens,
             seconds=round(stats.seconds, 6),
             exec_seconds=None if score.exec_seconds is None else round(score.exec_seconds, 6),
-            chat=chat,
+            chat=self.chat,
             stats=stats.to_dict(),
         )
-        results.append(r)
+        self.results.append(r)
         if r.error_kind:
-            errors[r.error_kind] = errors.get(r.error_kind, 0) + 1
-        if out_f is not None:
-            out_f.write(json.dumps(r.to_json(task.is_code)) + "\n")
-            out_f.flush()
-        if bar is not None:
-            n_ok = sum(x.correct for x in results)
-            bar.set_postfix(acc=f"{n_ok / len(results):.3f}", nfe_tok=f"{totals.nfe_per_token:.2f}")
-            bar.update(1)
+            self.errors[r.error_kind] = self.errors.get(r.error_kind, 0) + 1
+        if self.out_f is not None:
+            self.out_f.write(json.dumps(r.to_json(task.is_code)) + "\n")
+            self.out_f.flush()
+        if self.bar is not None:
+            n_ok = sum(x.correct for x in self.results)
+            self.bar.set_postfix(
+                acc=f"{n_ok / len(self.results):.3f}", nfe_tok=f"{self.totals.nfe_per_token:.2f}"
+            )
+            self.bar.update(1)
 
-    step = max_num_seqs if batched else 1
-    try:
-        for first in range(0, len(problems), step):
-            chunk = problems[first : first + step]
-            for problem, (prompt, text, stats, gen_error) in zip(chunk, generated(first, chunk), strict=True):
-                record(problem, prompt, text, stats, gen_error)
-    finally:
-        if bar is not None:
-            bar.close()
-        if out_f is not None:
-            out_f.close()
 
-    n = len(results)
-    n_ok = sum(r.correct for r in results)
+def _summarize(task: Task, name: str, rec: _Recorder, config: Any, chat: bool, wall: float) -> EvalSummary:
+    """The run's summary: accuracy with its Wilson interval, forwards and tokens, timings, failures."""
+    n, totals = len(rec.results), rec.totals
+    n_ok = sum(r.correct for r in rec.results)
     lo, hi = wilson_interval(n_ok, n)
     cfg = config.to_dict() if hasattr(config, "to_dict") else (dict(config) if config else None)
-    summary = EvalSummary(
+    return EvalSummary(
         task=task.name,
-        model=str(name),
+        model=name,
         n=n,
         correct=n_ok,
         accuracy=n_ok / n if n else 0.0,
@@ -245,18 +288,20 @@ def run_eval(
         verify_steps=totals.verify_steps,
         acceptance_rate=totals.acceptance_rate,
         gen_seconds=totals.seconds,
-        wall_seconds=time.perf_counter() - start,
+        wall_seconds=wall,
         chat=chat,
         config=cfg,
-        errors=dict(sorted(errors.items())),
+        errors=dict(sorted(rec.errors.items())),
     )
-    if out is not None:
-        summary_path = Path(out).with_name(Path(out).stem + ".summary.json")
-        try:
-            summary_path.write_text(json.dumps(summary.to_dict(), indent=2) + "\n", encoding="utf-8")
-        except OSError as exc:
-            raise S2D2Error(f"cannot write {summary_path}: {exc}") from None
-    return EvalReport(summary, results)
+
+
+def _write_summary(out: Path, summary: EvalSummary) -> None:
+    """``<out stem>.summary.json`` beside the per-problem file."""
+    summary_path = out.with_name(out.stem + ".summary.json")
+    try:
+        summary_path.write_text(json.dumps(summary.to_dict(), indent=2) + "\n", encoding="utf-8")
+    except OSError as exc:
+        raise S2D2Error(f"cannot write {summary_path}: {exc}") from None
 
 
 def print_summary(summary: EvalSummary, out: str | Path | None = None, file: Any = None) -> None:

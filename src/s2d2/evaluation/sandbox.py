@@ -138,22 +138,11 @@ def run_python(
         work = Path(tmp)
         (work / "program.py").write_text(program, encoding="utf-8")
         out_path, err_path = work / ".stdout", work / ".stderr"
-        env = {
-            "PATH": os.environ.get("PATH", os.defpath),
-            "HOME": tmp,
-            "TMPDIR": tmp,
-            "LANG": "C.UTF-8",
-            "LC_ALL": "C.UTF-8",
-            "OMP_NUM_THREADS": "1",
-            "OPENBLAS_NUM_THREADS": "1",
-            "MKL_NUM_THREADS": "1",
-        }
-        timed_out = False
         with open(out_path, "wb") as out_f, open(err_path, "wb") as err_f:
             proc = subprocess.Popen(
                 [python or sys.executable, "-I", "program.py"],
                 cwd=tmp,
-                env=env,
+                env=_clean_env(tmp),
                 stdin=subprocess.DEVNULL,
                 stdout=out_f,
                 stderr=err_f,
@@ -161,21 +150,47 @@ def run_python(
                 start_new_session=True,
                 close_fds=True,
             )
-            try:
-                rc = proc.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                timed_out = True
-                _kill_group(proc.pid)
-                rc = proc.wait()
-            finally:
-                _kill_group(proc.pid)  # whatever it left behind in its group
+            rc, timed_out = _wait(proc, timeout)
         seconds = time.perf_counter() - start
         stderr = _tail(err_path)
         stdout_tail = _tail(out_path, 512)
-    line = _last_error_line(stderr)
     if timed_out:
         return ExecResult(False, "timeout", f"timed out after {timeout:g} s", rc, seconds)
-    if rc == 0 and marker in stdout_tail:
+    return _verdict(rc, marker in stdout_tail, _last_error_line(stderr), seconds)
+
+
+def _clean_env(home: str) -> dict[str, str]:
+    """The child's whole environment: a PATH, a private HOME / TMPDIR, UTF-8, one thread per library."""
+    return {
+        "PATH": os.environ.get("PATH", os.defpath),
+        "HOME": home,
+        "TMPDIR": home,
+        "LANG": "C.UTF-8",
+        "LC_ALL": "C.UTF-8",
+        "OMP_NUM_THREADS": "1",
+        "OPENBLAS_NUM_THREADS": "1",
+        "MKL_NUM_THREADS": "1",
+    }
+
+
+def _wait(proc: subprocess.Popen, timeout: float) -> tuple[int, bool]:
+    """``(exit status, timed out)``; the child's process group is killed either way."""
+    timed_out = False
+    try:
+        rc = proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        timed_out = True
+        _kill_group(proc.pid)
+        rc = proc.wait()
+    finally:
+        _kill_group(proc.pid)  # whatever it left behind in its group
+    return rc, timed_out
+
+
+def _verdict(rc: int, finished: bool, line: str, seconds: float) -> ExecResult:
+    """The result of a run that did not time out: exit status ``rc``, whether the end marker was printed
+    (``finished``) and the last error line of its stderr."""
+    if rc == 0 and finished:
         return ExecResult(True, None, None, rc, seconds)
     if rc == 0:
         return ExecResult(False, "no_result", "the program exited before its tests finished", rc, seconds)

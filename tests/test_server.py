@@ -333,34 +333,29 @@ def test_full_queue_answers_429_with_retry_after():
         assert ok.status_code == 200
 
 
-def test_sigterm_finishes_running_requests_and_exits_0(tmp_path):
-    port = free_port()
-    cmd = [
-        sys.executable,
-        "-m",
-        "s2d2.cli",
-        "serve",
-        "--port",
-        str(port),
-        "--max-num-seqs",
-        "4",
-        "--grace",
-        "30",
-        "--log-level",
-        "warning",
-    ]
+def _start_server(port: int, *extra: str) -> subprocess.Popen:
+    """``s2d2 serve`` on ``port`` in a subprocess, once its /health answers (at most 60 s)."""
+    cmd = [sys.executable, "-m", "s2d2.cli", "serve", "--port", str(port), "--max-num-seqs", "4"]
+    cmd += ["--grace", "30", "--log-level", "warning", *extra]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 60
+    while True:
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            raise AssertionError(f"s2d2 serve did not start: {proc.communicate()[0].decode()[-2000:]}")
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
+                return proc
+        except httpx.TransportError:
+            time.sleep(0.1)
+
+
+def test_sigterm_finishes_running_requests_and_exits_0(tmp_path):
+    port = free_port()
+    proc = _start_server(port)
     base = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            assert proc.poll() is None and time.monotonic() < deadline, "s2d2 serve did not start"
-            try:
-                if httpx.get(base + "/health", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                time.sleep(0.1)
         results: list = [None] * 3
         started = threading.Barrier(4, timeout=30)
 
@@ -398,3 +393,46 @@ def test_sigterm_finishes_running_requests_and_exits_0(tmp_path):
             proc.kill()
     for text, usage in results:
         assert text and usage["completion_tokens"] == 300  # ran to the end, not cut by the shutdown
+
+
+def test_routing_state_file_survives_a_restart(tmp_path):
+    """``--routing-state``: engine-scoped UCB statistics are written at shutdown, read at the next start."""
+    from s2d2.decoding.routing_state import EngineRoutingState
+
+    state = tmp_path / "routing.json"
+    body = {"max_tokens": 48, "s2d2": {"policy": "ucb", "ucb_scope": "engine", "block_size": 8}}
+
+    def serve_once() -> int:
+        port = free_port()
+        proc = _start_server(port, "--routing-state", str(state))
+        try:
+            verified = 0
+            for q in QUESTIONS[:8]:
+                r = httpx.post(
+                    f"http://127.0.0.1:{port}/v1/completions", json={"prompt": q, **body}, timeout=60
+                )
+                assert r.status_code == 200, r.text
+                verified += r.json()["s2d2"]["verify_steps"]
+            proc.send_signal(signal.SIGTERM)
+            assert proc.wait(60) == 0
+            return verified
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+
+    verified = serve_once()
+    first = EngineRoutingState.read(state)
+    (settings,) = [dict(k) for k in first.tables]
+    assert settings["ucb_scope"] == "engine" and settings["block_size"] == 8
+    assert first.total_pulls() >= verified > 0
+    serve_once()  # starts from the file: the second run's pulls add to the first's
+    second = EngineRoutingState.read(state)
+    assert second.total_pulls() > first.total_pulls()
+    # a file that is not a routing state stops the server at start with one line, and is left alone
+    state.write_text('{"format": "something-else"}', encoding="utf-8")
+    port = free_port()
+    cmd = [sys.executable, "-m", "s2d2.cli", "serve", "--port", str(port), "--routing-state", str(state)]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert done.returncode != 0 and "not an s2d2 routing-state file" in done.stderr
+    assert "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) == 1
+    assert state.read_text(encoding="utf-8") == '{"format": "something-else"}'

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from conftest import tiny_model_path
@@ -111,3 +113,59 @@ def test_engine_scope_learns_where_skipping_is_safe():
     assert checked <= 0.75 * verifications and same == len(prompts), (checked, verifications, same)
     paper, same = two_passes(ucb_reward="committed")
     assert paper < checked and same < len(prompts) - 8, (paper, same)
+
+
+@pytest.mark.skipif(tiny_model_path() is None, reason="the built-in tiny-gsm model is not installed")
+def test_a_routing_state_file_continues_an_engine_exactly(tmp_path):
+    """An engine started from another engine's written statistics routes exactly as that engine does."""
+    import s2d2
+    from s2d2.decoding.routing_state import EngineRoutingState
+
+    prompts = _prompts()
+    settings = dict(policy="ucb", ucb_scope="engine", ucb_reward="committed", block_size=8, max_new_tokens=24)
+    a = s2d2.load("tiny-gsm", max_num_seqs=8)
+    a.generate_batch(prompts, **settings)
+    a.engine.routing.write(tmp_path / "state.json")
+    b = s2d2.load("tiny-gsm", max_num_seqs=8)
+    b.engine.routing = EngineRoutingState.read(tmp_path / "state.json")
+    assert b.engine.routing == a.engine.routing and b.engine.routing.total_pulls() > 0
+    fresh = s2d2.load("tiny-gsm", max_num_seqs=8).generate_batch(prompts, **settings)
+    after_a, after_b = a.generate_batch(prompts, **settings), b.generate_batch(prompts, **settings)
+    assert [r.token_ids for r in after_a] == [r.token_ids for r in after_b]
+    assert [r.stats.verify_steps for r in after_a] == [r.stats.verify_steps for r in after_b]
+    assert [r.stats.verify_steps for r in after_b] != [r.stats.verify_steps for r in fresh]  # it learnt
+    assert b.engine.routing == a.engine.routing
+
+
+def test_routing_state_files_are_checked(tmp_path):
+    from s2d2.decoding.routing_state import ArmStats, EngineRoutingState
+    from s2d2.errors import S2D2Error
+
+    state = EngineRoutingState()
+    state.table(DecodeConfig.build(policy="ucb", ucb_scope="engine"))[(0, 1, 0)] = {
+        True: ArmStats(3, 4.5, 21, 2),
+        False: ArmStats(1, 2.0),
+    }
+    path = tmp_path / "s.json"
+    state.write(path)
+    assert EngineRoutingState.read(path) == state
+    good = json.loads(path.read_text(encoding="utf-8"))
+    bad_arm = json.loads(json.dumps(good))
+    bad_arm["tables"][0]["contexts"][0]["verify"]["pulls"] = -1
+    no_contexts = json.loads(json.dumps(good))
+    del no_contexts["tables"][0]["contexts"]
+    cases = [
+        ("{not json", "not valid JSON"),
+        (json.dumps({"format": "x"}), "not an s2d2 routing-state file"),
+        (json.dumps({**good, "version": 9}), "unsupported version 9"),
+        (json.dumps(bad_arm), "malformed table"),
+        (json.dumps(no_contexts), "malformed table"),
+    ]
+    for text, message in cases:
+        path.write_text(text, encoding="utf-8")
+        with pytest.raises(S2D2Error, match=message):
+            EngineRoutingState.read(path)
+    with pytest.raises(S2D2Error, match="cannot read the routing state"):
+        EngineRoutingState.read(tmp_path / "missing.json")
+    with pytest.raises(S2D2Error, match="cannot write the routing state"):
+        state.write(tmp_path / "s.json" / "inside-a-file.json")

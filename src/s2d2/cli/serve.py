@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -22,6 +23,15 @@ NameOpt = Annotated[
 LogOpt = Annotated[str, typer.Option("--log-level", help="uvicorn log level.")]
 RayOpt = Annotated[bool, typer.Option("--ray", help="Serve on Ray Serve (the optional extra 'ray').")]
 ReplicasOpt = Annotated[int, typer.Option(help="Ray Serve replicas (with --ray).")]
+RoutingStateOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--routing-state",
+        help="JSON file of the ucb_scope=engine routing statistics: loaded at start if it exists, written "
+        "at shutdown (not with --ray).",
+        show_default=False,
+    ),
+]
 
 
 def _need_serve_extra() -> None:
@@ -47,6 +57,7 @@ def serve_command(
     log_level: LogOpt = "info",
     ray: RayOpt = False,
     replicas: ReplicasOpt = 1,
+    routing_state: RoutingStateOpt = None,
 ) -> None:
     """Serve MODEL over an OpenAI-compatible HTTP API (completions, chat completions, streaming)."""
     _need_serve_extra()
@@ -60,6 +71,8 @@ def serve_command(
         served_name=served_name,
     )
     if ray:
+        if routing_state is not None:
+            raise S2D2Error("--routing-state does not apply with --ray (each replica learns on its own)")
         from ..serving.ray import serve_ray
 
         serve_ray(model, host=host, port=port, replicas=replicas, device=device, dtype=dtype, **options)
@@ -69,7 +82,7 @@ def serve_command(
     from ..serving.server import serve
 
     m = load(model, device=device, dtype=dtype, max_num_seqs=max_num_seqs)
-    app = create_app(m, **options)
+    app = create_app(m, routing_state=routing_state, **options)
     if not serve(app, host=host, port=port, grace=grace, log_level=log_level):
         raise typer.Exit(3)
 

@@ -16,7 +16,7 @@ import torch
 
 from ..config import DecodeConfig
 from . import functional as F
-from .routing_state import EngineRoutingState
+from .routing_state import ArmStats, EngineRoutingState, Table
 
 
 @dataclass
@@ -140,20 +140,6 @@ class Hysteresis(Policy):
         return self.on
 
 
-@dataclass
-class _Arm:
-    pulls: int = 0
-    total: float = 0.0
-    #: the verify arm under ``ucb_reward="checked"``: what skipping would have committed over its pulls,
-    #: and how many of those tokens the verifications did not vouch for (:class:`SkipCheck`, summed)
-    skip_commits: int = 0
-    skip_unvouched: int = 0
-
-    @property
-    def mean(self) -> float:
-        return self.total / self.pulls if self.pulls else 0.0
-
-
 class UCB(Policy):
     """Contextual bandit with two arms (verify, skip) per context bucket.
 
@@ -175,12 +161,10 @@ class UCB(Policy):
     name = "ucb"
     ARMS = (True, False)  # verify, skip
 
-    def __init__(
-        self, config: DecodeConfig, stats: dict[tuple[int, int, int], dict[bool, _Arm]] | None = None
-    ):
+    def __init__(self, config: DecodeConfig, stats: Table | None = None):
         super().__init__(config)
         #: context -> arm -> statistics; a shared table (``ucb_scope="engine"``) when one is given
-        self.stats: dict[tuple[int, int, int], dict[bool, _Arm]] = {} if stats is None else stats
+        self.stats: Table = {} if stats is None else stats
         self.learns_from_checks = config.ucb_checked
 
     def context(self, f: RouteFeatures) -> tuple[int, int, int]:
@@ -194,8 +178,8 @@ class UCB(Policy):
     def bonus(self, t: int, n: int) -> float:
         return self.config.ucb_beta * math.sqrt(math.log(max(t, 1)) / n)
 
-    def _arms(self, f: RouteFeatures) -> dict[bool, _Arm]:
-        return self.stats.setdefault(self.context(f), {a: _Arm() for a in self.ARMS})
+    def _arms(self, f: RouteFeatures) -> dict[bool, ArmStats]:
+        return self.stats.setdefault(self.context(f), {a: ArmStats() for a in self.ARMS})
 
     def decide(self, f: RouteFeatures) -> bool:
         arms = self._arms(f)

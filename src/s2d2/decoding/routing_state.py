@@ -1,4 +1,4 @@
-"""Routing statistics shared by the requests of one engine (``ucb_scope="engine"``).
+"""Routing statistics shared by the requests of one engine (``ucb_scope="engine"``), and their file.
 
 With ``ucb_scope="request"`` (the default) each request's UCB bandit starts empty and forgets what it
 learnt when the request ends. With ``ucb_scope="engine"`` the engine owns one :class:`EngineRoutingState`;
@@ -9,35 +9,69 @@ by per-request ones (seed, length, stop tokens, trace).
 
 Sharing makes a request's routing depend on the requests decoded before and beside it: the
 "batch == alone" guarantee of docs/ENGINE.md holds only for request-scoped policies.
+
+The statistics outlive the engine only through a file: :meth:`EngineRoutingState.write` saves every
+table as JSON (``s2d2 serve --routing-state FILE`` writes it at shutdown) and
+:meth:`EngineRoutingState.read` starts a new engine from it (``model.engine.routing = ...``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import json
+import os
+import tempfile
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from ..config import DecodeConfig
+from ..errors import S2D2Error
 
 #: Settings that do not change what a routing decision earns, so requests differing only in them share.
 PER_REQUEST_SETTINGS = frozenset(
     {"seed", "max_new_tokens", "stop_token_ids", "ignore_eos", "trace", "last_block"}
 )
+#: The ``format`` field of a routing-state file, and its version.
+FILE_FORMAT, FILE_VERSION = "s2d2-routing-state", 1
+
+TableKey = tuple[tuple[str, Any], ...]
 
 
-def table_key(config: DecodeConfig) -> tuple[tuple[str, Any], ...]:
+def table_key(config: DecodeConfig) -> TableKey:
     """The key of the statistics table ``config``'s requests share."""
     items = dataclasses.asdict(config).items()
     return tuple(sorted((k, v) for k, v in items if k not in PER_REQUEST_SETTINGS))
 
 
 @dataclass
+class ArmStats:
+    """One arm's statistics in one context: pulls and summed reward; the verify arm under
+    ``ucb_reward="checked"`` also sums what skipping would have committed on its pulls and how many of
+    those tokens the verifications did not vouch for (:class:`~s2d2.decoding.policies.SkipCheck`)."""
+
+    pulls: int = 0
+    total: float = 0.0
+    skip_commits: int = 0
+    skip_unvouched: int = 0
+
+    @property
+    def mean(self) -> float:
+        return self.total / self.pulls if self.pulls else 0.0
+
+
+#: context bucket -> {arm (True = verify, False = skip): statistics}
+Table = dict[tuple[int, ...], dict[bool, ArmStats]]
+
+
+@dataclass
 class EngineRoutingState:
-    """One engine's shared UCB statistics: context bucket -> {arm: statistics}, one table per key."""
+    """One engine's shared UCB statistics: one :data:`Table` per settings key."""
 
-    tables: dict[tuple[tuple[str, Any], ...], dict[Any, Any]] = field(default_factory=dict)
+    tables: dict[TableKey, Table] = field(default_factory=dict)
 
-    def table(self, config: DecodeConfig) -> dict[Any, Any]:
+    def table(self, config: DecodeConfig) -> Table:
         """The (live, mutable) statistics table for requests with ``config``'s settings."""
         return self.tables.setdefault(table_key(config), {})
 
@@ -49,5 +83,85 @@ class EngineRoutingState:
         """Routing decisions recorded over all tables (arms' pull counts summed)."""
         return sum(arm.pulls for t in self.tables.values() for arms in t.values() for arm in arms.values())
 
+    # ------------------------------------------------------------------ the file
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON document of :meth:`write`."""
+        tables = []
+        for key, table in self.tables.items():
+            contexts = [
+                {
+                    "context": list(ctx),
+                    "verify": dataclasses.asdict(arms[True]),
+                    "skip": dataclasses.asdict(arms[False]),
+                }
+                for ctx, arms in table.items()
+            ]
+            tables.append({"settings": dict(key), "contexts": contexts})
+        return {"format": FILE_FORMAT, "version": FILE_VERSION, "tables": tables}
 
-__all__ = ["EngineRoutingState", "PER_REQUEST_SETTINGS", "table_key"]
+    @classmethod
+    def from_dict(cls, doc: Any, source: str = "routing state") -> EngineRoutingState:
+        """The state a :meth:`to_dict` document describes; a one-line ``S2D2Error`` if it is malformed."""
+        if not isinstance(doc, dict) or doc.get("format") != FILE_FORMAT:
+            raise S2D2Error(f"{source}: not an s2d2 routing-state file (format {FILE_FORMAT!r})")
+        if doc.get("version") != FILE_VERSION:
+            raise S2D2Error(f"{source}: unsupported version {doc.get('version')!r} (expected {FILE_VERSION})")
+        state = cls()
+        try:
+            for entry in doc["tables"]:
+                key = tuple(sorted(entry["settings"].items()))
+                state.tables[key] = {
+                    tuple(int(x) for x in c["context"]): {True: _arm(c["verify"]), False: _arm(c["skip"])}
+                    for c in entry["contexts"]
+                }
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise S2D2Error(f"{source}: malformed table ({exc.__class__.__name__}: {exc})") from None
+        return state
+
+    def write(self, path: str | os.PathLike[str]) -> None:
+        """Save every table to ``path`` as JSON (atomically: a temporary file moved over it)."""
+        path = Path(path)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        except OSError as exc:
+            raise S2D2Error(f"cannot write the routing state to {path}: {exc.strerror or exc}") from None
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                json.dump(self.to_dict(), f)
+            os.replace(tmp, path)
+        except OSError as exc:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise S2D2Error(f"cannot write the routing state to {path}: {exc.strerror or exc}") from None
+
+    @classmethod
+    def read(cls, path: str | os.PathLike[str]) -> EngineRoutingState:
+        """The state saved in ``path`` by :meth:`write`; a one-line ``S2D2Error`` if it cannot be read."""
+        try:
+            text = Path(path).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise S2D2Error(
+                f"cannot read the routing state {path}: {getattr(exc, 'strerror', None) or exc}"
+            ) from None
+        try:
+            doc = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise S2D2Error(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
+        return cls.from_dict(doc, str(path))
+
+
+def _arm(d: Any) -> ArmStats:
+    """An arm's statistics from its JSON object (only the known fields; counts must be integers >= 0)."""
+    arm = ArmStats(
+        pulls=int(d["pulls"]),
+        total=float(d["total"]),
+        skip_commits=int(d.get("skip_commits", 0)),
+        skip_unvouched=int(d.get("skip_unvouched", 0)),
+    )
+    if min(arm.pulls, arm.skip_commits, arm.skip_unvouched) < 0:
+        raise ValueError("negative count")
+    return arm
+
+
+__all__ = ["ArmStats", "EngineRoutingState", "PER_REQUEST_SETTINGS", "table_key"]

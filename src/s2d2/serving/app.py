@@ -9,15 +9,18 @@ app's lifespan); each request is checked (:mod:`.prepare`), submitted, and answe
 from __future__ import annotations
 
 import os
+import sys
 import time
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
 
+from ..decoding.routing_state import EngineRoutingState
 from ..engine.llm_engine import LLMEngine
 from ..errors import S2D2Error
 from .detokenizer import TextStream
@@ -62,6 +65,30 @@ def _check_preset(model: Any, preset: str | None) -> None:
         model.make_config(preset=preset)  # a ConfigError (one line) for an unknown preset
 
 
+def _open_routing_state(engine: LLMEngine, path: str | os.PathLike[str] | None) -> Path | None:
+    """Start ``engine``'s shared routing statistics from ``path`` (if the file exists); a one-line error
+    now, not at shutdown, if it is unreadable or its directory cannot take the file back."""
+    if path is None:
+        return None
+    path = Path(path)
+    if path.exists():
+        engine.routing = EngineRoutingState.read(path)
+    parent = path.resolve().parent
+    if path.is_dir() or not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
+        raise S2D2Error(
+            f"--routing-state {path}: cannot be written back ({parent} is not a writable directory)"
+        )
+    return path
+
+
+def _save_routing_state(engine: LLMEngine, path: Path) -> None:
+    """Write the statistics back at shutdown; a failure is reported in one line (the exit stays clean)."""
+    try:
+        engine.routing.write(path)
+    except S2D2Error as exc:
+        print(f"error: {exc}", file=sys.stderr)
+
+
 def create_app(
     model: Any,
     *,
@@ -70,17 +97,21 @@ def create_app(
     max_queue: int = 64,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     served_name: str | None = None,
+    routing_state: str | os.PathLike[str] | None = None,
 ) -> FastAPI:
     """An app serving ``model`` (an :class:`s2d2.S2D2Model`) with its own streaming engine.
 
     ``preset``: the server's default decoding preset; ``max_num_seqs``: rows decoding together (default:
     the model's); ``max_queue``: requests that may wait for a row before new ones get 429;
     ``max_body_bytes``: the request body limit (413 above it); ``served_name``: the model id clients use
-    (default: the model's name).
+    (default: the model's name); ``routing_state``: a routing-state file (``ucb_scope=engine`` statistics,
+    :mod:`s2d2.decoding.routing_state`): the engine starts from it if it exists and writes it back at
+    shutdown.
     """
     _check_preset(model, preset)
     rows = max_num_seqs or model.max_num_seqs
     engine = LLMEngine(model.adapter, max_num_seqs=rows, kv_budget_tokens=model.kv_budget_tokens, stream=True)
+    state_file = _open_routing_state(engine, routing_state)
     thread = EngineThread(engine, max_queue=max_queue, metrics=ServerMetrics(rows))
     state = ServerState(model, thread, name=served_name or model.name, preset=preset)
 
@@ -89,6 +120,8 @@ def create_app(
         thread.start()
         yield
         thread.stop()
+        if state_file is not None:
+            _save_routing_state(engine, state_file)
 
     app = FastAPI(
         title="s2d2 OpenAI-compatible server",

@@ -277,6 +277,26 @@ def test_run_bench_rejects_empty_input():
         run_bench(object(), [{"question": "q", "final": "1"}], [BenchConfig("a"), BenchConfig("a")])
 
 
+@pytest.mark.skipif(tiny_model_path() is None, reason="the built-in tiny-gsm model is not installed")
+def test_a_bench_run_does_not_inherit_engine_scoped_statistics():
+    """Two runs of an engine-scoped UCB row on one model give the same figures (the run clears them)."""
+    import s2d2
+    from s2d2.bench.suites import load_problems
+
+    model = s2d2.load("tiny-gsm", max_num_seqs=8)
+    problems = load_problems("tiny-gsm", "dev", 24)
+    ucb = GRIDS["ucb"]
+    rows = [c for c in ucb if c.name in ("s2d2-b8-always-strict", "s2d2-b8-ucb-engine-committed-strict")]
+    first, second = (run_bench(model, problems, rows, max_num_seqs=8)["runs"] for _ in range(2))
+    for a, b in zip(first, second, strict=True):
+        assert (a["accuracy"], a["nfe_per_token"], a["verify_rate"]) == (
+            b["accuracy"],
+            b["nfe_per_token"],
+            b["verify_rate"],
+        ), a["name"]
+    assert model.engine.routing.total_pulls() > 0  # the second run learnt (and kept it for the caller)
+
+
 # ---------------------------------------------------------------------------------------------- end to end
 
 

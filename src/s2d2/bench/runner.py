@@ -2,7 +2,9 @@
 
 Fairness: configurations are interleaved problem by problem (problem ``i`` runs every configuration,
 starting at configuration ``i mod K`` and wrapping round), so machine drift and background load hit
-every configuration alike. The model is warmed up before anything is timed.
+every configuration alike. The model is warmed up before anything is timed. Engine-scoped routing
+statistics (``ucb_scope=engine``) are cleared after the warm-up, so a run does not depend on what the
+model decoded before it.
 
 Batches: with ``max_num_seqs=N > 1`` the problems run in chunks of N instead (chunk ``c`` runs every
 configuration, starting at ``c mod K``, each as ONE ``generate_batch`` call over the chunk). Accuracy,
@@ -100,6 +102,9 @@ def run_bench(
 
     if warmup:
         _warm_up(model, problems, cfgs, decode_cfgs, batch, max_new_tokens)
+    routing = getattr(getattr(model, "engine", None), "routing", None)
+    if routing is not None:
+        routing.clear()  # engine-scoped UCB learns within this run only
     totals = _run_interleaved(model, problems, cfgs, decode_cfgs, batch, suite, out, progress)
 
     runs = [summarize(c, conf, t) for c, conf, t in zip(cfgs, configs_out, totals, strict=True)]

@@ -14,6 +14,7 @@ from typing import Any
 import typer
 
 from ..errors import S2D2Error
+from ..files import write_text_atomically
 
 
 class FileRequest:
@@ -242,9 +243,8 @@ def generate_file(
                 **settings,
             )
     failed = [i for i, r in enumerate(results) if r.error is not None]
-    _write_atomically(
-        output, [_output_record(req, res, trace) for req, res in zip(requests, results, strict=True)]
-    )
+    records = [_output_record(req, res, trace) for req, res in zip(requests, results, strict=True)]
+    write_text_atomically(output, "".join(json.dumps(rec) + "\n" for rec in records))
     if not failed:
         typer.echo(f"wrote {len(requests)} results to {output}", err=True)
     return failed
@@ -256,36 +256,3 @@ def _output_record(req: FileRequest, res: Any, trace: bool) -> dict[str, Any]:
     if res.error is None and res.trace is not None and (trace or req.settings.get("trace")):
         out["trace"] = [t.__dict__ for t in res.trace]
     return out
-
-
-def _write_atomically(path: Path, records: list[dict[str, Any]]) -> None:
-    """Write JSON lines to a temporary file next to ``path``, then move it over ``path``."""
-    import tempfile
-
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    except OSError as exc:
-        raise S2D2Error(f"cannot write {path}: {exc.strerror or exc}") from None
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            for rec in records:
-                f.write(json.dumps(rec) + "\n")
-        os.chmod(tmp, _file_mode(path))  # mkstemp makes it owner-only; give it a new file's usual mode
-        os.replace(tmp, path)
-    except BaseException as exc:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        if isinstance(exc, OSError):
-            raise S2D2Error(f"cannot write {path}: {exc.strerror or exc}") from None
-        raise
-
-
-def _file_mode(path: Path) -> int:
-    """The permission bits ``path`` has, or those a new file gets under the current umask."""
-    try:
-        return path.stat().st_mode & 0o777
-    except OSError:
-        umask = os.umask(0)
-        os.umask(umask)
-        return 0o666 & ~umask

@@ -17,17 +17,16 @@ table as JSON (``s2d2 serve --routing-state FILE`` writes it at shutdown) and
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
 import os
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ..config import DecodeConfig
 from ..errors import S2D2Error
+from ..files import write_text_atomically
 
 #: Settings that do not change what a routing decision earns, so requests differing only in them share.
 PER_REQUEST_SETTINGS = frozenset(
@@ -119,21 +118,8 @@ class EngineRoutingState:
         return state
 
     def write(self, path: str | os.PathLike[str]) -> None:
-        """Save every table to ``path`` as JSON (atomically: a temporary file moved over it)."""
-        path = Path(path)
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-        except OSError as exc:
-            raise S2D2Error(f"cannot write the routing state to {path}: {exc.strerror or exc}") from None
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                json.dump(self.to_dict(), f)
-            os.replace(tmp, path)
-        except OSError as exc:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise S2D2Error(f"cannot write the routing state to {path}: {exc.strerror or exc}") from None
+        """Save every table to ``path`` as JSON (atomically; a one-line ``S2D2Error`` if it fails)."""
+        write_text_atomically(path, json.dumps(self.to_dict()))
 
     @classmethod
     def read(cls, path: str | os.PathLike[str]) -> EngineRoutingState:

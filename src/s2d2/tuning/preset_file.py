@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError
+from ..files import write_text_atomically
 
 #: Top-level keys a preset file may hold.
 PRESET_FILE_KEYS = ("name", "settings", "tuned_on", "dev", "ar")
@@ -126,12 +127,7 @@ def _check_settings(settings: dict[str, Any], fail: Any) -> None:
 
 def write_preset_file(preset: PresetFile, path: str | os.PathLike[str]) -> Path:
     """Write ``preset`` as indented JSON (through a temporary file, so a reader never sees half of it)."""
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    tmp = p.with_name(f".{p.name}.tmp")
-    tmp.write_text(json.dumps(preset.to_json(), indent=2) + "\n", encoding="utf-8")
-    os.replace(tmp, p)
-    return p
+    return write_text_atomically(path, json.dumps(preset.to_json(), indent=2) + "\n")
 
 
 __all__ = [

@@ -33,6 +33,8 @@ MIN_TEMPERATURE, MAX_TEMPERATURE = 1e-3, 100.0
 UCB_SCOPES = ("request", "engine")
 UCB_REWARDS = ("auto", "committed", "checked")
 UCB_ENTROPY_SCALES = ("auto", "linear", "log")
+#: Most alternatives ``logprobs`` may ask for per token (OpenAI's limit).
+MAX_TOP_LOGPROBS = 20
 
 #: Default parameter of each acceptance estimator (docs/METHOD.md section 4).
 ESTIMATOR_DEFAULTS: dict[str, float | None] = {
@@ -139,6 +141,9 @@ class DecodeConfig:
     reuse_stale: bool = False
     #: Record a per-step trace of what was committed and how.
     trace: bool = False
+    #: Report each committed token's log-probability (``None``: off; 0: the token's own; k: also the k most
+    #: likely tokens at that position, k <= MAX_TOP_LOGPROBS); see :mod:`s2d2.engine.logprobs`.
+    logprobs: int | None = None
 
     # ------------------------------------------------------------------ derived values
     @property
@@ -287,6 +292,10 @@ class DecodeConfig:
             fail(f"editing_threshold must be in (0, 1], got {self.editing_threshold}")
         if self.post_steps < 0:
             fail(f"post_steps must be >= 0, got {self.post_steps}")
+        if self.logprobs is not None and (
+            not isinstance(self.logprobs, int) or not 0 <= self.logprobs <= MAX_TOP_LOGPROBS
+        ):
+            fail(f"logprobs must be an integer in [0, {MAX_TOP_LOGPROBS}] or unset, got {self.logprobs!r}")
         if self.decoder == "ar" and self.block_size != 1:
             fail("the ar decoder uses block_size 1")
         self._validate_fusion(fail)

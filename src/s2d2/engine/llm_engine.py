@@ -20,6 +20,7 @@ from ..config import DecodeConfig
 from ..decoding.routing_state import EngineRoutingState
 from ..decoding.stats import GenerationStats, StepTrace
 from ..errors import ConfigError, PromptError, S2D2Error
+from .logprobs import TokenLogprob
 from .request import Request, Status, check_prompt
 from .runner import ModelRunner
 from .scheduler import Scheduler
@@ -38,6 +39,8 @@ class DecodeOutput:
     error: str | None = None
     #: the exception behind ``error`` (re-raised by the single-prompt API)
     exception: BaseException | None = field(default=None, repr=False)
+    #: one entry per token of ``token_ids`` when the request's config asks for ``logprobs``
+    logprobs: list[TokenLogprob] | None = None
 
 
 @dataclass
@@ -48,6 +51,8 @@ class RequestOutput:
     new_token_ids: list[int]
     finished: bool
     output: DecodeOutput | None = None
+    #: aligned with ``new_token_ids`` when the request asks for ``logprobs``
+    new_logprobs: list[TokenLogprob] | None = None
 
 
 def _one_line(exc: BaseException) -> str:

@@ -116,6 +116,15 @@ class DecodeConfig:
     #: Extra stop token ids (the model's EOS ids always stop unless ``ignore_eos``).
     stop_token_ids: list[int] = field(default_factory=list)
     ignore_eos: bool = False
+    #: The stop and EOS ids cannot be committed before this many tokens were generated.
+    min_tokens: int = 0
+    # --- logit adjustments (OpenAI's; applied to drafter and verifier alike, s2d2.decoding.logits_adjust) ---
+    #: Added to the logit of each token id, each bias in [-100, 100].
+    logit_bias: dict[int, float] = field(default_factory=dict)
+    #: Subtracted from a token's logit once it occurs among the generated tokens, in [-2, 2].
+    presence_penalty: float = 0.0
+    #: Subtracted from a token's logit per occurrence among the generated tokens, in [-2, 2].
+    frequency_penalty: float = 0.0
     # --- family-specific (ignored where a family does not use them) ---
     #: Fast-dLLM v2: draft in sub-blocks of this size inside each block.
     sub_block_size: int | None = None
@@ -292,6 +301,7 @@ class DecodeConfig:
             fail(f"editing_threshold must be in (0, 1], got {self.editing_threshold}")
         if self.post_steps < 0:
             fail(f"post_steps must be >= 0, got {self.post_steps}")
+        self._validate_adjust(fail)
         if self.logprobs is not None and (
             not isinstance(self.logprobs, int) or not 0 <= self.logprobs <= MAX_TOP_LOGPROBS
         ):
@@ -299,6 +309,22 @@ class DecodeConfig:
         if self.decoder == "ar" and self.block_size != 1:
             fail("the ar decoder uses block_size 1")
         self._validate_fusion(fail)
+
+    def _validate_adjust(self, fail: Any) -> None:
+        """OpenAI's ranges for logit_bias, the penalties and min_tokens."""
+        if not isinstance(self.min_tokens, int) or isinstance(self.min_tokens, bool) or self.min_tokens < 0:
+            fail(f"min_tokens must be an integer >= 0, got {self.min_tokens!r}")
+        for name in ("presence_penalty", "frequency_penalty"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not -2.0 <= value <= 2.0:
+                fail(f"{name} must be a number in [-2, 2], got {value!r}")
+        if not isinstance(self.logit_bias, dict):
+            fail(f"logit_bias must map token ids to numbers, got {self.logit_bias!r}")
+        for tok, bias in self.logit_bias.items():
+            if isinstance(tok, bool) or not isinstance(tok, int) or tok < 0:
+                fail(f"logit_bias keys must be token ids (integers >= 0), got {tok!r}")
+            if isinstance(bias, bool) or not isinstance(bias, (int, float)) or not -100.0 <= bias <= 100.0:
+                fail(f"logit_bias[{tok}] must be a number in [-100, 100], got {bias!r}")
 
     def _validate_fusion(self, fail: Any) -> None:
         """Fused verification is built for strict, always-verify, one-token-quota decoding with a causal
@@ -361,7 +387,7 @@ _LOSSLESS: dict[str, Any] = dict(
     decoder="s2d2",
     steps=None,
     policy="always",
-    acceptance="strict",
+    acceptance="auto",
     fallback="static",
     causal_cache=True,
     temperature=0.0,

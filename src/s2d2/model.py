@@ -18,6 +18,7 @@ from .decoding.stats import GenerationStats, StepTrace
 from .engine.llm_engine import DecodeOutput, LLMEngine
 from .engine.request import check_prompt
 from .errors import ConfigError, ModelLoadError, PromptError, S2D2Error
+from .likelihoods import Likelihoods
 from .tuning.preset_file import MODEL_PRESET_FILE, PresetFile, read_preset_file
 
 #: Models shipped inside the package, by name.
@@ -64,8 +65,9 @@ class GenerationResult:
         return {"text": self.text, "token_ids": self.token_ids, "stats": self.stats.to_dict()}
 
 
-class S2D2Model:
-    """A block-diffusion model ready to decode: an adapter plus (optionally) its tokenizer."""
+class S2D2Model(Likelihoods):
+    """A block-diffusion model ready to decode (and to score: :class:`~s2d2.likelihoods.Likelihoods`): an
+    adapter plus (optionally) its tokenizer."""
 
     def __init__(
         self,

@@ -12,6 +12,8 @@ row and step, then runs all of them as ONE batched forward (:meth:`ModelAdapter.
   in ``slots``, conditioned on the cache and ``filled[:slot]`` (the block with every masked position
   filled by its draft). Read only.
 * ``commit_segment(state, ids, ...)``: write tokens' keys/values explicitly (rarely needed).
+* ``score_segment(state, prefix, branches, score_from=...)``: AR-mode (block size 1) logits of given
+  tokens, for scoring: ``prefix`` is written token-causally (kept), each branch continues it (not kept).
 * ``new_pool()``: the key/value memory of an engine; ``pool.new_state()`` admits a row,
   ``pool.release(state)`` retires it.
 
@@ -106,6 +108,19 @@ class ModelAdapter(ABC):
     def commit_segment(self, state: KVState, ids: torch.Tensor, *, block_size: int, causal: bool) -> Segment:
         """Write ``ids`` (positions ``state.length`` onwards) into the cache with one forward."""
         return self.prefill_segment(state, ids, block_size=block_size, causal=causal)
+
+    def score_segment(
+        self, state: KVState, prefix: torch.Tensor, branches: Sequence[torch.Tensor], *, score_from: int
+    ) -> Segment:
+        """AR-mode (block size 1) logits of given tokens, in one forward (for scoring, not decoding).
+
+        ``prefix`` ``[p]`` sits at positions ``state.length...`` and is written to the cache token-causally
+        (kept: the row's length advances by ``p``). Each of ``branches`` (``[b_j]``, ``b_j >= 1``) continues
+        the prefix at positions ``state.length + p...``; it sees the cache, the prefix and its own earlier
+        tokens, and is not kept. Logit rows ``[(p - score_from) + sum(b_j), vocab]``: the AR prediction of
+        ``prefix[score_from:]`` then of every branch token in order, each given everything before it.
+        """
+        raise NotImplementedError(f"the {self.info.family} adapter cannot score tokens")
 
     @abstractmethod
     def run(self, segments: Sequence[Segment]) -> list[torch.Tensor]:
@@ -205,6 +220,32 @@ def verify2l_mask(n_cache: int, n_first: int, slots: list[int]) -> torch.Tensor:
     s = torch.tensor(slots, dtype=torch.long)
     mask[n_first:, n_cache : n_cache + n_first] = idx[None, :] < s[:, None]
     mask[n_first:, n_cache + n_first :] = torch.eye(n_second, dtype=torch.bool)
+    return mask
+
+
+def score_mask(n_prefix: int, score_from: int, branches: Sequence[int]) -> torch.Tensor:
+    """The AR scoring mask of a same-position model (the first half of :func:`verify2l_mask`, per branch).
+
+    Queries and keys are ``[prefix | one MASK per prefix[score_from:] | per branch: its tokens but the last,
+    then one MASK per token]``. Prefix rows are token-causal; the MASK of prefix token i sees prefix keys
+    < i and itself; a branch's token rows see the whole prefix and the branch's tokens up to their own;
+    the MASK of branch token k sees the whole prefix, the branch's first k tokens and itself.
+    """
+    p, s = n_prefix, n_prefix - score_from
+    n = p + s + sum(2 * b - 1 for b in branches)
+    mask = torch.zeros(n, n, dtype=torch.bool)
+    idx = torch.arange(p)
+    mask[:p, :p] = token_causal(idx, idx)
+    mask[p : p + s, :p] = idx[None, :] < torch.arange(score_from, p)[:, None]
+    mask[p : p + s, p : p + s] = torch.eye(s, dtype=torch.bool)
+    at = p + s
+    for b in branches:
+        fed, slots = torch.arange(b - 1), torch.arange(b)
+        mask[at : at + 2 * b - 1, :p] = True
+        mask[at : at + b - 1, at : at + b - 1] = token_causal(fed, fed)
+        mask[at + b - 1 : at + 2 * b - 1, at : at + b - 1] = fed[None, :] < slots[:, None]
+        mask[at + b - 1 : at + 2 * b - 1, at + b - 1 : at + 2 * b - 1] = torch.eye(b, dtype=torch.bool)
+        at += 2 * b - 1
     return mask
 
 

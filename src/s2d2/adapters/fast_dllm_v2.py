@@ -25,6 +25,7 @@ holds the AR predictive logits for slot ``j`` given ``filled[:j]``; slot 0 again
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -192,6 +193,41 @@ class FastDLLMv2Adapter(HFAdapter):
         return Segment(
             state, filled[:top], pos, mask, keep=0, logit_rows=Segment.last_rows(top, top), finish=finish
         )
+
+    def score_segment(
+        self, state: KVState, prefix: torch.Tensor, branches: Sequence[torch.Tensor], *, score_from: int
+    ) -> Segment:
+        """Shifted scoring: a plain causal forward over ``prefix`` and each branch but its last token; a
+        token is scored from the row before it (the first one from the saved row of the position before
+        the segment). The last prefix row is saved for the next segment of the row."""
+        start, p = state.length, prefix.numel()
+        ids, pos, sizes = [prefix], [torch.arange(start, start + p)], [b.numel() - 1 for b in branches]
+        need = list(range(score_from - 1, p - 1))  # raw rows of prefix[score_from:]; -1: the saved row
+        at = p
+        for b, f in zip(branches, sizes, strict=True):
+            ids.append(b[:-1])
+            pos.append(torch.arange(start + p, start + p + f))
+            need += [p - 1] + list(range(at, at + f))
+            at += f
+        mask = torch.zeros(at, at, dtype=torch.bool)
+        mask[:p, :p] = token_causal(pos[0], pos[0])
+        at = p
+        for f in sizes:
+            mask[at : at + f, :p] = True
+            mask[at : at + f, at : at + f] = token_causal(torch.arange(f), torch.arange(f))
+            at += f
+        read = sorted({r for r in need if r >= 0} | ({p - 1} if p else set()))
+        where = {r: i for i, r in enumerate(read)}
+
+        def finish(rows: torch.Tensor) -> torch.Tensor:
+            saved = self._next_logits(state, start) if -1 in need else None
+            out = [saved if r < 0 else rows[where[r]] for r in need]
+            if p:
+                self._save_next(state, rows[where[p - 1]])
+            return torch.stack(out) if out else rows[:0]
+
+        rows = torch.tensor(read, dtype=torch.long)
+        return Segment(state, torch.cat(ids), torch.cat(pos), mask, keep=p, logit_rows=rows, finish=finish)
 
 
 def load(

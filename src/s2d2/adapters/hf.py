@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from .base import ModelAdapter, ModelInfo, context_mask, draft_mask, verify2l_mask
+from .base import ModelAdapter, ModelInfo, context_mask, draft_mask, score_mask, verify2l_mask
 from .fastpath import FastDecoder
 from .kv_pool import KVPool, KVState
 from .segment import Predraft, Segment
@@ -259,6 +259,25 @@ class HFAdapter(ModelAdapter):
                 mask[at : at + size, at : at + size] = g.inner
                 at += size
         return Segment(state, torch.cat(ids), torch.cat(pos), mask, keep=0, logit_rows=torch.arange(n1, n))
+
+    def score_segment(
+        self, state: KVState, prefix: torch.Tensor, branches: Sequence[torch.Tensor], *, score_from: int
+    ) -> Segment:
+        """Same-position scoring: each scored token is read at a MASK query at its own position behind
+        the tokens before it (:func:`~s2d2.adapters.base.score_mask`); logit rows are the MASK rows."""
+        start, p, mask_id = state.length, prefix.numel(), self.info.mask_token_id
+        ids = [prefix, torch.full((p - score_from,), mask_id, dtype=torch.long)]
+        pos = [torch.arange(start, start + p), torch.arange(start + score_from, start + p)]
+        rows = [torch.arange(p, 2 * p - score_from)]
+        at = 2 * p - score_from
+        for b in branches:
+            k = b.numel()
+            ids += [b[:-1], torch.full((k,), mask_id, dtype=torch.long)]
+            pos += [torch.arange(start + p, start + p + k - 1), torch.arange(start + p, start + p + k)]
+            rows.append(torch.arange(at + k - 1, at + 2 * k - 1))
+            at += 2 * k - 1
+        mask = score_mask(p, score_from, [b.numel() for b in branches])
+        return Segment(state, torch.cat(ids), torch.cat(pos), mask, keep=p, logit_rows=torch.cat(rows))
 
     # ------------------------------------------------------------------ helpers for subclasses
     @staticmethod

@@ -357,7 +357,7 @@ def test_lm_eval_model_pieces():
 
     from s2d2.evaluation.lm_eval_model import (
         S2D2LM,
-        LoglikelihoodNotSupported,
+        parse_batch_size,
         parse_value,
         register,
         trim_at_stops,
@@ -388,11 +388,10 @@ def test_lm_eval_model_pieces():
         {"until": ["a", "b"], "do_sample": True, "temperature": 0.7, "top_k": 5}
     )
     assert stops == ["a", "b"] and settings == {"temperature": 0.7, "top_k": 5}
-    req = SimpleNamespace(args=("context", ""))
-    for method in (lm.loglikelihood, lm.loglikelihood_rolling):
-        with pytest.raises(NotImplementedError, match="generate_until tasks only") as info:
-            method([req])
-        assert isinstance(info.value, S2D2Error) and isinstance(info.value, LoglikelihoodNotSupported)
+    assert [parse_batch_size(v) for v in ("16", 4, "auto", "auto:8", None)] == [16, 4, None, None, None]
+    for bad in ("0", "-2", "many", 1.5):
+        with pytest.raises(S2D2Error, match="batch_size") as info:
+            parse_batch_size(bad)
         assert len(str(info.value).splitlines()) == 1
 
 

@@ -20,11 +20,19 @@ From the command line: ``s2d2 lm-eval --model s2d2 --model_args model=DIR,preset
 model_args: ``model`` (or ``pretrained``): a built-in name or checkpoint directory (default ``tiny-gsm``);
 ``device``, ``dtype``; every other key is a decoding setting (``decoder``, ``preset``, ``block_size``,
 ``steps``, ``threshold``, ``policy``, ``estimator``, ``temperature``, ...), with values parsed to ints,
-floats and booleans where they look like them. Only ``generate_until`` tasks are supported: stop strings
-(``until``) are applied by trimming the generated text, ``max_gen_toks`` sets ``max_new_tokens``, and
-``do_sample`` / ``temperature`` / ``top_p`` / ``top_k`` override the sampling settings. Block-diffusion
-decoding computes no log-likelihoods, so ``loglikelihood`` and ``loglikelihood_rolling`` tasks fail with
-:class:`LoglikelihoodNotSupported`.
+floats and booleans where they look like them.
+
+* ``generate_until``: the prompts of a batch decode together (:meth:`s2d2.S2D2Model.generate_batch`, the
+  same outputs as one at a time); stop strings (``until``) trim the generated text, ``max_gen_toks`` sets
+  ``max_new_tokens``, and ``do_sample`` / ``temperature`` / ``top_p`` / ``top_k`` override the sampling
+  settings.
+* ``loglikelihood`` (``multiple_choice`` tasks) and ``loglikelihood_rolling`` (perplexity): the model's
+  exact AR-mode (block size 1) log-likelihoods (:meth:`s2d2.S2D2Model.score`), the text split, truncated
+  and windowed as lm-eval's HF model does it; requests sharing a context share its forward.
+
+``batch_size`` (lm-eval's ``--batch_size``): requests per batch, sorted longest first as lm-eval's own
+models sort them; ``auto``: the engine's row limit for generation, the scorer's own packing for
+likelihoods. ``--apply_chat_template`` works where the tokenizer has a chat template.
 """
 
 from __future__ import annotations
@@ -36,25 +44,24 @@ import sys
 from typing import Any
 
 from lm_eval.api.model import LM
+from lm_eval.models.utils import Collator
 from tqdm import tqdm
 
 from ..decoding.stats import GenerationStats
 from ..errors import S2D2Error
 
-__all__ = ["LoglikelihoodNotSupported", "S2D2LM", "parse_value", "register", "run_cli"]
+__all__ = ["S2D2LM", "parse_batch_size", "parse_value", "register", "run_cli"]
 
 log = logging.getLogger(__name__)
 
 #: Keys of model_args that are not decoding settings.
 _LOAD_KEYS = ("model", "pretrained", "device", "dtype")
 #: Keys lm-eval adds or that other models take; accepted and ignored.
-_IGNORED_KEYS = ("batch_size", "max_batch_size", "trust_remote_code", "parallelize", "max_length")
+_IGNORED_KEYS = ("max_batch_size", "trust_remote_code", "parallelize", "max_length")
+#: Requests per scoring call with ``batch_size=auto`` (the scorer packs its forwards by its own budget).
+AUTO_SCORE_BATCH = 256
 
 _INT = re.compile(r"^[+-]?\d+$")
-
-
-class LoglikelihoodNotSupported(S2D2Error, NotImplementedError):
-    """A task asked for log-likelihoods, which block-diffusion decoding does not compute."""
 
 
 def parse_value(value: Any) -> Any:
@@ -73,6 +80,16 @@ def parse_value(value: Any) -> Any:
         return float(s)
     except ValueError:
         return s
+
+
+def parse_batch_size(value: Any) -> int | None:
+    """lm-eval's ``batch_size``: an integer >= 1, or ``auto`` / ``auto:N`` (None: automatic)."""
+    parsed = parse_value(value)
+    if parsed is None or (isinstance(parsed, str) and parsed.lower().split(":")[0] == "auto"):
+        return None
+    if isinstance(parsed, bool) or not isinstance(parsed, int) or parsed < 1:
+        raise S2D2Error(f"batch_size must be an integer >= 1 or 'auto', got {value!r}")
+    return parsed
 
 
 def _as_list(until: Any) -> list[str]:
@@ -112,9 +129,12 @@ class S2D2LM(LM):
         name = str(name) if name is not None else "tiny-gsm"
         for key in _IGNORED_KEYS:
             kwargs.pop(key, None)
+        #: requests per batch (None: automatic, see the module docstring)
+        self.batch_size = parse_batch_size(kwargs.pop("batch_size", 1))
         settings = {k: parse_value(v) for k, v in kwargs.items()}
         device = self._pick_device(parse_value(device))
-        self.model = load(name, device=device, dtype=None if dtype is None else str(dtype))
+        rows = {} if self.batch_size is None else {"max_num_seqs": self.batch_size}
+        self.model = load(name, device=device, dtype=None if dtype is None else str(dtype), **rows)
         self.config = self.model.make_config(**settings)  # invalid settings fail here, one line
         self.model_name = name
         self.totals = GenerationStats()
@@ -203,16 +223,26 @@ class S2D2LM(LM):
                 log.warning("s2d2: ignoring generation setting %r=%r", key, kw[key])
         return stops, settings
 
+    def _bar(self, total: int, desc: str, disable_tqdm: bool) -> tqdm:
+        return tqdm(total=total, disable=disable_tqdm or self.rank != 0, desc=desc)
+
     def generate_until(self, requests: list[Any], disable_tqdm: bool = False) -> list[str]:
+        """Each batch (same generation settings, longest prompts first) decodes as one engine batch."""
+        args = [(req.args[0], req.args[1] if len(req.args) > 1 else {}) for req in requests]
+        lengths = {context: len(self.model.encode(context)) for context, _ in args}
+        batches = Collator(args, sort_fn=lambda a: (-lengths[a[0]], a[0]), group_by="gen_kwargs")
+        rows = self.batch_size or self.model.max_num_seqs
         outputs: list[str] = []
-        for req in tqdm(requests, disable=disable_tqdm or self.rank != 0, desc="s2d2 generate_until"):
-            context, gen_kwargs = req.args[0], req.args[1] if len(req.args) > 1 else {}
-            stops, settings = self._settings_from(gen_kwargs)
-            result = self.model.generate(context, self.config, **settings)
-            text = trim_at_stops(result.text, stops)
-            self.totals.add(result.stats)
-            self.cache_hook.add_partial("generate_until", req.args, text)
-            outputs.append(text)
+        with self._bar(len(args), "s2d2 generate_until", disable_tqdm) as bar:
+            for batch in batches.get_batched(n=rows):
+                stops, settings = self._settings_from(batch[0][1])
+                results = self.model.generate_batch([c for c, _ in batch], self.config, **settings)
+                for (context, gen_kwargs), result in zip(batch, results, strict=True):
+                    text = trim_at_stops(result.text, stops)
+                    self.totals.add(result.stats)
+                    self.cache_hook.add_partial("generate_until", (context, gen_kwargs), text)
+                    outputs.append(text)
+                bar.update(len(batch))
         t = self.totals
         if requests:
             print(
@@ -220,19 +250,42 @@ class S2D2LM(LM):
                 f"({t.nfe_per_token:.3f}/token), {t.seconds:.1f} s",
                 file=sys.stderr,
             )
-        return outputs
+        return batches.get_original(outputs)
+
+    def _score(self, pairs: list[tuple[list[int], list[int]]], desc: str, disable_tqdm: bool) -> list[Any]:
+        """:meth:`s2d2.S2D2Model.score` of token pairs in batches, longest contexts first (requests with
+        one context stay together, so they share its forward); results in input order."""
+        batches = Collator(pairs, sort_fn=lambda p: (-len(p[0]), p[0], -len(p[1])))
+        scores: list[Any] = []
+        with self._bar(len(pairs), desc, disable_tqdm) as bar:
+            for batch in batches.get_batched(n=self.batch_size or AUTO_SCORE_BATCH):
+                scores += self.model.score(batch)
+                bar.update(len(batch))
+        return batches.get_original(scores)
 
     def loglikelihood(self, requests: list[Any], disable_tqdm: bool = False) -> list[tuple[float, bool]]:
-        raise LoglikelihoodNotSupported(
-            "the s2d2 model supports generate_until tasks only: block-diffusion decoding computes no "
-            "log-likelihoods (this task needs loglikelihood / multiple_choice)"
-        )
+        """Per ``(context, continuation)``: its AR-mode log-likelihood and whether it is all greedy."""
+        args = [tuple(req.args[:2]) for req in requests]
+        pairs = self.model.likelihood_requests(args)
+        out = []
+        for arg, s in zip(args, self._score(pairs, "s2d2 loglikelihood", disable_tqdm), strict=True):
+            answer = (s.total, all(s.greedy))
+            self.cache_hook.add_partial("loglikelihood", arg, answer)
+            out.append(answer)
+        return out
 
     def loglikelihood_rolling(self, requests: list[Any], disable_tqdm: bool = False) -> list[float]:
-        raise LoglikelihoodNotSupported(
-            "the s2d2 model supports generate_until tasks only: block-diffusion decoding computes no "
-            "log-likelihoods (this task needs loglikelihood_rolling / perplexity)"
+        """Per text: the AR-mode log-likelihood of all its tokens, in disjoint windows of the context."""
+        windows = [self.model.rolling_requests(req.args[0]) for req in requests]
+        scores = iter(
+            self._score([w for ws in windows for w in ws], "s2d2 loglikelihood_rolling", disable_tqdm)
         )
+        out = []
+        for req, ws in zip(requests, windows, strict=True):
+            total = sum(next(scores).total for _ in ws)
+            self.cache_hook.add_partial("loglikelihood_rolling", (req.args[0],), total)
+            out.append(total)
+        return out
 
 
 def register(name: str = "s2d2") -> type[S2D2LM]:

@@ -79,6 +79,7 @@ class S2D2Model(Likelihoods):
         max_num_seqs: int = DEFAULT_MAX_NUM_SEQS,
         kv_budget_tokens: int | None = None,
         preset: PresetFile | None = None,
+        max_query_tokens_per_row: int | None = None,
     ):
         self.adapter = adapter
         #: the checkpoint's own default decoding settings (its ``s2d2_preset.json``), if any
@@ -92,6 +93,10 @@ class S2D2Model(Likelihoods):
             raise ConfigError(f"kv_budget_tokens must be >= 1, got {kv_budget_tokens}")
         self.max_num_seqs = max_num_seqs
         self.kv_budget_tokens = kv_budget_tokens
+        if max_query_tokens_per_row is not None and max_query_tokens_per_row < 1:
+            raise ConfigError(f"max_query_tokens_per_row must be >= 1, got {max_query_tokens_per_row}")
+        #: the engine's bound on query tokens per row and forward (None: its default)
+        self.max_query_tokens_per_row = max_query_tokens_per_row
         self._engine: LLMEngine | None = None
 
     @property
@@ -99,7 +104,10 @@ class S2D2Model(Likelihoods):
         """The batched engine every generation of this model runs on (made at first use)."""
         if self._engine is None:
             self._engine = LLMEngine(
-                self.adapter, max_num_seqs=self.max_num_seqs, kv_budget_tokens=self.kv_budget_tokens
+                self.adapter,
+                max_num_seqs=self.max_num_seqs,
+                kv_budget_tokens=self.kv_budget_tokens,
+                max_query_tokens_per_row=self.max_query_tokens_per_row,
             )
         return self._engine
 
@@ -298,6 +306,7 @@ def load(
     max_num_seqs: int = DEFAULT_MAX_NUM_SEQS,
     kv_budget_tokens: int | None = None,
     use_preset: bool = True,
+    max_query_tokens_per_row: int | None = None,
     **options: Any,
 ) -> S2D2Model:
     """Load a block-diffusion model: a built-in name (``tiny-gsm``) or a local checkpoint directory.
@@ -305,7 +314,8 @@ def load(
     The family is detected from ``config.json``; no remote code is executed; weights are read from
     safetensors. ``device``: cpu | cuda (default: cuda if available); ``dtype``: bf16 | fp16 | fp32
     (default: fp32 on CPU, bf16 on CUDA). ``max_num_seqs`` bounds the rows the batched engine decodes
-    together and ``kv_budget_tokens`` the cached positions they reserve (engine-wide settings);
+    together, ``kv_budget_tokens`` the cached positions they reserve and ``max_query_tokens_per_row`` the
+    query tokens one row may feed to one forward (engine-wide settings; a request over it is refused);
     ``options`` go to the family's loader. A checkpoint directory holding ``s2d2_preset.json`` (a preset
     file) gets those settings as its defaults (explicit settings and ``preset=`` still win); pass
     ``use_preset=False`` to ignore it.
@@ -324,4 +334,5 @@ def load(
         max_num_seqs=max_num_seqs,
         kv_budget_tokens=kv_budget_tokens,
         preset=preset,
+        max_query_tokens_per_row=max_query_tokens_per_row,
     )

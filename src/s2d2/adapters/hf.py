@@ -105,6 +105,9 @@ class HFAdapter(ModelAdapter):
     def _native_forward(self, seg: Segment) -> torch.Tensor:
         """One segment through transformers' own forward; the cache keeps only ``keep`` new tokens."""
         state, n = seg.state, seg.n
+        stale = state.cache.get_seq_length() - state.length
+        if stale > 0:  # what a failed batched forward left behind (the length did not advance): drop it
+            state.cache.crop(-stale)
         allowed = torch.ones(n, state.length + n, dtype=torch.bool)
         allowed[:, state.length :] = seg.mask
         if seg.bias is None and seg.context_bias == 0.0:

@@ -20,8 +20,10 @@ from ..config import DecodeConfig
 from ..decoding.routing_state import EngineRoutingState
 from ..decoding.stats import GenerationStats, StepTrace
 from ..errors import ConfigError, PromptError, S2D2Error
+from .fault_isolation import run_isolating_failures
 from .logprobs import TokenLogprob
 from .request import Request, Status, check_prompt
+from .request_limits import check_request_limits, default_max_query_tokens_per_row, fold_limit_for
 from .runner import ModelRunner
 from .scheduler import Scheduler
 from .step import advance, draft_probs, postprocess
@@ -65,7 +67,9 @@ class LLMEngine:
 
     Engine-wide settings: ``max_num_seqs`` (rows decoding together), ``kv_budget_tokens`` (most cached
     positions reserved by running rows together; a row reserves prompt + ``max_new_tokens`` + one block),
-    ``prefill_chunk`` (most prompt positions a row prefills per forward). Everything else is per request.
+    ``prefill_chunk`` (most prompt positions a row prefills per forward), ``max_query_tokens_per_row``
+    (most query tokens one row feeds to one forward; default: every shipped preset fits, see
+    :mod:`.request_limits`; it also caps the prefill chunk). Everything else is per request.
     With ``stream=True`` every step reports each running row's newly final tokens.
     """
 
@@ -77,11 +81,19 @@ class LLMEngine:
         kv_budget_tokens: int | None = None,
         prefill_chunk: int = 512,
         stream: bool = False,
+        max_query_tokens_per_row: int | None = None,
     ):
+        limit = max_query_tokens_per_row
+        if limit is None:
+            limit = default_max_query_tokens_per_row(adapter.info.default_block_size)
+        if limit < 1:
+            raise ConfigError(f"max_query_tokens_per_row must be >= 1, got {limit}")
+        #: most query tokens one row may feed to one forward (:mod:`.request_limits`)
+        self.max_query_tokens_per_row = limit
         self.adapter = adapter
         self.pool = adapter.new_pool()
         self.scheduler = Scheduler(self.pool, max_num_seqs=max_num_seqs, kv_budget_tokens=kv_budget_tokens)
-        self.runner = ModelRunner(adapter, prefill_chunk=prefill_chunk)
+        self.runner = ModelRunner(adapter, prefill_chunk=min(prefill_chunk, limit))
         self.stream = stream
         self._ids = itertools.count()
         self._emitted: dict[Any, int] = {}
@@ -96,12 +108,13 @@ class LLMEngine:
     def add_request(
         self, prompt_ids: Sequence[int] | torch.Tensor, config: DecodeConfig, request_id: Any = None
     ) -> Any:
-        """Queue a request; returns its id. A bad prompt raises :class:`PromptError` at once."""
+        """Queue a request; returns its id. A bad prompt raises :class:`PromptError` at once, settings
+        over the engine's limits a :class:`~.request_limits.RequestLimitError` naming the setting."""
         prompt = check_prompt(prompt_ids, self.adapter.info)
+        fold = self.check_limits(config)
         rid = next(self._ids) if request_id is None else request_id
         req = Request(rid, prompt, config, self.adapter.info, routing=self.routing)
-        if self.adapter.can_fold_prefill(config.causal_cache):
-            req.fold_limit = self.runner.prefill_chunk
+        req.fold_limit = fold
         req.partial_cache = (
             self.adapter.caches_partial_blocks and config.causal_cache and config.editing_threshold is None
         )
@@ -118,6 +131,18 @@ class LLMEngine:
         self.scheduler.add(req)
         self._emitted[rid] = 0
         return rid
+
+    def check_limits(self, config: DecodeConfig) -> int:
+        """Raise a :class:`~.request_limits.RequestLimitError` if ``config``'s requests could feed one
+        forward more than ``max_query_tokens_per_row`` tokens a row; returns their fold limit (the prompt
+        positions a first draft may carry)."""
+        limit, chunk = self.max_query_tokens_per_row, self.runner.prefill_chunk
+        folds = self.adapter.can_fold_prefill(config.causal_cache)
+        fold = fold_limit_for(limit, config.block_size, chunk) if folds else 0
+        check_request_limits(
+            config, limit=limit, prefill_chunk=chunk, fold_limit=fold, vocab_size=self.adapter.info.vocab_size
+        )
+        return fold
 
     def abort(self, request_id: Any) -> bool:
         """Abort a request; its row is freed at the next step. False if it is unknown or done."""
@@ -160,7 +185,7 @@ class LLMEngine:
             except Exception as exc:
                 self._fail(req, exc)
         if rows:
-            logits = self.runner.run(rows, segments)
+            rows, logits = run_isolating_failures(self.runner.run, rows, segments, self._fail)
             probs = draft_probs(rows, logits)
             for req, lg, pr in zip(rows, logits, probs, strict=True):
                 self._guarded(req, postprocess, lg, pr)

@@ -35,9 +35,9 @@ BenchNumSeqsOpt = Annotated[
     int,
     typer.Option(
         "--max-num-seqs",
-        help="Problems decoded together: 1 runs them one at a time (interleaved, fair timing); N > 1 runs "
-        "each configuration on chunks of N problems as one batch. Accuracy and NFE stay the same; "
-        "s/problem is then the batch's wall time / N, and tokens/s then is throughput of N rows.",
+        help="Problems decoded together: each configuration runs on chunks of N problems as one batch on "
+        "the batched engine (s/problem is then the batch's wall time / N, tokens/s the throughput of N "
+        "rows); 1 runs them one at a time (interleaved, per-problem timing). Accuracy and NFE stay the same.",
     ),
 ]
 
@@ -52,7 +52,7 @@ def bench_command(
     out: OutOpt = None,
     threads: ThreadsOpt = None,
     max_new_tokens: MaxNewOpt = None,
-    max_num_seqs: BenchNumSeqsOpt = 1,
+    max_num_seqs: BenchNumSeqsOpt = 16,
     progress: ProgressOpt = True,
     device: DeviceOpt = None,
     dtype: DtypeOpt = None,

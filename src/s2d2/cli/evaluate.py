@@ -65,8 +65,9 @@ EvalNumSeqsOpt = Annotated[
     int,
     typer.Option(
         "--max-num-seqs",
-        help="Problems generated together: N > 1 decodes chunks of N problems as one batch (the same "
-        "outputs; a problem's seconds are then the batch's wall time / N).",
+        help="Problems generated together: chunks of N problems decode as one batch on the batched engine "
+        "(the same outputs as one at a time; a problem's seconds are then the batch's wall time / N); 1: one "
+        "problem at a time.",
     ),
 ]
 
@@ -94,7 +95,7 @@ def eval_command(
     timeout: TimeoutOpt = 10.0,
     memory_mb: MemoryOpt = 1536,
     progress: ProgressOpt = True,
-    max_num_seqs: EvalNumSeqsOpt = 1,
+    max_num_seqs: EvalNumSeqsOpt = 16,
     device: DeviceOpt = None,
     dtype: DtypeOpt = None,
 ) -> None:

@@ -144,3 +144,12 @@ def assert_one_line_error(code, err, *fragments):
     assert "Traceback" not in err
     for f in fragments:
         assert f in lines[0], (f, lines[0])
+
+
+# S2D2_EMULATED_DEVICE=1: every engine runs on a CPU-emulated second device that refuses host tensors
+# in the step (tests/emulated_device.py); CI runs the lossless, batch == alone, fused and seeded-sampling
+# families that way too.
+if os.environ.get("S2D2_EMULATED_DEVICE") == "1":
+    import emulated_device
+
+    emulated_device.install()

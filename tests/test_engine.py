@@ -15,6 +15,7 @@ class Spy:
     def __init__(self, adapter):
         self.inner = adapter
         self.info = adapter.info
+        self.device = adapter.device
         self.caches_partial_blocks = adapter.caches_partial_blocks
         self.calls: list[tuple] = []
 

@@ -51,9 +51,11 @@ def test_expected_accept_length_and_scores():
 def features(
     cfg: DecodeConfig, probs: torch.Tensor, n_dynamic: int = 0, progress: float = 0.0
 ) -> RouteFeatures:
+    drafts = probs.argmax(-1)
     return RouteFeatures(
-        span_probs=probs,
-        span_drafts=probs.argmax(-1),
+        span_len=int(drafts.numel()),
+        alpha=F.acceptance_estimate(cfg.estimator, probs, drafts, cfg.estimator_value).tolist(),
+        norm_entropy=F.normalized_entropy(probs).tolist(),
         block_size=cfg.block_size,
         progress=progress,
         n_dynamic=n_dynamic,

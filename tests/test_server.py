@@ -193,16 +193,18 @@ def test_disconnect_frees_the_row(url, client, expected):
 def test_one_request_failing_fails_it_alone(url, client, expected, monkeypatch):
     import s2d2.engine.llm_engine as llm
 
-    real = llm.postprocess
+    real = llm.apply
 
-    def flaky(req, *args):
-        if req.config.seed == 666:
+    def flaky(work):
+        if work.req.config.seed == 666:
             raise RuntimeError("injected failure")
-        return real(req, *args)
+        return real(work)
 
-    monkeypatch.setattr(llm, "postprocess", flaky)
+    monkeypatch.setattr(llm, "apply", flaky)
     bad = httpx.post(url + "/v1/completions", json={"prompt": QUESTIONS[4], "seed": 666}, timeout=30)
-    assert bad.status_code == 500 and "injected failure" in bad.json()["error"]["message"]
+    message = bad.json()["error"]["message"]
+    assert bad.status_code == 500 and "internal error (request id req-" in message
+    assert "injected" not in message  # the engine's own text goes to the log only
     good = client.completions.create(model="tiny-gsm", prompt=QUESTIONS[4], max_tokens=96, seed=1)
     assert good.choices[0].text == expected[QUESTIONS[4]]
 

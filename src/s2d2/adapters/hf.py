@@ -94,7 +94,7 @@ class HFAdapter(ModelAdapter):
                 raw[id(s)] = self._native_forward(s)
         out = []
         for s in segments:
-            s.state.length += s.keep
+            s.state.advance(s.keep)
             rows = raw.get(
                 id(s), torch.zeros(0, self.info.vocab_size, dtype=torch.float32, device=self.device)
             )

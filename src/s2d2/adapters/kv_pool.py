@@ -26,6 +26,10 @@ class KVState:
     slot: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
 
+    def advance(self, n: int) -> None:
+        """``n`` more positions are cached: the one place a row's cached length grows."""
+        self.length += n
+
 
 class KVPool:
     """Per-layer key/value buffers with a row (slot) dimension and per-row lengths."""

@@ -21,11 +21,16 @@ from .routing_state import ArmStats, EngineRoutingState, Table
 
 @dataclass
 class RouteFeatures:
-    """What a policy may look at for one step; expensive values are computed only when asked for."""
+    """What a policy may look at for one step, as host values (the step computed them on the device).
 
-    #: drafter distributions ``[s, V]`` and drafted tokens ``[s]`` over the span
-    span_probs: torch.Tensor
-    span_drafts: torch.Tensor
+    ``alpha`` holds the estimator's per-position acceptance estimates over the span and
+    ``norm_entropy`` the drafter's normalised entropy there (each None when the policy needs none).
+    Reductions run on host float32 tensors, exactly as on the drafter's own values.
+    """
+
+    span_len: int
+    alpha: list[float] | None
+    norm_entropy: list[float] | None
     block_size: int
     #: committed positions of the block / block size, before this step
     progress: float
@@ -33,18 +38,10 @@ class RouteFeatures:
     n_dynamic: int
     config: DecodeConfig
 
-    @property
-    def span_len(self) -> int:
-        return int(self.span_drafts.numel())
-
-    @cached_property
-    def alpha(self) -> torch.Tensor:
-        c = self.config
-        return F.acceptance_estimate(c.estimator, self.span_probs, self.span_drafts, c.estimator_value)
-
     @cached_property
     def expected_len(self) -> float:
-        return F.expected_accept_length(self.alpha)
+        """E[K] = sum_k prod_{i<=k} alpha_i."""
+        return F.expected_accept_length(torch.tensor(self.alpha, dtype=torch.float32))
 
     @cached_property
     def score(self) -> float:
@@ -53,7 +50,7 @@ class RouteFeatures:
 
     @cached_property
     def mean_entropy(self) -> float:
-        return float(F.normalized_entropy(self.span_probs).mean())
+        return float(torch.tensor(self.norm_entropy, dtype=torch.float32).mean())
 
 
 @dataclass(frozen=True)
@@ -66,17 +63,21 @@ class SkipCheck:
     unvouched: int
 
     @classmethod
-    def of(cls, fallback: torch.Tensor, span_off: int, n_accepted: int) -> SkipCheck:
-        """From the fallback rule's picks ``[k]`` (indices into the step's candidates), the span's offset
-        among the candidates and the number of span positions the verification accepted."""
-        vouched = (fallback >= span_off) & (fallback < span_off + n_accepted)
-        return cls(int(fallback.numel()), int((~vouched).sum()))
+    def of(cls, fallback: list[int], span_off: int, n_accepted: int) -> SkipCheck:
+        """From the fallback rule's picks (indices into the step's candidates), the span's offset among
+        the candidates and the number of span positions the verification accepted."""
+        vouched = sum(1 for i in fallback if span_off <= i < span_off + n_accepted)
+        return cls(len(fallback), len(fallback) - vouched)
 
 
 class Policy:
     """Base class: decide whether to verify this step."""
 
     name = "base"
+    #: which features :meth:`decide` reads: the estimator's alphas (scores) and the span's entropies
+    #: (the step computes only what some policy asks for)
+    reads_alpha = False
+    reads_entropy = False
     #: whether :meth:`update` wants each verified step's :class:`SkipCheck` (computing it costs a little)
     learns_from_checks = False
 
@@ -120,6 +121,7 @@ class ScoreThreshold(Policy):
     """Verify when s = E[K] - penalty >= ``score_threshold``."""
 
     name = "score"
+    reads_alpha = True
 
     def decide(self, f: RouteFeatures) -> bool:
         return f.score >= self.config.score_threshold
@@ -129,6 +131,7 @@ class Hysteresis(Policy):
     """Off -> on when s > ``hysteresis_on``; stays on while s >= ``hysteresis_off``. Starts off."""
 
     name = "hysteresis"
+    reads_alpha = True
 
     def __init__(self, config: DecodeConfig):
         super().__init__(config)
@@ -159,6 +162,7 @@ class UCB(Policy):
     """
 
     name = "ucb"
+    reads_entropy = True
     ARMS = (True, False)  # verify, skip
 
     def __init__(self, config: DecodeConfig, stats: Table | None = None):

@@ -25,7 +25,8 @@ from dataclasses import dataclass
 import torch
 
 from ..adapters.segment import Predraft
-from .request import PendingVerify, Request
+from .draft_step import DraftStep, SlotDrafts
+from .request import Request
 
 
 @dataclass
@@ -39,95 +40,89 @@ class GroupPlan:
     first_slot: int
     rows: int
 
-
-@dataclass
-class PredraftLogits:
-    """Draft logits for a block from a pre-draft group: ``logits`` ``[block length, vocab]``, rows
-    aligned to slots (rows the group did not cover are zeros and never read)."""
-
-    start: int
-    logits: torch.Tensor
-    #: False for stale drafts reused after a miss (not a pre-draft hit)
-    hit: bool = True
+    def row_slots(self) -> list[int]:
+        """The block slot each of the group's logit rows drafts (row t: ``slot + t``, or ``t`` for the
+        next block)."""
+        first = 0 if self.slot is None else self.slot
+        return list(range(first, first + self.rows))
 
 
-def plan_groups(req: Request, p: PendingVerify) -> list[GroupPlan]:
+def plan_groups(req: Request, p: DraftStep) -> list[GroupPlan]:
     """The pre-draft groups of this step's verification (see the module docstring)."""
-    cfg, slots = req.config, p.slots
-    L = req.length
+    cfg, slots, cur = req.config, p.span_slots, req.cursor
+    L = cur.length
     plans: list[GroupPlan] = []
-    last = slots[-1]
-    next_start = req.start + L
-    if last == L - 1 and next_start < req.limit and req.end is None and req.partial_cache:
+    next_start = cur.start + L
+    if slots[-1] == L - 1 and next_start < req.limit and req.end is None and req.cache.partial:
         plans.append(GroupPlan(None, None, 0, min(cfg.block_size, req.info.max_length - next_start)))
     k = min(cfg.predraft_positions, len(slots))
     if k == 0:
         return plans
-    alpha = p.features.alpha if p.features is not None else torch.full((len(slots),), 0.5)
+    # the selection runs on host float32 tensors: the same ranking (ties included) on every device
+    alpha = torch.tensor(p.features.alpha if p.features is not None else [0.5] * len(slots))
     reach = torch.cat([torch.ones(1), torch.cumprod(alpha, 0)[:-1]])
     first_reject = reach * (1 - alpha)
     if slots[-1] == L - 1:
         first_reject[-1] = -1.0  # a correction at the block's last slot leaves nothing to pre-draft
-    for j in torch.topk(first_reject, k).indices.sort().values.tolist():
+    best = torch.topk(first_reject, k).indices.sort().values.tolist()
+    for j in best:
         c = slots[j]
         if c == L - 1:
             continue
         if cfg.predraft_tokens == 0:
             plans.append(GroupPlan(c, None, c, L - c))
             continue
-        row = p.probs[p.off + j].clone()
-        row[int(p.drafts[p.off + j])] = -1.0  # the correction differs from the rejected draft
-        for y in torch.topk(row, min(cfg.predraft_tokens, row.numel() - 1)).indices.tolist():
+        drafted = p.drafts.drafts[p.span_offset + j]
+        alts = [y for y in p.drafts.alternatives[p.span_offset + j] if y != drafted]
+        for y in alts[: cfg.predraft_tokens]:
             plans.append(GroupPlan(c, int(y), c + 1, L - c))
     return plans
 
 
 def predraft_inputs(req: Request, plans: list[GroupPlan]) -> list[Predraft]:
-    """The adapter's view of the groups: tokens, positions, visible first-half keys, inner masks."""
-    mask_id, out = req.info.mask_token_id, []
+    """The adapter's view of the groups: tokens, positions, visible first-half keys, inner masks (host)."""
+    mask_id, out, cur = req.info.mask_token_id, [], req.cursor
+    cached = req.cache.block_cached
     for g in plans:
         if g.slot is None:
             ids = torch.full((g.rows,), mask_id, dtype=torch.long)
-            pos = torch.arange(req.start + req.length, req.start + req.length + g.rows)
-            visible = req.length - req.cached  # the whole first half (it starts at the cache point)
+            pos = torch.arange(cur.start + cur.length, cur.start + cur.length + g.rows)
+            visible = cur.length - cached  # the whole first half (it starts at the cache point)
             out.append(Predraft(ids, pos, visible, torch.ones(g.rows, g.rows, dtype=torch.bool)))
             continue
-        n_masks = req.length - g.first_slot
+        n_masks = cur.length - g.first_slot
         head = [] if g.token is None else [g.token]
         ids = torch.tensor(head + [mask_id] * n_masks, dtype=torch.long)
-        pos = req.start + torch.arange(g.slot, req.length)
+        pos = cur.start + torch.arange(g.slot, cur.length)
         inner = torch.ones(ids.numel(), ids.numel(), dtype=torch.bool)
         if g.token is not None:
             inner[0, 1:] = False  # the committed correction sees only itself (token-causal)
-        out.append(Predraft(ids, pos, g.slot - req.cached, inner))
+        out.append(Predraft(ids, pos, g.slot - cached, inner))
     return out
 
 
 def pick_group(
-    req: Request, p: PendingVerify, group_rows: list[torch.Tensor], n_acc: int, correction: int | None
-) -> PredraftLogits | None:
-    """The pre-draft of the outcome that happened, as block-aligned draft logits; None on a miss."""
-    vocab = group_rows[0].shape[-1] if group_rows else 0
+    req: Request, p: DraftStep, group_drafts: list[SlotDrafts], n_acc: int, correction: int | None
+) -> tuple[int, SlotDrafts] | None:
+    """The pre-draft of the outcome that happened, as (block start, drafts by slot); None on a miss."""
+    cur = req.cursor
     if correction is None:
-        for g, rows in zip(p.groups, group_rows, strict=True):
+        for g, drafts in zip(p.groups, group_drafts, strict=True):
             if g.slot is None:
-                return PredraftLogits(req.start + req.length, rows)
+                return cur.start + cur.length, drafts
         return None
-    c = p.slots[n_acc]
-    if c == req.length - 1:
+    c = p.span_slots[n_acc]
+    if c == cur.length - 1:
         return None  # the correction completes the block: the next block needs a fresh draft
-    pairs = list(zip(p.groups, group_rows, strict=True))
-    exact = [(g, r) for g, r in pairs if g.slot == c and g.token == correction]
-    approx = [(g, r) for g, r in pairs if g.slot == c and g.token is None]
-    for g, rows in exact + approx:
-        full = rows.new_zeros(req.length, vocab)
-        full[g.slot :] = rows  # row t of the group is slot g.slot + t (the correction's row is unused)
-        return PredraftLogits(req.start, full)
+    pairs = list(zip(p.groups, group_drafts, strict=True))
+    exact = [d for g, d in pairs if g.slot == c and g.token == correction]
+    approx = [d for g, d in pairs if g.slot == c and g.token is None]
+    for drafts in exact + approx:
+        return cur.start, drafts
     return None
 
 
-def stale_logits(req: Request, p: PendingVerify) -> PredraftLogits:
-    """The step's own drafts as next-step draft logits (``reuse_stale``): log-probabilities at slots."""
-    full = torch.zeros(req.length, p.probs.shape[-1])
-    full[p.cand] = torch.log(p.probs.clamp_min(1e-30))
-    return PredraftLogits(req.start, full, hit=False)
+def stale_drafts(req: Request, p: DraftStep) -> tuple[int, SlotDrafts]:
+    """The step's own drafts for the next step (``reuse_stale``): the verification judges them again."""
+    return req.cursor.start, p.drafts
+

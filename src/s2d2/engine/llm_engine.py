@@ -9,6 +9,7 @@ step, with its own settings. The single-prompt path is this engine with one requ
 from __future__ import annotations
 
 import itertools
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -20,13 +21,16 @@ from ..config import DecodeConfig
 from ..decoding.routing_state import EngineRoutingState
 from ..decoding.stats import GenerationStats, StepTrace
 from ..errors import ConfigError, PromptError, S2D2Error
+from .device import DeviceOps
 from .fault_isolation import run_isolating_failures
 from .logprobs import TokenLogprob
 from .request import Request, Status, check_prompt
 from .request_limits import check_request_limits, default_max_query_tokens_per_row, fold_limit_for
 from .runner import ModelRunner
 from .scheduler import Scheduler
-from .step import advance, draft_probs, postprocess
+from .step import RowWork, advance, apply, queries
+from .step_math import run_queries
+from .step_timing import StepTiming
 
 
 @dataclass
@@ -91,6 +95,8 @@ class LLMEngine:
         #: most query tokens one row may feed to one forward (:mod:`.request_limits`)
         self.max_query_tokens_per_row = limit
         self.adapter = adapter
+        #: the model's device: the step's tensors are made there, and its one transfer a step is counted
+        self.device = DeviceOps(adapter.device)
         self.pool = adapter.new_pool()
         self.scheduler = Scheduler(self.pool, max_num_seqs=max_num_seqs, kv_budget_tokens=kv_budget_tokens)
         self.runner = ModelRunner(adapter, prefill_chunk=min(prefill_chunk, limit))
@@ -99,6 +105,7 @@ class LLMEngine:
         self._emitted: dict[Any, int] = {}
         #: UCB statistics shared by this engine's requests with ``ucb_scope="engine"``
         self.routing = EngineRoutingState()
+        self.timing = StepTiming()
 
     @property
     def max_num_seqs(self) -> int:
@@ -113,9 +120,11 @@ class LLMEngine:
         prompt = check_prompt(prompt_ids, self.adapter.info)
         fold = self.check_limits(config)
         rid = next(self._ids) if request_id is None else request_id
-        req = Request(rid, prompt, config, self.adapter.info, routing=self.routing)
-        req.fold_limit = fold
-        req.partial_cache = (
+        req = Request(
+            rid, prompt, config, self.adapter.info, routing=self.routing, make_generator=self.device.generator
+        )
+        req.cache.fold_limit = fold
+        req.cache.partial = (
             self.adapter.caches_partial_blocks and config.causal_cache and config.editing_threshold is None
         )
         if config.fuse and self.adapter.info.shifted:
@@ -159,6 +168,24 @@ class LLMEngine:
     def num_waiting(self) -> int:
         return len(self.scheduler.waiting)
 
+    def stats(self) -> dict[str, float]:
+        """Engine-wide counters: forwards, rows and query tokens fed, steps with a forward, host transfers,
+        and where step time goes (forward vs other), per step."""
+        c, t = self.runner.counters, self.timing
+        fwd_ms, other_ms = t.per_step_ms()
+        steps = max(t.steps, 1)
+        return {
+            "forwards": c.forwards,
+            "rows": c.rows,
+            "query_tokens": c.query_tokens,
+            "mean_rows_per_forward": c.mean_rows,
+            "steps": t.steps,
+            "host_transfers": self.device.host_transfers,
+            "host_syncs_per_step": self.device.host_transfers / steps,
+            "forward_ms_per_step": fwd_ms,
+            "other_ms_per_step": other_ms,
+        }
+
     # ------------------------------------------------------------------ one step
     @staticmethod
     def _fail(req: Request, exc: BaseException) -> None:
@@ -173,6 +200,8 @@ class LLMEngine:
 
     def step(self) -> list[RequestOutput]:
         """Admit, run one batched forward, postprocess, retire. Returns what changed per request."""
+        t_begin = time.perf_counter()
+        forward = None
         for req in self.scheduler.admit():
             self._guarded(req, advance)
         rows, segments = [], []
@@ -185,21 +214,57 @@ class LLMEngine:
             except Exception as exc:
                 self._fail(req, exc)
         if rows:
+            t0 = time.perf_counter()
             rows, logits = run_isolating_failures(self.runner.run, rows, segments, self._fail)
-            probs = draft_probs(rows, logits)
-            for req, lg, pr in zip(rows, logits, probs, strict=True):
-                self._guarded(req, postprocess, lg, pr)
+            forward = time.perf_counter() - t0
+            self._postprocess(rows, logits)
         outputs = []
         if self.stream:
             outputs += [o for o in map(self._progress, self.scheduler.running) if o.new_token_ids]
         outputs += [self._finished(req) for req in self.scheduler.retire()]
+        if forward is not None:
+            self.timing.add(forward, time.perf_counter() - t_begin - forward)
         return outputs
+
+    def _postprocess(self, rows: list[Request], logits: Sequence[torch.Tensor]) -> None:
+        """Every row's queries computed on the device at once (one transfer), then each row's bookkeeping;
+        an error fails its request alone."""
+        works: list[RowWork] = []
+        for req, lg in zip(rows, logits, strict=True):
+            try:
+                works.append(queries(self.device, req, self.device.mark(lg)))
+            except Exception as exc:
+                self._fail(req, exc)
+        edits = [w.edit for w in works if w.edit is not None]
+        drafts = [q for w in works for q in w.draft_queries]
+        verifies = [w.verify for w in works if w.verify is not None]
+        try:
+            run_queries(self.device, edits, drafts, verifies)
+        except Exception:  # a batched computation failed: find the rows that cause it
+            self._run_queries_alone(works)
+        for w in works:
+            if w.req.status.done:
+                continue
+            try:
+                apply(w)
+            except Exception as exc:  # one request's failure must not stop its batch-mates
+                self._fail(w.req, exc)
+
+    def _run_queries_alone(self, works: list[RowWork]) -> None:
+        for w in works:
+            try:
+                edits = [w.edit] if w.edit is not None else []
+                run_queries(self.device, edits, w.draft_queries, [w.verify] if w.verify else [])
+            except Exception as row_exc:
+                self._fail(w.req, row_exc)
 
     def _progress(self, req: Request) -> RequestOutput:
         ids = req.final_ids() if req.status == Status.RUNNING else []
         sent = self._emitted.get(req.request_id, 0)
         self._emitted[req.request_id] = max(sent, len(ids))
-        return RequestOutput(req.request_id, ids[sent:], False)
+        lps = req.final_logprobs(len(ids))
+        new_lp = None if lps is None else lps[sent:]
+        return RequestOutput(req.request_id, ids[sent:], False, new_logprobs=new_lp)
 
     def _finished(self, req: Request) -> RequestOutput:
         sent = self._emitted.pop(req.request_id, 0)
@@ -212,8 +277,10 @@ class LLMEngine:
             status=req.status.value,
             error=req.error,
             exception=req.exception,
+            logprobs=req.final_logprobs(len(ids or [])),
         )
-        return RequestOutput(req.request_id, out.token_ids[sent:], True, out)
+        new_lp = None if out.logprobs is None else out.logprobs[sent:]
+        return RequestOutput(req.request_id, out.token_ids[sent:], True, out, new_lp)
 
     # ------------------------------------------------------------------ many requests
     def generate(

@@ -20,14 +20,27 @@ import torch
 from ..adapters.base import ModelInfo
 from ..adapters.kv_pool import KVState
 from ..config import DecodeConfig
-from ..decoding.policies import Policy, RouteFeatures, SkipCheck, make_policy
+from ..decoding.policies import Policy, make_policy
 from ..decoding.routing_state import EngineRoutingState
 from ..decoding.stats import GenerationStats
 from ..errors import PromptError
+from .block_cursor import BlockCursor
+from .draft_step import DraftStep, SlotDrafts
+from .logprobs import TokenLogprob
 from .trace import NullTracer, StepTracer, Tracer
 
 #: The commit rule of each baseline decoder (S2D2 uses its ``fallback`` setting).
 BASELINE_RULE = {"ar": "static", "static": "static", "dynamic": "dynamic", "eb": "eb"}
+
+
+class Action(StrEnum):
+    """The forward a row needs next."""
+
+    PREFILL = "prefill"
+    DRAFT = "draft"
+    VERIFY = "verify"
+    #: LLaDA2.1's edit-only pass over a block without masks
+    POST = "post"
 
 
 class Status(StrEnum):
@@ -43,7 +56,7 @@ class Status(StrEnum):
 
 
 def check_prompt(prompt_ids: Sequence[int] | torch.Tensor, info: ModelInfo) -> torch.Tensor:
-    """The prompt as a ``[n]`` long tensor, or a one-line :class:`PromptError`."""
+    """The prompt as a ``[n]`` long host tensor, or a one-line :class:`PromptError`."""
     try:
         prompt = torch.as_tensor(list(prompt_ids), dtype=torch.long).view(-1)
     except (TypeError, ValueError, RuntimeError):
@@ -64,34 +77,29 @@ def check_prompt(prompt_ids: Sequence[int] | torch.Tensor, info: ModelInfo) -> t
 
 
 @dataclass
-class PendingVerify:
-    """A step whose drafts wait for their verification forward (what the draft forward produced).
+class CacheProgress:
+    """How much of a row is in its key/value cache, and how the next forwards may extend it.
 
-    ``cand`` ``[c]`` are the step's candidate slots, ``probs`` ``[c, vocab]`` / ``drafts`` ``[c]`` /
-    ``conf`` ``[c]`` the drafter's distributions, tokens and confidences there, ``done`` ``[c]`` which
-    candidates are already committed; the span to verify is ``cand[off : off + span_n]``.
+    ``state.length`` (the cached positions) advances in one place: :meth:`KVState.advance`, called by
+    the adapter for a segment's kept tokens and by the step for a verification's kept first half.
     """
 
-    cand: torch.Tensor
-    probs: torch.Tensor
-    drafts: torch.Tensor
-    conf: torch.Tensor
-    done: torch.Tensor
-    n_committed: int
-    off: int
-    span_n: int
-    quota: int
-    features: RouteFeatures | None = None
-    verified: bool = False
-    #: the verification forward's input: the block with every candidate filled by its draft, and the
-    #: block slots of the span
-    filled: torch.Tensor | None = None
-    slots: list[int] = field(default_factory=list)
-    #: fused verification: the pre-draft groups the forward carries (None: a plain 2L verification)
-    groups: list[Any] | None = None
-    #: a verified step: what skipping would have committed, judged by this verification (for policies
-    #: that learn from it)
-    check: SkipCheck | None = None
+    #: prompt positions in whole blocks (they go into the cache before the first draft)
+    prompt_blocks: int
+    state: KVState | None = None
+    #: prompt positions the first draft forward may write itself (its ``pending``), so a prompt that fits
+    #: costs no prefill forward of its own; the engine sets it from its adapter
+    fold_limit: int = 0
+    #: causal cache: the open block's leading slots already in the cache (not fed again), and what the
+    #: last draft forward added to them
+    block_cached: int = 0
+    block_extension: int = 0
+    #: whether this row caches blocks in parts at all (the engine decides from its adapter)
+    partial: bool = False
+
+    @property
+    def prefill_left(self) -> int:
+        return self.prompt_blocks - (self.state.length if self.state is not None else 0)
 
 
 @dataclass
@@ -105,63 +113,53 @@ class Request:
     status: Status = Status.WAITING
     error: str | None = None
     exception: BaseException | None = None
-    state: KVState | None = None
     stats: GenerationStats = field(default_factory=GenerationStats)
     tracer: Tracer = field(default_factory=NullTracer)
-    #: what the next forward of this row is: "prefill" | "draft" | "verify" | "post" | None (finished)
-    action: str | None = None
+    #: what the next forward of this row is (None: finished)
+    action: Action | None = None
     output_ids: list[int] | None = None
     abort_requested: bool = False
     #: the engine's shared routing statistics (used by UCB with ``ucb_scope="engine"``)
     routing: EngineRoutingState | None = field(default=None, repr=False)
+    #: makes the request's random generator on the model's device (the engine's ``DeviceOps.generator``)
+    make_generator: Any = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         cfg, info = self.config, self.info
         self.n_prompt = self.prompt.numel()
         self.limit = min(self.n_prompt + cfg.max_new_tokens, info.max_length)
         stop = set(cfg.stop_token_ids) | (set() if cfg.ignore_eos else set(info.eos_token_ids))
-        self.stop_ids = torch.tensor(sorted(stop), dtype=torch.long)
         self.stop_set = frozenset(stop)
-        self.tokens = torch.full((self.limit + cfg.block_size,), info.mask_token_id, dtype=torch.long)
-        self.tokens[: self.n_prompt] = self.prompt
+        #: every position's token id on the host (the mask token where not decided yet)
+        self.tokens: list[int] = self.prompt.tolist() + [info.mask_token_id] * (
+            self.limit + cfg.block_size - self.n_prompt
+        )
         seed = cfg.seed if cfg.seed is not None else random.randrange(2**63)
-        self.generator = torch.Generator().manual_seed(seed)
+        make = self.make_generator or (lambda s: torch.Generator().manual_seed(s))
+        self.generator: torch.Generator = make(seed)
         self.greedy = cfg.temperature == 0
         self.rule = cfg.fallback if cfg.decoder == "s2d2" else BASELINE_RULE[cfg.decoder]
         self.policy: Policy | None = make_policy(cfg, self.routing) if cfg.decoder == "s2d2" else None
         self.unit = cfg.sub_block_size or cfg.block_size
         if cfg.trace:
             self.tracer = StepTracer()
-        # prefill: whole blocks of the prompt go into the cache first
-        self.n_pre = self.n_prompt // cfg.block_size * cfg.block_size
-        #: prompt positions the first draft forward may write to the cache itself (its ``pending``), so a
-        #: prompt that fits costs no prefill forward of its own; the engine sets it from its adapter
-        self.fold_limit = 0
-        # block position
-        self.start = self.n_pre
+        n_pre = self.n_prompt // cfg.block_size * cfg.block_size
+        self.cache = CacheProgress(prompt_blocks=n_pre)
+        self.cursor = BlockCursor(start=n_pre)
+        #: absolute position of the stop token that ended the output (None: not found yet)
         self.end: int | None = None
-        self.block: torch.Tensor | None = None
-        self.length = 0
-        self.n_valid = 0
-        self.first_gen = 0
-        self.unit_id = -1
-        self.step = 0
-        self.hi = 0
-        #: committed (non-mask) positions of the current block before this step (routing's progress)
-        self.n_committed_block = 0
-        #: causal cache: the current block's leading slots already in the cache (not fed again), what the
-        #: last draft forward added to them, and whether this request caches blocks in parts at all (the
-        #: engine decides from its adapter)
-        self.cached = 0
-        self.cache_ext = 0
-        self.partial_cache = False
-        self.cand = torch.zeros(0, dtype=torch.long)
-        self.post_left = 0
-        self.in_post = False
-        self.pending: PendingVerify | None = None
-        #: fused verification: draft logits for the next step from the group of the outcome that happened
-        self.predraft: Any = None
+        #: a step waiting for its verification forward
+        self.pending: DraftStep | None = None
+        #: draft values for the next step from a fused verification (or its stale drafts), with the block
+        #: start they belong to
+        self.predraft: tuple[int, SlotDrafts, bool] | None = None
+        #: the log-probability of each committed position (``config.logprobs``), by absolute position
+        self.logprobs: dict[int, TokenLogprob] | None = {} if cfg.logprobs is not None else None
         self.t_start: float | None = None
+
+    @property
+    def state(self) -> KVState | None:
+        return self.cache.state
 
     # ------------------------------------------------------------------ memory and progress
     @property
@@ -181,18 +179,25 @@ class Request:
         """
         if self.output_ids is not None:
             return self.output_ids
-        upto = self.start
-        if self.block is not None and self.config.editing_threshold is None:
-            masks = (self.block[self.first_gen : self.n_valid] == self.info.mask_token_id).nonzero()
-            run = int(masks[0]) if masks.numel() else self.n_valid - self.first_gen
-            upto = self.start + self.first_gen + run
+        cur, mask_id = self.cursor, self.info.mask_token_id
+        upto = cur.start
+        if cur.ids is not None and self.config.editing_threshold is None:
+            run = cur.first_generated
+            while run < cur.n_valid and cur.ids[run] != mask_id:
+                run += 1
+            upto = cur.start + run
         upto = min(upto, self.n_prompt + self.config.max_new_tokens)
         if upto <= self.n_prompt:
             return []
-        full = self.tokens if self.block is None else torch.cat([self.tokens[: self.start], self.block])
-        out = full[self.n_prompt : upto].tolist()
-        stops = set(self.stop_ids.tolist())
+        full = self.tokens if cur.ids is None else self.tokens[: cur.start] + cur.ids
+        out = full[self.n_prompt : upto]
         for i, t in enumerate(out):
-            if t in stops:
+            if t in self.stop_set:
                 return out[: i + 1]
         return out
+
+    def final_logprobs(self, n: int) -> list[TokenLogprob] | None:
+        """Log-probabilities of the first ``n`` generated tokens (None when not asked for)."""
+        if self.logprobs is None:
+            return None
+        return [self.logprobs[self.n_prompt + i] for i in range(n)]

@@ -15,8 +15,9 @@ import torch
 
 from ..adapters.base import ModelAdapter
 from ..adapters.segment import Segment
+from .draft_step import VerifyMode
 from .fusion import predraft_inputs
-from .request import Request
+from .request import Action, Request
 
 
 @dataclass
@@ -43,35 +44,36 @@ class ModelRunner:
         self.counters = ForwardCounters()
 
     def segment(self, req: Request) -> Segment:
-        """The segment of ``req``'s next forward."""
-        st, cfg, ad = req.state, req.config, self.adapter
+        """The segment of ``req``'s next forward (host tensors; the adapter moves them to its device)."""
+        st, cfg, ad, cur, cache = req.state, req.config, self.adapter, req.cursor, req.cache
         B, causal = cfg.block_size, cfg.causal_cache
-        if req.action == "prefill":
+        if req.action == Action.PREFILL:
             chunk = max(B, self.prefill_chunk // B * B)  # whole blocks: the block-causal mask stays exact
-            ids = req.tokens[st.length : min(req.n_pre, st.length + chunk)]
+            ids = torch.tensor(req.tokens[st.length : min(cache.prompt_blocks, st.length + chunk)])
             return ad.prefill_segment(st, ids, block_size=B, causal=causal)
-        if req.action in ("draft", "post"):
-            pending = req.tokens[st.length : req.start]
+        if req.action in (Action.DRAFT, Action.POST):
+            pending = torch.tensor(req.tokens[st.length : cur.start], dtype=torch.long)
             seg = ad.draft_segment(
                 st,
                 pending,
-                req.block,
-                start=req.start,
+                torch.tensor(cur.ids),
+                start=cur.start,
                 block_size=B,
                 causal=causal,
-                cached=req.cached,
-                extend=req.partial_cache,
+                cached=cache.block_cached,
+                extend=cache.partial,
             )
-            req.cache_ext = seg.keep - pending.numel()
+            cache.block_extension = seg.keep - pending.numel()
             return seg
-        if req.action == "verify":
-            p, c = req.pending, req.cached
-            if p.groups is not None:
+        if req.action == Action.VERIFY:
+            p, c = req.pending, cache.block_cached
+            filled = torch.tensor(p.filled)
+            if p.mode == VerifyMode.FUSED:
                 groups = predraft_inputs(req, p.groups)
                 return ad.fused_verify_segment(
-                    st, p.filled, start=req.start, slots=p.slots, predrafts=groups, cached=c
+                    st, filled, start=cur.start, slots=p.span_slots, predrafts=groups, cached=c
                 )
-            return ad.verify_segment(st, p.filled, start=req.start, slots=p.slots, cached=c)
+            return ad.verify_segment(st, filled, start=cur.start, slots=p.span_slots, cached=c)
         raise RuntimeError(f"request {req.request_id!r} needs no forward")
 
     def run(self, rows: Sequence[Request], segments: Sequence[Segment]) -> list[torch.Tensor]:

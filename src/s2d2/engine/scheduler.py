@@ -45,7 +45,7 @@ class Scheduler:
             if budget is not None and self.reserved + req.kv_need > budget and self.running:
                 break
             self.waiting.popleft()
-            req.state = self.pool.new_state()
+            req.cache.state = self.pool.new_state()
             self.reserved += req.kv_need
             req.mark_started()
             self.running.append(req)

@@ -1,70 +1,69 @@
-"""The decode step: what a row does with the logits of its forward, and which forward it needs next.
+"""The host half of a decode step: the block loop, and what a row does with its forward's results.
 
 One algorithm serves AR (block size 1), the static / dynamic / entropy-bounded baselines and S2D2; they
 differ only in how a step chooses what to commit. A row's S2D2 step spans two engine steps when it
 verifies (its draft forward, then its verification forward); its batch-mates do not wait for it.
 
-Per row, :func:`advance` walks the block loop until the row needs a forward (``req.action``: prefill |
-draft | verify | post) or is finished; :func:`postprocess` consumes that forward's logits: sample,
-route, verify, accept, fall back, edit. Forward accounting: a finished block is committed to the cache
-inside the next block's first draft forward, so commits cost no forward of their own.
+Per row, :func:`advance` walks the block loop until the row needs a forward (``req.action``) or is
+finished. After the forward, :func:`queries` says what the row needs from its logits
+(:mod:`.step_math` computes every row's on the device and brings the values back in one transfer), and
+:func:`apply` consumes them: route, verify, accept, fall back, edit. All of it is host bookkeeping on
+Python lists. Forward accounting: a finished block is committed to the cache inside the next block's
+first draft forward, so commits cost no forward of their own.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from dataclasses import dataclass, field
 
+import numpy as np
 import torch
 
 from ..decoding import functional as F
 from ..decoding.policies import RouteFeatures, SkipCheck
-from .fusion import pick_group, plan_groups, stale_logits
-from .request import PendingVerify, Request, Status
+from .device import DeviceOps
+from .draft_step import DraftStep, SlotDrafts, VerifyMode
+from .fusion import pick_group, plan_groups, stale_drafts
+from .logprobs import LogprobSource, TokenLogprob
+from .request import Action, Request, Status
+from .step_math import DraftQuery, VerifyQuery
 
 
-# ---------------------------------------------------------------------------------------------- helpers
-def _no_mask(req: Request, logits: torch.Tensor) -> torch.Tensor:
-    """The mask token is never a prediction: committing it would leave the position masked forever."""
-    logits = logits.clone()
-    logits[:, req.info.mask_token_id] = float("-inf")
-    return logits
-
-
-def _probs(req: Request, logits: torch.Tensor) -> torch.Tensor:
-    """``[c, vocab]`` distributions after the request's sampling transforms."""
-    c = req.config
-    return F.probs_from_logits(_no_mask(req, logits), c.temperature, c.top_k, c.top_p)
+def f32(x: float) -> float:
+    """``x`` rounded to float32: comparing a float32 value with it on the host decides exactly as torch
+    does comparing the float32 tensor with the Python number."""
+    return float(np.float32(x))
 
 
 # ------------------------------------------------------------------------------------ the block loop
 def _open_block(req: Request) -> None:
-    cfg = req.config
-    req.length = min(cfg.block_size, req.info.max_length - req.start)
-    req.block = req.tokens[req.start : req.start + req.length].clone()
-    full = cfg.last_block == "full"
-    req.n_valid = req.length if full else min(req.length, req.limit - req.start)
-    req.first_gen = max(0, req.n_prompt - req.start)
-    req.cached = 0
+    cfg, cur = req.config, req.cursor
+    cur.length = min(cfg.block_size, req.info.max_length - cur.start)
+    cur.ids = req.tokens[cur.start : cur.start + cur.length]
+    cur.n_valid = cur.length if cfg.last_block == "full" else min(cur.length, req.limit - cur.start)
+    cur.first_generated = max(0, req.n_prompt - cur.start)
+    req.cache.block_cached = 0
     req.stats.blocks += 1
-    req.unit_id, req.step, req.in_post, req.post_left = -1, 0, False, 0
+    cur.unit_id, cur.step, cur.in_post, cur.post_left = -1, 0, False, 0
 
 
 def _close_block(req: Request) -> None:
-    req.tokens[req.start : req.start + req.length] = req.block
-    req.start += req.length
-    req.block = None
+    cur = req.cursor
+    req.tokens[cur.start : cur.start + cur.length] = cur.ids
+    cur.start += cur.length
+    cur.ids = None
 
 
 def _finish(req: Request) -> None:
-    cap = min(req.n_prompt + req.config.max_new_tokens, req.tokens.numel())
+    cap = min(req.n_prompt + req.config.max_new_tokens, len(req.tokens))
     if req.end is not None and req.end + 1 <= cap:
         out, reason = req.tokens[req.n_prompt : req.end + 1], "stop"
     else:
         out, reason = req.tokens[req.n_prompt : min(cap, req.limit)], "length"
-    req.output_ids = out.tolist()
+    req.output_ids = out
     req.stats.finish_reason = reason
-    req.stats.generated_tokens = len(req.output_ids)
+    req.stats.generated_tokens = len(out)
     if req.t_start is not None:
         req.stats.seconds = time.perf_counter() - req.t_start
     req.status, req.action = Status.FINISHED, None
@@ -72,292 +71,364 @@ def _finish(req: Request) -> None:
 
 def advance(req: Request) -> None:
     """Walk the block loop until the row needs a forward (sets ``req.action``) or is finished."""
-    cfg, mask_id = req.config, req.info.mask_token_id
+    cfg, mask_id, cur = req.config, req.info.mask_token_id, req.cursor
     while True:
-        if req.state is not None and req.n_pre - req.state.length > req.fold_limit:
-            req.action = "prefill"  # the rest (at most fold_limit positions) rides in the first draft
+        if req.state is not None and req.cache.prefill_left > req.cache.fold_limit:
+            req.action = Action.PREFILL  # the rest (at most fold_limit positions) rides in the first draft
             return
         if req.pending is not None:
-            req.action = "verify"
+            req.action = Action.VERIFY
             return
-        if req.block is None:
-            if req.start >= req.limit or req.end is not None:
+        if not cur.is_open:
+            if cur.start >= req.limit or req.end is not None:
                 _finish(req)
                 return
             _open_block(req)
-        if req.in_post:
-            if req.post_left > 0:
-                req.action = "post"
+        if cur.in_post:
+            if cur.post_left > 0:
+                req.action = Action.POST
                 return
             _close_block(req)
             continue
-        blk = req.block.tolist()  # one host copy; the loop's bookkeeping is plain Python from here
-        hi = req.n_valid
-        stop = next((i for i in range(req.first_gen, hi) if blk[i] in req.stop_set), None)
+        ids, hi = cur.ids, cur.n_valid
+        stop = next((i for i in range(cur.first_generated, hi) if ids[i] in req.stop_set), None)
         if stop is not None:
             hi = stop
-            if mask_id not in blk[req.first_gen : stop]:
-                req.end = req.start + stop
+            if mask_id not in ids[cur.first_generated : stop]:
+                req.end = cur.start + stop
                 _close_block(req)
                 continue
-        cand = [i for i in range(hi) if blk[i] == mask_id]
+        cand = [i for i in range(hi) if ids[i] == mask_id]
         if not cand:
             if cfg.editing_threshold is not None and cfg.post_steps > 0:
-                req.in_post, req.post_left = True, cfg.post_steps  # edit-only passes, masks gone
+                cur.in_post, cur.post_left = True, cfg.post_steps  # edit-only passes, masks gone
                 continue
             _close_block(req)
             continue
         u = cand[0] // req.unit
-        if u != req.unit_id:
-            req.unit_id, req.step = u, 0
-        cand = [c for c in cand if c < (u + 1) * req.unit]
-        req.cand, req.hi = torch.tensor(cand, dtype=torch.long), hi
-        req.n_committed_block = len(blk) - blk.count(mask_id)
-        pre, req.predraft = req.predraft, None
-        if pre is not None and pre.start == req.start:
-            req.stats.predraft_hits += int(pre.hit)
-            _draft_step(req, pre.logits, predrafted=pre.hit)  # the fused verification drafted this step
+        if u != cur.unit_id:
+            cur.unit_id, cur.step = u, 0
+        cur.candidates = [c for c in cand if c < (u + 1) * req.unit]
+        cur.candidate_limit = hi
+        cur.n_committed = len(ids) - ids.count(mask_id)
+        if _take_predraft(req):
             continue
-        req.action = "draft"
+        req.action = Action.DRAFT
         return
 
 
+def _take_predraft(req: Request) -> bool:
+    """Run this step on the drafts a fused verification left for it (no draft forward); False if none."""
+    pre, req.predraft = req.predraft, None
+    if pre is None or pre[0] != req.cursor.start:
+        return False
+    start, drafts, hit = pre
+    try:
+        values = drafts.pick(req.cursor.candidates)
+    except KeyError:  # the group does not cover this step's candidates: draft afresh
+        return False
+    req.stats.predraft_hits += int(hit)
+    _draft_step(req, values, predrafted=hit)
+    return True
+
+
+# ----------------------------------------------------------------------------- what a row asks for
+@dataclass
+class RowWork:
+    """One row's share of the step: its action and its queries to the device half."""
+
+    req: Request
+    action: Action
+    edit: DraftQuery | None = None
+    draft: DraftQuery | None = None
+    verify: VerifyQuery | None = None
+    groups: list[DraftQuery] = field(default_factory=list)
+
+    @property
+    def draft_queries(self) -> list[DraftQuery]:
+        return ([self.draft] if self.draft is not None else []) + self.groups
+
+
+def _rows(dev: DeviceOps, logits: torch.Tensor, slots: list[int]) -> torch.Tensor:
+    """``logits[slots]``: a view when the slots are consecutive, else a gather (index made on device)."""
+    if slots and slots[-1] - slots[0] == len(slots) - 1:
+        return logits[slots[0] : slots[-1] + 1]
+    return logits.index_select(0, dev.tensor(slots))
+
+
+def _prob_rows(dev: DeviceOps, drafts: SlotDrafts, lo: int, hi: int) -> torch.Tensor | None:
+    """The drafter's distributions at candidates ``lo .. hi - 1`` (None where they were not kept)."""
+    if drafts.probs is None:
+        return None
+    return _rows(dev, drafts.probs, drafts.prob_rows_of(lo, hi))
+
+
+def _edit_slots(req: Request, upto: int) -> list[int]:
+    ids, mask_id = req.cursor.ids, req.info.mask_token_id
+    return [s for s in range(req.cursor.first_generated, upto) if ids[s] != mask_id]
+
+
+def queries(dev: DeviceOps, req: Request, logits: torch.Tensor) -> RowWork:
+    """What ``req`` needs from the logits of its forward (``req.action``)."""
+    work = RowWork(req, req.action)
+    cfg, cur = req.config, req.cursor
+    if req.action in (Action.DRAFT, Action.POST) and cfg.editing_threshold is not None:
+        upto = cur.candidate_limit if req.action == Action.DRAFT else cur.n_valid
+        slots = _edit_slots(req, upto)
+        if slots:
+            work.edit = DraftQuery(req, _rows(dev, logits, slots), slots)
+    if req.action == Action.DRAFT:
+        pol = req.policy
+        work.draft = DraftQuery(
+            req,
+            _rows(dev, logits, cur.candidates),
+            cur.candidates,
+            entropy=req.rule == "eb",
+            norm_entropy=pol is not None and pol.reads_entropy,
+            alpha=pol is not None and (pol.reads_alpha or cfg.fuse),
+            alternatives=cfg.predraft_tokens + 1 if cfg.fuse and cfg.predraft_tokens else 0,
+            keep_probs=pol is not None and (not cfg.strict or req.tracer.steps is not None),
+        )
+    elif req.action == Action.VERIFY:
+        p = req.pending
+        span = p.span_len
+        sizes = [span] + [g.rows for g in p.groups]
+        parts = logits.split(sizes) if p.groups else (logits,)
+        p_rows = _prob_rows(dev, p.drafts, p.span_offset, p.span_offset + span)
+        span_drafts = p.drafts.drafts[p.span_offset : p.span_offset + span]
+        work.verify = VerifyQuery(req, parts[0], span_drafts, cfg.strict, p_rows)
+        alts = cfg.predraft_tokens + 1 if cfg.predraft_tokens else 0
+        keep = req.tracer.steps is not None
+        for g, rows in zip(p.groups, parts[1:], strict=True):
+            work.groups.append(
+                DraftQuery(req, rows, g.row_slots(), alpha=True, alternatives=alts, keep_probs=keep)
+            )
+    return work
+
+
 # ----------------------------------------------------------------------------------- after a forward
-def draft_probs(rows: Sequence[Request], logits: Sequence[torch.Tensor]) -> list[torch.Tensor | None]:
-    """The drafter's distributions ``[c, vocab]`` at each drafting row's candidates, batched.
-
-    Rows with the same sampling transforms share one softmax over their concatenated candidates (rows
-    are independent in it, so a row's values do not depend on its batch-mates). Rows that edit tokens
-    first (LLaDA2.1) and rows that need no draft get None and compute their own.
-    """
-    out: list[torch.Tensor | None] = [None] * len(rows)
-    groups: dict[tuple[float, int, float], list[int]] = {}
-    for i, req in enumerate(rows):
-        c = req.config
-        if req.action == "draft" and c.editing_threshold is None:
-            groups.setdefault((c.temperature, c.top_k, c.top_p), []).append(i)
-    for (temperature, top_k, top_p), idx in groups.items():
-        mask_id = rows[idx[0]].info.mask_token_id
-        picked = torch.cat([logits[i].index_select(0, rows[i].cand) for i in idx])
-        picked[:, mask_id] = float("-inf")
-        probs = F.probs_from_logits(picked, temperature, top_k, top_p)
-        for i, p in zip(idx, probs.split([rows[i].cand.numel() for i in idx]), strict=True):
-            out[i] = p
-    return out
-
-
-def postprocess(req: Request, logits: torch.Tensor, probs: torch.Tensor | None = None) -> None:
-    """Consume the logits of the row's forward (``req.action``), then :func:`advance`.
-
-    ``probs`` may carry the draft distributions at ``req.cand`` computed in a batch (:func:`draft_probs`).
-    """
-    action = req.action
-    if action == "prefill":
+def apply(work: RowWork) -> None:
+    """Consume the row's results (its queries are filled), then :func:`advance`."""
+    req = work.req
+    if work.action == Action.PREFILL:
         req.stats.nfe_prefill += 1
-    elif action == "draft":
+    elif work.action == Action.DRAFT:
         req.stats.nfe_draft += 1
-        req.cached, req.cache_ext = req.cached + req.cache_ext, 0
-        _draft_step(req, logits, probs)
-    elif action == "post":
+        cache = req.cache
+        cache.block_cached, cache.block_extension = cache.block_cached + cache.block_extension, 0
+        _draft_step(req, work.draft.result, edit=work.edit)
+    elif work.action == Action.POST:
         req.stats.nfe_draft += 1
-        req.tracer.begin_step(req.start, req.step)
-        changed = _edit(req, logits, req.n_valid)
-        req.post_left = req.post_left - 1 if changed else 0
-    elif action == "verify":
+        req.tracer.begin_step(req.cursor.start, req.cursor.step)
+        changed = _edit(req, work.edit.result) if work.edit is not None else 0
+        req.cursor.post_left = req.cursor.post_left - 1 if changed else 0
+    elif work.action == Action.VERIFY:
         req.stats.nfe_verify += 1
-        _verify_step(req, logits)
-    else:  # pragma: no cover - the engine only runs rows with an action
-        raise RuntimeError(f"request {req.request_id!r} has no pending forward")
+        _verify_step(req, work.verify, [g.result for g in work.groups])
     advance(req)
 
 
-def _edit(req: Request, logits: torch.Tensor, hi: int) -> int:
+def _record(req: Request, slot: int, token: int, logprob: float | None, top, source: LogprobSource) -> None:
+    if req.logprobs is not None and logprob is not None:
+        req.logprobs[req.cursor.start + slot] = TokenLogprob(token, logprob, source, tuple(top or ()))
+
+
+def _edit(req: Request, res: SlotDrafts) -> int:
     """LLaDA2.1-style token editing: replace generated tokens whose prediction changed confidently."""
-    tau = req.config.editing_threshold
-    block = req.block
-    slots = (block[:hi] != req.info.mask_token_id).nonzero().view(-1)
-    slots = slots[slots >= req.first_gen]
-    if tau is None or slots.numel() == 0:
-        return 0
-    probs = _probs(req, logits[slots])
-    new = F.sample(probs, req.greedy, req.generator)
-    conf = F.token_probs(probs, new)
-    change = (new != block[slots]) & (conf > tau)
-    for s, t, c in zip(slots[change].tolist(), new[change].tolist(), conf[change], strict=True):
-        block[s] = t
-        req.tracer.commit(req.start + s, t, "edited", confidence=c)
-    n = int(change.sum())
+    tau, cur = f32(req.config.editing_threshold), req.cursor
+    n = 0
+    for i, (s, t, c) in enumerate(zip(res.slots, res.drafts, res.conf, strict=True)):
+        if t != cur.ids[s] and c > tau:
+            cur.ids[s] = t
+            req.tracer.commit(cur.start + s, t, "edited", confidence=c)
+            _record(req, s, t, res.logprob and res.logprob[i], res.top and res.top[i], LogprobSource.DRAFT)
+            n += 1
     req.stats.edits += n
     return n
 
 
-def _draft_step(
-    req: Request, logits: torch.Tensor, probs: torch.Tensor | None = None, *, predrafted: bool = False
-) -> None:
-    """Sample the drafts, commit a shifted model's slot 0, route; verify next or finish the step.
+def _draft_source(req: Request, slot: int) -> LogprobSource:
+    """Block size 1 drafts are the AR mode's predictions, and so is a shifted model's slot 0."""
+    return LogprobSource.AR if req.config.block_size == 1 or (req.info.shifted and slot == 0) else (
+        LogprobSource.DRAFT
+    )
 
-    ``predrafted``: the logits came from the previous fused verification's pre-draft group."""
-    cfg, block, cand = req.config, req.block, req.cand
+
+def _draft_step(
+    req: Request, values: SlotDrafts, *, predrafted: bool = False, edit: DraftQuery | None = None
+) -> None:
+    """Take the drafts, commit a shifted model's slot 0, route; verify next or finish the step.
+
+    ``predrafted``: the drafts came from the previous fused verification's pre-draft group."""
+    cfg, cur = req.config, req.cursor
     req.stats.steps += 1
-    req.tracer.begin_step(req.start, req.step, predrafted=predrafted)
-    if cfg.editing_threshold is not None:
-        _edit(req, logits, req.hi)
-    if probs is None:
-        probs = _probs(req, logits[cand])
-    drafts = F.sample(probs, req.greedy, req.generator)
-    conf = F.token_probs(probs, drafts)
-    quota = 1 if req.rule == "eb" else F.quota(req.step, req.unit, cfg.num_steps)
-    p = PendingVerify(cand, probs, drafts, conf, torch.zeros(cand.numel(), dtype=torch.bool), 0, 0, 0, quota)
-    if req.info.shifted and int(cand[0]) == 0:
+    req.tracer.begin_step(cur.start, cur.step, predrafted=predrafted)
+    if edit is not None:
+        _edit(req, edit.result)
+    cand = values.slots
+    quota = 1 if req.rule == "eb" else F.quota(cur.step, req.unit, cfg.num_steps)
+    p = DraftStep(values, [False] * len(cand), quota)
+    if req.info.shifted and cand[0] == 0:
         # a shifted model predicts slot 0 from the previous position: that draft IS the AR token
-        block[0] = drafts[0]
+        tok = values.drafts[0]
+        cur.ids[0] = tok
         p.done[0] = True
-        p.n_committed = p.off = 1
-        req.tracer.commit(req.start, int(drafts[0]), "ar", confidence=conf[0])
-        req.n_committed_block += 1
-    if req.policy is not None and p.off < cand.numel():
-        span_cand = cand[p.off :]
-        slots = span_cand.tolist()
-        p.span_n = next((i for i in range(1, len(slots)) if slots[i] != slots[0] + i), len(slots))
-        sp = slice(p.off, p.off + p.span_n)
-        p.features = RouteFeatures(
-            span_probs=probs[sp],
-            span_drafts=drafts[sp],
-            block_size=cfg.block_size,
-            progress=req.n_committed_block / block.numel(),
-            n_dynamic=int((conf[p.off :] > cfg.threshold).sum()),
-            config=cfg,
-        )
-        if req.policy.decide(p.features):
-            p.verified = True
-            p.filled = block.clone()
-            p.filled[cand] = drafts
-            p.slots = slots[: p.span_n]
-            if cfg.fuse:
-                p.groups = plan_groups(req, p)
+        p.n_committed = p.span_offset = 1
+        req.tracer.commit(cur.start, tok, "ar", confidence=values.conf[0])
+        _record(req, 0, tok, _at(values.logprob, 0), _at(values.top, 0), LogprobSource.AR)
+        cur.n_committed += 1
+    if req.policy is not None and p.span_offset < len(cand):
+        _route(req, p)
+        if p.verified:
             req.pending = p
             return
     _finish_step(req, p)
 
 
-def _verify_step(req: Request, q_logits: torch.Tensor) -> None:
-    """Accept the verified span left to right against the AR-mode logits ``[span, vocab]``."""
-    p, cfg, block = req.pending, req.config, req.block
-    req.pending = None
-    strict = cfg.strict
-    group_rows: list[torch.Tensor] = []
-    if p.groups is not None:
-        sizes = [p.span_n] + [req.length - g.slot if g.slot is not None else g.rows for g in p.groups]
-        q_logits, *group_rows = q_logits.split(sizes)
-    q = _no_mask(req, q_logits) if strict else _probs(req, q_logits)
-    sp = slice(p.off, p.off + p.span_n)
-    checks = req.policy is not None and req.policy.learns_from_checks
-    skip = _fallback_picks(req, p) if checks else None
-    n_acc, correction = F.speculative_commit(
-        p.probs[sp], q, p.drafts[sp], strict=strict, tempering=cfg.tempering, generator=req.generator
+def _at(values: list | None, i: int):
+    return None if values is None else values[i]
+
+
+def _route(req: Request, p: DraftStep) -> None:
+    """The routing decision of a drafted step: set ``p.mode`` (and the verification's input) to verify."""
+    cfg, cur, v = req.config, req.cursor, p.drafts
+    off, slots = p.span_offset, v.slots
+    n = 1
+    while off + n < len(slots) and slots[off + n] == slots[off] + n:
+        n += 1
+    p.span_len = n
+    tau = f32(cfg.threshold)
+    p.features = RouteFeatures(
+        span_len=n,
+        alpha=None if v.alpha is None else v.alpha[off : off + n],
+        norm_entropy=None if v.norm_entropy is None else v.norm_entropy[off : off + n],
+        block_size=cfg.block_size,
+        progress=cur.n_committed / cur.length,
+        n_dynamic=sum(1 for c in v.conf[off:] if c > tau),
+        config=cfg,
     )
-    if checks:
-        picks = skip if skip is not None else torch.zeros(0, dtype=torch.long)
-        p.check = SkipCheck.of(picks, p.off, n_acc)
-    span_cand = p.cand[p.off : p.off + p.span_n]
-    block[span_cand[:n_acc]] = p.drafts[p.off : p.off + n_acc]
-    p.done[p.off : p.off + n_acc] = True
+    if not req.policy.decide(p.features):
+        return
+    p.mode = VerifyMode.FUSED if cfg.fuse else VerifyMode.PLAIN
+    p.filled = list(cur.ids)
+    for s, t in zip(slots, v.drafts, strict=True):
+        p.filled[s] = t
+    if p.mode == VerifyMode.FUSED:
+        p.groups = plan_groups(req, p)
+
+
+def _verify_step(req: Request, vq: VerifyQuery, group_drafts: list[SlotDrafts]) -> None:
+    """Accept the verified span left to right as the AR-mode check decided."""
+    p, cur = req.pending, req.cursor
+    req.pending = None
+    n_acc, correction = vq.n_accepted, vq.correction
+    if req.policy is not None and req.policy.learns_from_checks:
+        p.check = SkipCheck.of(_fallback_picks(req, p) or [], p.span_offset, n_acc)
+    span = p.span_slots
+    for i in range(n_acc):
+        cur.ids[span[i]] = p.drafts.drafts[p.span_offset + i]
+        p.done[p.span_offset + i] = True
     p.n_committed += n_acc
     if correction is not None:
-        block[span_cand[n_acc]] = correction
-        p.done[p.off + n_acc] = True
+        cur.ids[span[n_acc]] = correction
+        p.done[p.span_offset + n_acc] = True
         p.n_committed += 1
     st = req.stats
     st.verify_steps += 1
-    st.drafted += p.span_n
+    st.drafted += p.span_len
     st.accepted += n_acc
-    st.full_accepts += int(n_acc == p.span_n)
-    req.tracer.verified(p.span_n, n_acc)
-    _trace_verification(req, p, q, n_acc, correction)
-    if req.partial_cache:
+    st.full_accepts += int(n_acc == p.span_len)
+    req.tracer.verified(p.span_len, n_acc)
+    _report_verification(req, p, vq)
+    if req.cache.partial:
         # the first half's committed run from the cache point (committed slots, then accepted drafts) is
         # exactly what AR mode would cache: keep it
-        first_end = p.slots[-1] + (1 if p.groups is not None else 0)
-        kept = min(p.slots[0] - req.cached + n_acc, first_end - req.cached)
-        req.state.length += kept
-        req.cached += kept
-    if p.groups is not None:
-        _after_fused_verify(req, p, group_rows, n_acc, correction)
+        cached = req.cache.block_cached
+        first_end = span[-1] + (1 if p.mode == VerifyMode.FUSED else 0)
+        kept = min(span[0] - cached + n_acc, first_end - cached)
+        req.state.advance(kept)
+        req.cache.block_cached += kept
+    if p.mode == VerifyMode.FUSED:
+        _after_fused_verify(req, p, group_drafts, n_acc, correction)
     _finish_step(req, p)
 
 
-def _trace_verification(
-    req: Request, p: PendingVerify, q: torch.Tensor, n_acc: int, correction: int | None
-) -> None:
-    """Report the verified span's commits with the drafter's and the verifier's probabilities."""
+def _report_verification(req: Request, p: DraftStep, vq: VerifyQuery) -> None:
+    """Trace the verified span's commits and record their AR-mode log-probabilities."""
+    span, n_acc = p.span_slots, vq.n_accepted
+    committed = span[: n_acc + (vq.correction is not None)]
+    for i, s in enumerate(committed):
+        tok = req.cursor.ids[s]
+        _record(req, s, tok, _at(vq.logprobs or None, i), _at(vq.top or None, i), LogprobSource.AR)
     if req.tracer.steps is None:
         return
-    qp = torch.softmax(q.float(), dim=-1) if req.config.strict else q
     how = "predraft" if req.tracer.steps and req.tracer.steps[-1].predrafted else "accepted"
-    for i, s in enumerate(p.slots[:n_acc]):
-        tok = int(req.block[s])
-        req.tracer.commit(req.start + s, tok, how, confidence=p.conf[p.off + i], q_prob=qp[i, tok])
-    if correction is not None:
-        row = p.off + n_acc
-        req.tracer.commit(
-            req.start + p.slots[n_acc],
-            correction,
-            "resampled",
-            confidence=p.probs[row, correction],
-            q_prob=qp[n_acc, correction],
-        )
+    for i, s in enumerate(committed):
+        tok = req.cursor.ids[s]
+        if i < n_acc:
+            conf = p.drafts.conf[p.span_offset + i]
+            req.tracer.commit(req.cursor.start + s, tok, how, confidence=conf, q_prob=vq.q_probs[i])
+        else:
+            req.tracer.commit(
+                req.cursor.start + s, tok, "resampled", confidence=vq.p_correction, q_prob=vq.q_probs[i]
+            )
 
 
 def _after_fused_verify(
-    req: Request, p: PendingVerify, group_rows: list[torch.Tensor], n_acc: int, correction: int | None
+    req: Request, p: DraftStep, group_drafts: list[SlotDrafts], n_acc: int, correction: int | None
 ) -> None:
-    """Take the outcome's pre-draft group as the next step's draft logits (or stale drafts on a miss)."""
-    pre = pick_group(req, p, group_rows, n_acc, correction)
-    if pre is None:
-        req.stats.predraft_misses += 1
-        if req.config.reuse_stale and correction is not None:
-            pre = stale_logits(req, p)
-    req.predraft = pre
+    """Take the outcome's pre-draft group as the next step's drafts (or stale drafts on a miss)."""
+    pre = pick_group(req, p, group_drafts, n_acc, correction)
+    if pre is not None:
+        req.predraft = (*pre, True)
+        return
+    req.stats.predraft_misses += 1
+    if req.config.reuse_stale and correction is not None and req.greedy:
+        req.predraft = (*stale_drafts(req, p), False)
 
 
-def _finish_step(req: Request, p: PendingVerify) -> None:
+def _finish_step(req: Request, p: DraftStep) -> None:
     """Top the step up to its quota with the baseline rule, feed the policy back, count the step."""
     chosen = _fallback_picks(req, p)
+    cur, v = req.cursor, p.drafts
     if chosen is not None:
-        req.block[p.cand[chosen]] = p.drafts[chosen]
-        p.n_committed += chosen.numel()
         how = "baseline"
         if req.policy is not None:
-            req.stats.fallback_commits += chosen.numel()
+            req.stats.fallback_commits += len(chosen)
             how = "fallback"
-        if req.tracer.steps is not None:
-            for i in chosen.tolist():
-                tok, pos = int(p.drafts[i]), req.start + int(p.cand[i])
-                req.tracer.commit(pos, tok, how, confidence=p.conf[i])
+        for i in chosen:
+            s, tok = v.slots[i], v.drafts[i]
+            cur.ids[s] = tok
+            req.tracer.commit(cur.start + s, tok, how, confidence=v.conf[i])
+            _record(req, s, tok, _at(v.logprob, i), _at(v.top, i), _draft_source(req, s))
+        p.n_committed += len(chosen)
     if req.policy is not None and p.features is not None:
         req.policy.update(p.features, p.verified, p.n_committed, p.check)
-    req.step += 1
+    cur.step += 1
 
 
-def _fallback_picks(req: Request, p: PendingVerify) -> torch.Tensor | None:
-    """Indices into ``p.cand`` the baseline rule commits if the step ends now: none once the step's
-    commits reach its quota (None), else :func:`_top_up`'s."""
+def _fallback_picks(req: Request, p: DraftStep) -> list[int] | None:
+    """Indices into the step's candidates the baseline rule commits if the step ends now: none once the
+    step's commits reach its quota (None), else :func:`_top_up`'s."""
     return _top_up(req, p) if p.n_committed < p.quota else None
 
 
-def _top_up(req: Request, p: PendingVerify) -> torch.Tensor | None:
-    """Indices into ``p.cand`` the baseline rule commits to reach the quota (None: nothing to commit)."""
-    n = p.cand.numel()
+def _top_up(req: Request, p: DraftStep) -> list[int] | None:
+    """Indices into the candidates the baseline rule commits to reach the quota (None: nothing to commit).
+
+    The rules run on host float32 tensors of the drafter's values, so ties break as they always did."""
+    n = len(p.done)
     if n == 1 and p.n_committed == 0:  # one candidate, nothing committed yet (AR, a block's last slot)
-        return torch.zeros(1, dtype=torch.long)
-    if bool(p.done.all()):
+        return [0]
+    rest = [i for i in range(n) if not p.done[i]]
+    if not rest:
         return None
-    rest = (~p.done).nonzero().view(-1)
     need = p.quota - p.n_committed
+    v = p.drafts
     if req.rule == "static":
-        sel = F.select_static(p.conf[rest], need)
+        sel = F.select_static(torch.tensor([v.conf[i] for i in rest]), need)
     elif req.rule == "dynamic":
-        sel = F.select_dynamic(p.conf[rest], req.config.threshold, need)
+        sel = F.select_dynamic(torch.tensor([v.conf[i] for i in rest]), req.config.threshold, need)
     else:
-        sel = F.select_entropy_bounded(F.entropy(p.probs[rest]), req.config.gamma, need)
-    return rest[sel]
+        sel = F.select_entropy_bounded(torch.tensor([v.entropy[i] for i in rest]), req.config.gamma, need)
+    return [rest[i] for i in sel.tolist()]

@@ -1,0 +1,65 @@
+"""Where the step's tensors live, and the one door between the model's device and the host.
+
+The decode step keeps everything it computes from a forward's logits on the model's device and brings
+the small per-step results to the host through :meth:`DeviceOps.to_host`, which counts every transfer
+(``host_transfers``). Tensors the step makes itself (index tensors, uniforms, generators) come from the
+same object, so they are created on the model's device. A test subclass (``tests/emulated_device.py``)
+marks these tensors and refuses to let them meet host tensors, which is how CI catches what CUDA would.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+
+class DeviceOps:
+    """Tensor factories on one device, and the counted transfer of results to the host."""
+
+    def __init__(self, device: torch.device | str):
+        self.device = torch.device(device)
+        #: device -> host transfers made through :meth:`to_host` (each one waits for the device)
+        self.host_transfers = 0
+
+    # ------------------------------------------------------------------ made on the device
+    def tensor(self, data: Sequence[int] | Sequence[float], dtype: torch.dtype = torch.long) -> torch.Tensor:
+        """``data`` (host values) as a tensor on the device (a host-to-device copy, no wait)."""
+        return torch.tensor(data, dtype=dtype, device=self.device)
+
+    def arange(self, n: int) -> torch.Tensor:
+        """``[n]`` long tensor 0..n-1 on the device."""
+        return torch.arange(n, device=self.device)
+
+    def generator(self, seed: int) -> torch.Generator:
+        """A random generator on the device, seeded with ``seed``."""
+        return torch.Generator(device=self.device).manual_seed(seed)
+
+    def rand(self, n: int, generator: torch.Generator) -> torch.Tensor:
+        """``[n]`` uniforms in [0, 1) drawn from ``generator`` on the device."""
+        return torch.rand(n, generator=generator, device=self.device)
+
+    def mark(self, t: torch.Tensor) -> torch.Tensor:
+        """A tensor the model produced (its logits), as the step's device tensors are represented."""
+        return t
+
+    # ------------------------------------------------------------------ the way out
+    def to_host(self, parts: Sequence[torch.Tensor]) -> list[list[float]]:
+        """Every tensor of ``parts`` flattened, brought to the host in ONE transfer, as Python lists.
+
+        Values travel as float64, so token ids (< 2**53) come back exact (as floats: ``int()`` them).
+        """
+        sizes = [int(p.numel()) for p in parts]
+        if not parts:
+            return []
+        self.host_transfers += 1
+        flat = torch.cat([p.reshape(-1).to(torch.float64) for p in parts])
+        values = self._fetch(flat)
+        out, at = [], 0
+        for n in sizes:
+            out.append(values[at : at + n])
+            at += n
+        return out
+
+    def _fetch(self, flat: torch.Tensor) -> list[float]:
+        return flat.tolist()

@@ -1,0 +1,311 @@
+"""The device half of a decode step: everything computed from a forward's logits, batched over rows.
+
+After each forward the host half (:mod:`.step`) describes what every row needs from its logits as
+queries (:class:`DraftQuery` for drafting or editing slots, :class:`VerifyQuery` for an AR-mode check of
+a drafted span); :func:`run_queries` computes them all as batched tensor operations on the model's
+device (rows with the same sampling transforms share one softmax; draws use each request's own
+generator, so a row's values never depend on its batch-mates) and brings the small results back in ONE
+transfer (:meth:`~.device.DeviceOps.to_host`). Logits never leave the device.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import torch
+
+from ..decoding import functional as F
+from .device import DeviceOps
+from .draft_step import SlotDrafts
+from .request import Request
+
+
+@dataclass
+class DraftQuery:
+    """Draft (or edit) ``slots`` of one row from ``rows`` ``[len(slots), vocab]`` of its logits.
+
+    Flags say which values besides the drawn token and its probability the host needs.
+    """
+
+    req: Request
+    rows: torch.Tensor
+    slots: list[int]
+    entropy: bool = False
+    norm_entropy: bool = False
+    alpha: bool = False
+    #: how many most likely tokens to rank per slot (fused verification's correction branches)
+    alternatives: int = 0
+    #: keep the distributions on the device (a probabilistic verification will need them)
+    keep_probs: bool = False
+    result: SlotDrafts | None = None
+
+
+@dataclass
+class VerifyQuery:
+    """Check ``drafts`` (at consecutive span positions) against the AR-mode logits ``q_rows``
+    ``[len(drafts), vocab]``; ``p_rows`` are the drafter's distributions there (probabilistic rule)."""
+
+    req: Request
+    q_rows: torch.Tensor
+    drafts: list[int]
+    strict: bool
+    p_rows: torch.Tensor | None = None
+    n_accepted: int = 0
+    correction: int | None = None
+    #: the AR-mode probability of each committed token (accepted drafts, then the correction); tracing
+    q_probs: list[float] = field(default_factory=list)
+    #: raw log-probabilities of the committed tokens, and their alternatives (``config.logprobs``)
+    logprobs: list[float] = field(default_factory=list)
+    top: list[tuple[tuple[int, float], ...]] = field(default_factory=list)
+    #: the drafter's probability of the correction (tracing, where ``p_rows`` are kept)
+    p_correction: float | None = None
+    _p_correction_key: int | None = None
+
+    def wants_p_correction(self) -> bool:
+        return self.p_rows is not None and self.req.tracer.steps is not None
+
+
+class _Fetch:
+    """Tensors waiting for the step's one transfer; each registration returns its index."""
+
+    def __init__(self) -> None:
+        self.parts: list[torch.Tensor] = []
+        self.values: list[list[float]] = []
+
+    def add(self, t: torch.Tensor) -> int:
+        self.parts.append(t)
+        return len(self.parts) - 1
+
+    def get(self, i: int) -> list[float]:
+        return self.values[i]
+
+
+def _transforms(req: Request) -> tuple[float, int, float]:
+    c = req.config
+    return (c.temperature, c.top_k, c.top_p)
+
+
+def _by_transforms(queries: Sequence[DraftQuery]) -> dict[tuple[float, int, float], list[DraftQuery]]:
+    groups: dict[tuple[float, int, float], list[DraftQuery]] = {}
+    for q in queries:
+        if q.slots:
+            groups.setdefault(_transforms(q.req), []).append(q)
+    return groups
+
+
+def _draw(probs: torch.Tensor, queries: list[DraftQuery], sizes: list[int]) -> torch.Tensor:
+    """One token per row: argmax for greedy rows, else a draw from each row's own generator."""
+    if all(q.req.greedy for q in queries):
+        return probs.argmax(dim=-1)
+    parts = probs.split(sizes)
+    return torch.cat(
+        [F.sample(p, q.req.greedy, q.req.generator) for p, q in zip(parts, queries, strict=True)]
+    )
+
+
+def _draft_group(queries: list[DraftQuery], fetch: _Fetch) -> list[tuple[DraftQuery, dict[str, int]]]:
+    """Register the device values of queries sharing sampling transforms; returns what to read back."""
+    temperature, top_k, top_p = _transforms(queries[0].req)
+    mask_id = queries[0].req.info.mask_token_id
+    sizes = [len(q.slots) for q in queries]
+    logits = torch.cat([q.rows for q in queries]) if len(queries) > 1 else queries[0].rows
+    masked = logits.clone()
+    masked[:, mask_id] = float("-inf")  # the mask token is never a prediction
+    probs = F.probs_from_logits(masked, temperature, top_k, top_p)
+    drafts = _draw(probs, queries, sizes)
+    conf = F.token_probs(probs, drafts)
+    keys = {"drafts": fetch.add(drafts), "conf": fetch.add(conf)}
+    if any(q.entropy for q in queries):
+        keys["entropy"] = fetch.add(F.entropy(probs))
+    if any(q.norm_entropy for q in queries):
+        keys["norm_entropy"] = fetch.add(F.normalized_entropy(probs))
+    for est in {(q.req.config.estimator, q.req.config.estimator_value) for q in queries if q.alpha}:
+        keys[f"alpha:{est}"] = fetch.add(F.acceptance_estimate(est[0], probs, drafts, est[1]))
+    m = max(q.alternatives for q in queries)
+    if m:
+        keys["alternatives"] = fetch.add(torch.topk(probs, min(m, probs.shape[-1]), dim=-1).indices)
+    k = max((q.req.config.logprobs for q in queries if q.req.config.logprobs is not None), default=None)
+    if k is not None:
+        lsm = torch.log_softmax(logits.float(), dim=-1)
+        keys["logprob"] = fetch.add(lsm.gather(-1, drafts.view(-1, 1)).view(-1))
+        if k:
+            top = torch.topk(lsm, k, dim=-1)
+            keys["top_ids"], keys["top_lp"] = fetch.add(top.indices), fetch.add(top.values)
+    out = []
+    at = 0
+    for q, n in zip(queries, sizes, strict=True):
+        if q.keep_probs:
+            q.result = SlotDrafts(q.slots, [], [], probs=probs[at : at + n])
+        out.append((q, {**keys, "_at": at, "_n": n, "_m": m, "_k": k or 0}))
+        at += n
+    return out
+
+
+def _read_draft(q: DraftQuery, keys: dict[str, int], fetch: _Fetch) -> SlotDrafts:
+    at, n = keys["_at"], keys["_n"]
+
+    def vals(name: str, width: int = 1) -> list[float]:
+        return fetch.get(keys[name])[at * width : (at + n) * width]
+
+    cfg = q.req.config
+    res = SlotDrafts(q.slots, [int(t) for t in vals("drafts")], vals("conf"))
+    res.probs = q.result.probs if q.result is not None else None
+    if q.entropy:
+        res.entropy = vals("entropy")
+    if q.norm_entropy:
+        res.norm_entropy = vals("norm_entropy")
+    if q.alpha:
+        res.alpha = vals(f"alpha:{(cfg.estimator, cfg.estimator_value)}")
+    if q.alternatives:
+        m = keys["_m"]
+        flat = vals("alternatives", m)
+        res.alternatives = [[int(t) for t in flat[i * m : (i + 1) * m]] for i in range(n)]
+    if cfg.logprobs is not None:
+        res.logprob = vals("logprob")
+        res.top = _tops(vals, keys["_k"], cfg.logprobs, n)
+    return res
+
+
+def _tops(vals, width: int, k: int, n: int) -> list[tuple[tuple[int, float], ...]]:
+    if not k:
+        return [()] * n
+    ids, lps = vals("top_ids", width), vals("top_lp", width)
+    return [
+        tuple((int(ids[i * width + j]), lps[i * width + j]) for j in range(k)) for i in range(n)
+    ]
+
+
+def _verify_strict(queries: list[VerifyQuery], dev: DeviceOps, fetch: _Fetch) -> list[dict[str, int]]:
+    """Strict rule for many rows at once: accepted prefix where draft == argmax q, correction = argmax q
+    at the first mismatch. Registers per-row (n_accepted, correction) and per-position values."""
+    mask_id = queries[0].req.info.mask_token_id
+    sizes = [len(q.drafts) for q in queries]
+    logits = torch.cat([q.q_rows for q in queries]) if len(queries) > 1 else queries[0].q_rows
+    masked = logits.clone()
+    masked[:, mask_id] = float("-inf")
+    q_arg = masked.argmax(dim=-1)
+    host_drafts: list[int] = []
+    row_of: list[int] = []
+    local: list[int] = []
+    for r, q in enumerate(queries):
+        host_drafts += q.drafts
+        row_of += [r] * len(q.drafts)
+        local += range(len(q.drafts))
+    drafts = dev.tensor(host_drafts)
+    index = dev.tensor([row_of, local])
+    size = dev.tensor(sizes)
+    mismatch = torch.where(drafts != q_arg, index[1], size[index[0]])
+    first = size.clone().scatter_reduce(0, index[0], mismatch, reduce="amin")
+    offsets = torch.cumsum(size, 0) - size
+    local_at = torch.minimum(first, size - 1)
+    correction = q_arg.index_select(0, offsets + local_at)
+    keys = {"n_acc": fetch.add(first), "correction": fetch.add(correction)}
+    for r, q in enumerate(queries):
+        if q.wants_p_correction():
+            row = q.p_rows.index_select(0, local_at[r : r + 1])
+            q._p_correction_key = fetch.add(row.gather(1, correction[r : r + 1].view(1, 1)))
+    committed = torch.where(index[1] == first[index[0]], correction[index[0]], drafts)
+    _register_q_values(queries, logits, lambda: torch.softmax(masked.float(), dim=-1), committed, keys, fetch)
+    return [keys] * len(queries)
+
+
+def _register_q_values(
+    queries: list[VerifyQuery],
+    logits: torch.Tensor,
+    q_dist: Callable[[], torch.Tensor],
+    committed: torch.Tensor,
+    keys: dict[str, int],
+    fetch: _Fetch,
+) -> None:
+    """Per span position: the AR-mode probability under ``q_dist()`` (tracing) and the raw
+    log-probability (``logprobs``) of the token committed there if the position is reached (the draft,
+    or the correction at the first rejection)."""
+    if any(q.req.tracer.steps is not None for q in queries):
+        keys["q_prob"] = fetch.add(q_dist().gather(-1, committed.view(-1, 1)))
+    k = max((q.req.config.logprobs for q in queries if q.req.config.logprobs is not None), default=None)
+    if k is not None:
+        lsm = torch.log_softmax(logits.float(), dim=-1)
+        keys["logprob"] = fetch.add(lsm.gather(-1, committed.view(-1, 1)))
+        if k:
+            top = torch.topk(lsm, k, dim=-1)
+            keys["top_ids"], keys["top_lp"] = fetch.add(top.indices), fetch.add(top.values)
+        keys["_k"] = k
+
+
+def _verify_probabilistic(q: VerifyQuery, dev: DeviceOps, fetch: _Fetch) -> dict[str, int]:
+    """The speculative-sampling rule for one row: accept x_i while u_i < min(1, (q_i/p_i)^g); at the
+    first rejection draw from normalize(max(q - p, 0)). Draws come from the row's own generator."""
+    req = q.req
+    c = req.config
+    n = len(q.drafts)
+    masked = q.q_rows.clone()
+    masked[:, req.info.mask_token_id] = float("-inf")
+    probs = F.probs_from_logits(masked, c.temperature, c.top_k, c.top_p)
+    drafts = dev.tensor(q.drafts)
+    uniforms = dev.rand(n, req.generator)
+    p_tok, q_tok = F.token_probs(q.p_rows, drafts), F.token_probs(probs, drafts)
+    ok = uniforms < (q_tok / p_tok.clamp_min(1e-30)).pow(c.tempering).clamp(max=1.0)
+    first = ok.long().cumprod(0).sum().view(1)
+    at = torch.clamp(first, max=n - 1)
+    resid = F.residual_distribution(q.p_rows.index_select(0, at), probs.index_select(0, at))
+    correction = torch.multinomial(resid, 1, generator=req.generator).view(1)
+    keys = {"n_acc": fetch.add(first), "correction": fetch.add(correction)}
+    if q.wants_p_correction():
+        q._p_correction_key = fetch.add(q.p_rows.index_select(0, at).gather(1, correction.view(1, 1)))
+    committed = torch.where(dev.arange(n) == first, correction, drafts)
+    _register_q_values([q], q.q_rows, lambda: probs, committed, keys, fetch)
+    return keys
+
+
+def run_queries(
+    dev: DeviceOps,
+    edits: Sequence[DraftQuery],
+    drafts: Sequence[DraftQuery],
+    verifies: Sequence[VerifyQuery],
+) -> None:
+    """Compute every query on the device, then fill their results from ONE transfer (see the module).
+
+    Edits are drawn before drafts, so a row that edits and drafts in one step draws in that order."""
+    fetch = _Fetch()
+    pending: list[tuple[DraftQuery, dict[str, int]]] = []
+    for batch in (edits, drafts):
+        for group in _by_transforms(batch).values():
+            pending += _draft_group(group, fetch)
+    strict = [q for q in verifies if q.strict]
+    checks = list(zip(strict, _verify_strict(strict, dev, fetch), strict=True)) if strict else []
+    checks += [(q, _verify_probabilistic(q, dev, fetch)) for q in verifies if not q.strict]
+    if not fetch.parts:
+        return
+    fetch.values = dev.to_host(fetch.parts)
+    for q, keys in pending:
+        q.result = _read_draft(q, keys, fetch)
+    _read_verifications(checks, fetch)
+
+
+def _read_verifications(checks: list[tuple[VerifyQuery, dict[str, int]]], fetch: _Fetch) -> None:
+    at_row: dict[int, int] = {}
+    at_pos: dict[int, int] = {}
+    for q, keys in checks:
+        kid = id(keys)
+        r, p = at_row.get(kid, 0), at_pos.get(kid, 0)
+        n = len(q.drafts)
+        q.n_accepted = int(fetch.get(keys["n_acc"])[r])
+        reached = min(q.n_accepted + 1, n)
+        q.correction = int(fetch.get(keys["correction"])[r]) if q.n_accepted < n else None
+        if q._p_correction_key is not None:
+            q.p_correction = fetch.get(q._p_correction_key)[0]
+        if "q_prob" in keys:
+            q.q_probs = fetch.get(keys["q_prob"])[p : p + reached]
+        if "logprob" in keys:
+            q.logprobs = fetch.get(keys["logprob"])[p : p + reached]
+            k, want = keys["_k"], q.req.config.logprobs or 0
+            if want:
+                ids, lps = fetch.get(keys["top_ids"]), fetch.get(keys["top_lp"])
+                q.top = [
+                    tuple((int(ids[(p + i) * k + j]), lps[(p + i) * k + j]) for j in range(want))
+                    for i in range(reached)
+                ]
+            else:
+                q.top = [()] * reached
+        at_row[kid], at_pos[kid] = r + 1, p + n

@@ -22,17 +22,18 @@ model_args: ``model`` (or ``pretrained``): a built-in name or checkpoint directo
 ``steps``, ``threshold``, ``policy``, ``estimator``, ``temperature``, ...), with values parsed to ints,
 floats and booleans where they look like them.
 
-* ``generate_until``: the prompts of a batch decode together (:meth:`s2d2.S2D2Model.generate_batch`, the
-  same outputs as one at a time); stop strings (``until``) trim the generated text, ``max_gen_toks`` sets
-  ``max_new_tokens``, and ``do_sample`` / ``temperature`` / ``top_p`` / ``top_k`` override the sampling
-  settings.
+* ``generate_until``: the requests decode on the batched engine (:meth:`s2d2.S2D2Model.generate_batch`),
+  ``batch_size`` rows at a time (the same outputs as one at a time); stop strings (``until``) trim the
+  generated text, ``max_gen_toks`` sets ``max_new_tokens``, and ``do_sample`` / ``temperature`` /
+  ``top_p`` / ``top_k`` override the sampling settings.
 * ``loglikelihood`` (``multiple_choice`` tasks) and ``loglikelihood_rolling`` (perplexity): the model's
   exact AR-mode (block size 1) log-likelihoods (:meth:`s2d2.S2D2Model.score`), the text split, truncated
   and windowed as lm-eval's HF model does it; requests sharing a context share its forward.
 
-``batch_size`` (lm-eval's ``--batch_size``): requests per batch, sorted longest first as lm-eval's own
-models sort them; ``auto``: the engine's row limit for generation, the scorer's own packing for
-likelihoods. ``--apply_chat_template`` works where the tokenizer has a chat template.
+``batch_size`` (lm-eval's ``--batch_size``): the engine's rows for generation, requests per scoring call
+for likelihoods; requests go longest first as lm-eval's own models sort them. ``auto``: 16 rows
+(``s2d2.model.DEFAULT_MAX_NUM_SEQS``) and the scorer's own packing. ``--apply_chat_template`` works where
+the tokenizer has a chat template.
 """
 
 from __future__ import annotations
@@ -227,22 +228,25 @@ class S2D2LM(LM):
         return tqdm(total=total, disable=disable_tqdm or self.rank != 0, desc=desc)
 
     def generate_until(self, requests: list[Any], disable_tqdm: bool = False) -> list[str]:
-        """Each batch (same generation settings, longest prompts first) decodes as one engine batch."""
+        """Requests with the same generation settings, longest prompts first, decode on the batched engine
+        (:meth:`s2d2.S2D2Model.generate_batch`) with ``batch_size`` rows at a time: a finished row's place
+        goes to the next request at once."""
         args = [(req.args[0], req.args[1] if len(req.args) > 1 else {}) for req in requests]
         lengths = {context: len(self.model.encode(context)) for context, _ in args}
-        batches = Collator(args, sort_fn=lambda a: (-lengths[a[0]], a[0]), group_by="gen_kwargs")
-        rows = self.batch_size or self.model.max_num_seqs
+        groups = Collator(args, sort_fn=lambda a: (-lengths[a[0]], a[0]), group_by="gen_kwargs")
         outputs: list[str] = []
         with self._bar(len(args), "s2d2 generate_until", disable_tqdm) as bar:
-            for batch in batches.get_batched(n=rows):
-                stops, settings = self._settings_from(batch[0][1])
-                results = self.model.generate_batch([c for c, _ in batch], self.config, **settings)
-                for (context, gen_kwargs), result in zip(batch, results, strict=True):
+            for group in groups.get_batched(n=0):  # n=0: each group whole
+                stops, settings = self._settings_from(group[0][1])
+                prompts = [c for c, _ in group]
+                results = self.model.generate_batch(
+                    prompts, self.config, on_finish=lambda *_: bar.update(1), **settings
+                )
+                for (context, gen_kwargs), result in zip(group, results, strict=True):
                     text = trim_at_stops(result.text, stops)
                     self.totals.add(result.stats)
                     self.cache_hook.add_partial("generate_until", (context, gen_kwargs), text)
                     outputs.append(text)
-                bar.update(len(batch))
         t = self.totals
         if requests:
             print(
@@ -250,7 +254,7 @@ class S2D2LM(LM):
                 f"({t.nfe_per_token:.3f}/token), {t.seconds:.1f} s",
                 file=sys.stderr,
             )
-        return batches.get_original(outputs)
+        return groups.get_original(outputs)
 
     def _score(self, pairs: list[tuple[list[int], list[int]]], desc: str, disable_tqdm: bool) -> list[Any]:
         """:meth:`s2d2.S2D2Model.score` of token pairs in batches, longest contexts first (requests with

@@ -61,3 +61,19 @@ def test_nothing_is_taken_back_when_the_tokenizer_rewrites():
     assert ts.push([2]) == ""
     assert ts.finish() == ""
     assert ts.text == "ab"
+
+
+def test_token_count_runs_through_the_stop_string_and_never_past_it():
+    # the stop string completes at token 6 of 12 pushed in one step: 6 tokens count, whatever follows
+    ts = TextStream(byte_decode, stop=["ST"])
+    assert ts.push(list(b"abc STxyz de")) == "abc "
+    assert ts.stopped and ts.stop_at == 6 and ts.n_tokens == 6
+    # a stop string split over two pushes: counted through the push's token that completed it
+    ts = TextStream(byte_decode, stop=["ST"])
+    ts.push(list(b"ab S"))
+    ts.push(list(b"Tqq"))
+    assert ts.text == "ab " and ts.n_tokens == 5
+    # no stop string: every token counts
+    ts = TextStream(byte_decode, stop=["ST"])
+    stream_all(ts, [list(b"abc"), list(b"de")])
+    assert not ts.stopped and ts.n_tokens == 5

@@ -23,6 +23,53 @@ NameOpt = Annotated[
 LogOpt = Annotated[str, typer.Option("--log-level", help="uvicorn log level.")]
 RayOpt = Annotated[bool, typer.Option("--ray", help="Serve on Ray Serve (the optional extra 'ray').")]
 ReplicasOpt = Annotated[int, typer.Option(help="Ray Serve replicas (with --ray).")]
+QueryTokensOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--max-query-tokens-per-row",
+        help="Most query tokens one request may feed to one forward (block size, verification, fused "
+        "pre-drafts, prefill chunk); a request over it gets a 400 naming the setting. Default: every "
+        "shipped preset fits.",
+        show_default=False,
+    ),
+]
+TablesOpt = Annotated[
+    int,
+    typer.Option(
+        "--max-routing-tables",
+        help="Engine-scope routing tables kept (one per distinct ucb_scope=engine settings; least "
+        "recently used evicted, counted in /metrics).",
+    ),
+]
+KeepAliveOpt = Annotated[
+    float,
+    typer.Option(
+        "--timeout-keep-alive",
+        help="Seconds an idle connection, or one whose request head has not fully arrived, stays open.",
+    ),
+]
+BodyTimeoutOpt = Annotated[
+    float, typer.Option("--body-timeout", help="Seconds a request body may take to arrive (408 after).")
+]
+ApiKeyOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--api-key",
+        envvar="S2D2_API_KEY",
+        help="Require 'Authorization: Bearer KEY' on every /v1 route (401 otherwise); /health and "
+        "/metrics stay open. Also read from S2D2_API_KEY.",
+        show_default=False,
+    ),
+]
+HostsOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--allowed-hosts",
+        help="Host header names accepted, comma-separated ('*': any). Default: the bound address and "
+        "localhost, 127.0.0.1, ::1.",
+        show_default=False,
+    ),
+]
 RoutingStateOpt = Annotated[
     Path | None,
     typer.Option(
@@ -58,17 +105,33 @@ def serve_command(
     ray: RayOpt = False,
     replicas: ReplicasOpt = 1,
     routing_state: RoutingStateOpt = None,
+    max_query_tokens_per_row: QueryTokensOpt = None,
+    max_routing_tables: TablesOpt = 256,
+    timeout_keep_alive: KeepAliveOpt = 5.0,
+    body_timeout: BodyTimeoutOpt = 30.0,
+    api_key: ApiKeyOpt = None,
+    allowed_hosts: HostsOpt = None,
 ) -> None:
     """Serve MODEL over an OpenAI-compatible HTTP API (completions, chat completions, streaming)."""
     _need_serve_extra()
-    if max_num_seqs < 1 or max_queue < 0 or port < 0 or grace < 0 or max_body_bytes < 1:
-        raise S2D2Error("--max-num-seqs must be >= 1, --max-queue, --port and --grace >= 0")
+    from ..serving.security import default_allowed_hosts
+
+    _check_serve_options(max_num_seqs, max_queue, port, grace, max_body_bytes)
+    _check_robustness_options(max_query_tokens_per_row, max_routing_tables, timeout_keep_alive, body_timeout)
+    if api_key is not None and not api_key.strip():
+        raise S2D2Error("--api-key (or S2D2_API_KEY) must not be empty")
+    hosts = [h.strip() for h in allowed_hosts.split(",") if h.strip()] if allowed_hosts else None
     options = dict(
         preset=preset,
         max_num_seqs=max_num_seqs,
         max_queue=max_queue,
         max_body_bytes=max_body_bytes,
         served_name=served_name,
+        max_query_tokens_per_row=max_query_tokens_per_row,
+        max_routing_tables=max_routing_tables,
+        body_timeout=body_timeout,
+        api_key=api_key,
+        allowed_hosts=hosts or default_allowed_hosts(host),
     )
     if ray:
         if routing_state is not None:
@@ -83,8 +146,27 @@ def serve_command(
 
     m = load(model, device=device, dtype=dtype, max_num_seqs=max_num_seqs)
     app = create_app(m, routing_state=routing_state, **options)
-    if not serve(app, host=host, port=port, grace=grace, log_level=log_level):
-        raise typer.Exit(3)
+    status = serve(
+        app, host=host, port=port, grace=grace, log_level=log_level, timeout_keep_alive=timeout_keep_alive
+    )
+    if status:
+        raise typer.Exit(status)
+
+
+def _check_serve_options(max_num_seqs: int, max_queue: int, port: int, grace: float, body: int) -> None:
+    if max_num_seqs < 1 or max_queue < 0 or port < 0 or grace < 0 or body < 1:
+        raise S2D2Error(
+            "--max-num-seqs and --max-body-bytes must be >= 1, --max-queue, --port and --grace >= 0"
+        )
+
+
+def _check_robustness_options(tokens: int | None, tables: int, keep_alive: float, body: float) -> None:
+    if tokens is not None and tokens < 1:
+        raise S2D2Error(f"--max-query-tokens-per-row must be >= 1, got {tokens}")
+    if tables < 1:
+        raise S2D2Error(f"--max-routing-tables must be >= 1, got {tables}")
+    if not keep_alive > 0 or not body > 0:
+        raise S2D2Error("--timeout-keep-alive and --body-timeout must be > 0")
 
 
 UrlOpt = Annotated[str, typer.Option(help="The server's base URL (with or without /v1).")]

@@ -8,6 +8,7 @@ app's lifespan); each request is checked (:mod:`.prepare`), submitted, and answe
 
 from __future__ import annotations
 
+import asyncio
 import os
 import sys
 import time
@@ -20,13 +21,13 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
 
-from ..decoding.routing_state import EngineRoutingState
+from ..decoding.routing_state import DEFAULT_MAX_TABLES, EngineRoutingState
 from ..engine.llm_engine import LLMEngine
 from ..errors import S2D2Error
 from .detokenizer import TextStream
 from .engine_thread import Draining, EngineThread, QueueFull
 from .errors import APIError, bad_request, install_error_handlers
-from .limits import DEFAULT_MAX_BODY_BYTES, BodySizeLimit
+from .limits import DEFAULT_BODY_TIMEOUT_S, DEFAULT_MAX_BODY_BYTES, BodySizeLimit
 from .metrics import ServerMetrics
 from .prepare import Prepared, prepare
 from .protocol import (
@@ -37,7 +38,9 @@ from .protocol import (
     ErrorResponse,
     ModelList,
 )
+from .request_checks import check_body_text
 from .responses import collect, completion_body, sse_chunks, text_events
+from .security import AccessControl
 
 #: Seconds a client is told to wait after a 429.
 RETRY_AFTER_S = 1
@@ -58,6 +61,18 @@ class ServerState:
         self.created = int(time.time())
         #: which server process answered (tells replicas apart behind a load balancer)
         self.replica = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        #: the routing-state file written back at shutdown, and whether that (or the shutdown) failed
+        self.routing_file: Path | None = None
+        self.shutdown_failed = False
+
+    def write_routing_state(self) -> bool:
+        """Write the engine's routing statistics to :attr:`routing_file` (if any); False if that failed
+        (said in one line on stderr; :attr:`shutdown_failed` is set)."""
+        if self.routing_file is None:
+            return True
+        ok = _save_routing_state(self.engine.engine, self.routing_file)
+        self.shutdown_failed = self.shutdown_failed or not ok
+        return ok
 
 
 def _check_preset(model: Any, preset: str | None) -> None:
@@ -65,14 +80,18 @@ def _check_preset(model: Any, preset: str | None) -> None:
         model.make_config(preset=preset)  # a ConfigError (one line) for an unknown preset
 
 
-def _open_routing_state(engine: LLMEngine, path: str | os.PathLike[str] | None) -> Path | None:
-    """Start ``engine``'s shared routing statistics from ``path`` (if the file exists); a one-line error
-    now, not at shutdown, if it is unreadable or its directory cannot take the file back."""
+def _open_routing_state(
+    engine: LLMEngine, path: str | os.PathLike[str] | None, max_tables: int = DEFAULT_MAX_TABLES
+) -> Path | None:
+    """Start ``engine``'s shared routing statistics from ``path`` (if the file exists; at most
+    ``max_tables`` tables); a one-line error now, not at shutdown, if it is unreadable or its directory
+    cannot take the file back."""
+    engine.routing.set_max_tables(max_tables)
     if path is None:
         return None
     path = Path(path)
     if path.exists():
-        engine.routing = EngineRoutingState.read(path)
+        engine.routing = EngineRoutingState.read(path, max_tables)
     parent = path.resolve().parent
     if path.is_dir() or not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
         raise S2D2Error(
@@ -81,12 +100,19 @@ def _open_routing_state(engine: LLMEngine, path: str | os.PathLike[str] | None) 
     return path
 
 
-def _save_routing_state(engine: LLMEngine, path: Path) -> None:
-    """Write the statistics back at shutdown; a failure is reported in one line (the exit stays clean)."""
-    try:
-        engine.routing.write(path)
-    except S2D2Error as exc:
-        print(f"error: {exc}", file=sys.stderr)
+def _save_routing_state(engine: LLMEngine, path: Path) -> bool:
+    """Write the statistics back; a failure is reported in one line and returns False."""
+    for _ in range(3):  # a snapshot taken while the engine thread still learns may change under it
+        try:
+            engine.routing.write(path)
+            return True
+        except S2D2Error as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return False
+        except RuntimeError:
+            continue
+    print(f"error: --routing-state {path}: the statistics kept changing while being written", file=sys.stderr)
+    return False
 
 
 def create_app(
@@ -98,6 +124,11 @@ def create_app(
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     served_name: str | None = None,
     routing_state: str | os.PathLike[str] | None = None,
+    max_query_tokens_per_row: int | None = None,
+    max_routing_tables: int = DEFAULT_MAX_TABLES,
+    body_timeout: float = DEFAULT_BODY_TIMEOUT_S,
+    api_key: str | None = None,
+    allowed_hosts: list[str] | None = None,
 ) -> FastAPI:
     """An app serving ``model`` (an :class:`s2d2.S2D2Model`) with its own streaming engine.
 
@@ -106,22 +137,32 @@ def create_app(
     ``max_body_bytes``: the request body limit (413 above it); ``served_name``: the model id clients use
     (default: the model's name); ``routing_state``: a routing-state file (``ucb_scope=engine`` statistics,
     :mod:`s2d2.decoding.routing_state`): the engine starts from it if it exists and writes it back at
-    shutdown.
+    shutdown. Robustness (docs of :mod:`s2d2.serving`): ``max_query_tokens_per_row`` (default: the
+    model's, else the engine's default), ``max_routing_tables`` (engine-scope routing tables kept),
+    ``body_timeout`` (seconds a body may take, 408 after), ``api_key`` (required as a Bearer token on
+    every ``/v1`` route) and ``allowed_hosts`` (``Host`` header names; default: the loopback names).
     """
     _check_preset(model, preset)
     rows = max_num_seqs or model.max_num_seqs
-    engine = LLMEngine(model.adapter, max_num_seqs=rows, kv_budget_tokens=model.kv_budget_tokens, stream=True)
-    state_file = _open_routing_state(engine, routing_state)
+    limit = max_query_tokens_per_row or getattr(model, "max_query_tokens_per_row", None)
+    engine = LLMEngine(
+        model.adapter,
+        max_num_seqs=rows,
+        kv_budget_tokens=model.kv_budget_tokens,
+        stream=True,
+        max_query_tokens_per_row=limit,
+    )
+    state_file = _open_routing_state(engine, routing_state, max_routing_tables)
     thread = EngineThread(engine, max_queue=max_queue, metrics=ServerMetrics(rows))
     state = ServerState(model, thread, name=served_name or model.name, preset=preset)
+    state.routing_file = state_file
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         thread.start()
         yield
         thread.stop()
-        if state_file is not None:
-            _save_routing_state(engine, state_file)
+        state.write_routing_state()
 
     app = FastAPI(
         title="s2d2 OpenAI-compatible server",
@@ -132,7 +173,8 @@ def create_app(
     app.state.s2d2 = state
     install_error_handlers(app, state.metrics)
     _routes(app, state)
-    app.add_middleware(BodySizeLimit, max_bytes=max_body_bytes)
+    app.add_middleware(BodySizeLimit, max_bytes=max_body_bytes, timeout=body_timeout)
+    app.add_middleware(AccessControl, allowed_hosts=allowed_hosts, api_key=api_key)  # outermost: first
     return app
 
 
@@ -181,8 +223,15 @@ async def _submit(state: ServerState, prep: Prepared) -> Any:
     return sub
 
 
+def _prepare(state: ServerState, body: Any) -> Prepared:
+    """The request's text checks (:mod:`.request_checks`), then :func:`.prepare.prepare` (tokenising):
+    run in a worker thread, so a long prompt never holds the event loop."""
+    check_body_text(body, state.model.info.max_length)
+    return prepare(state.model, body, served_name=state.name, server_preset=state.preset)
+
+
 async def _serve(state: ServerState, body: Any, request: Request, *, chat: bool) -> Any:
-    prep = prepare(state.model, body, served_name=state.name, server_preset=state.preset)
+    prep = await asyncio.to_thread(_prepare, state, body)
     sub = await _submit(state, prep)
     text = TextStream(state.model.decode_ids, prep.stop)
     events = text_events(state.engine, sub, text)

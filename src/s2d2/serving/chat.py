@@ -1,10 +1,12 @@
 """Chat messages to prompt token ids: the tokenizer's chat template, or the server's fallback.
 
-A tokenizer with a ``chat_template`` renders the conversation itself. The built-in ``tiny-gsm`` model was
-trained on bare questions and its tokenizer files ship no template, so for a tokenizer without one the
-server renders the conversation as the text of its user messages joined by newlines (system, developer
-and assistant turns are not shown to the model). This fallback lives here, in the serving layer; the
-shipped model files are not changed.
+A tokenizer with a ``chat_template`` renders the conversation itself. For a tokenizer without one (the
+built-in ``tiny-gsm`` model was trained on bare questions and ships none) the server's fallback keeps
+the whole conversation in order: each turn on its own lines as ``Role: text`` (System, Developer, User,
+Assistant, Tool), turns separated by a blank line, ending with ``Assistant:`` where the reply begins. A
+conversation of one user message is sent as its bare text (there is nothing to delimit, and it is the
+form such a model was trained on). This fallback lives here, in the serving layer; the shipped model
+files are not changed.
 """
 
 from __future__ import annotations
@@ -16,8 +18,14 @@ from typing import Any
 from .errors import bad_request
 from .protocol import ChatMessage
 
-#: Roles whose text the fallback template shows the model.
-FALLBACK_ROLES = ("user",)
+#: How the fallback template names each role.
+ROLE_NAMES = {
+    "system": "System",
+    "developer": "Developer",
+    "user": "User",
+    "assistant": "Assistant",
+    "tool": "Tool",
+}
 
 
 def encode_text(model: Any, text: str) -> list[int]:
@@ -28,11 +36,13 @@ def encode_text(model: Any, text: str) -> list[int]:
 
 
 def fallback_chat_text(messages: Sequence[ChatMessage]) -> str:
-    """The fallback template: the user messages' text, joined by newlines."""
-    parts = [m.text() for m in messages if m.role in FALLBACK_ROLES]
-    if not parts:
+    """The fallback template (see the module docstring)."""
+    if not any(m.role == "user" for m in messages):
         raise bad_request("messages must contain at least one user message", param="messages")
-    return "\n".join(parts)
+    if len(messages) == 1:
+        return messages[0].text()
+    turns = [f"{ROLE_NAMES[m.role]}: {m.text()}" for m in messages]
+    return "\n\n".join([*turns, f"{ROLE_NAMES['assistant']}:"])
 
 
 def chat_prompt_ids(model: Any, messages: Sequence[ChatMessage]) -> list[int]:

@@ -8,8 +8,11 @@ tokenizer decodes that in microseconds) and sends the part after what was alread
 - a tail that could be the start of a stop string: it is sent once the next text shows it is not one;
 - everything, if the tokenizer rewrote text that was already sent (it waits until the text agrees).
 
-When a stop string appears the text ends just before it and :attr:`TextStream.stopped` is set. A
-non-streamed response is built with the same class, so streamed text == non-streamed text.
+When a stop string appears the text ends just before it and :attr:`TextStream.stopped` is set; the
+request's token count (:attr:`TextStream.n_tokens`, its ``completion_tokens``) then runs through the
+first token whose text completes the stop string, never past it, whatever the decoder committed after it
+in the same step. A non-streamed response is built with the same class, so streamed text ==
+non-streamed text.
 """
 
 from __future__ import annotations
@@ -29,11 +32,20 @@ class TextStream:
         #: the text sent so far
         self.text = ""
         self.stopped = False
+        #: tokens through the one that completed the stop string (set when one appears)
+        self.stop_at: int | None = None
+        self._before = 0
+
+    @property
+    def n_tokens(self) -> int:
+        """The tokens the returned text stands for: through the stop string's end, else all of them."""
+        return self.stop_at if self.stop_at is not None else len(self.ids)
 
     def push(self, new_ids: Sequence[int]) -> str:
         """Add final token ids; returns the new text that can be sent (maybe empty)."""
         if self.stopped or not new_ids:
             return ""
+        self._before = len(self.ids)
         self.ids.extend(int(i) for i in new_ids)
         return self._emit(self._decode(self.ids), final=False)
 
@@ -47,6 +59,13 @@ class TextStream:
     def _find_stop(self, full: str) -> int | None:
         hits = [i for i in (full.find(s) for s in self._stop) if i >= 0]
         return min(hits) if hits else None
+
+    def _stop_tokens(self) -> int:
+        """The fewest tokens whose text holds a stop string (none did before the last push)."""
+        for k in range(self._before + 1, len(self.ids)):
+            if self._find_stop(self._decode(self.ids[:k])) is not None:
+                return k
+        return len(self.ids)
 
     def _partial_stop(self, full: str) -> int:
         """Length of the longest tail of ``full`` that is a proper prefix of a stop string."""
@@ -63,6 +82,7 @@ class TextStream:
         if hit is not None:
             full, final = full[:hit], True
             self.stopped = True
+            self.stop_at = self._stop_tokens()
         if not final:
             cut = len(full)
             while cut > 0 and full[cut - 1] == REPLACEMENT:

@@ -5,8 +5,14 @@ loop and is the only caller of ``add_request`` / ``abort``, which the event loop
 through a thread-safe queue (taken between steps, so a new request joins the running batch at the next
 step). Each step's outputs go to their request's asyncio queue with ``loop.call_soon_threadsafe``.
 
-Admission control is here too: at most ``max_num_seqs + max_queue`` requests are in the server at once
-(running, waiting, or on their way to the engine); one more raises :class:`QueueFull` (the app's 429).
+Admission control is here too: a request over the engine's limits raises its
+:class:`~s2d2.engine.request_limits.RequestLimitError` at :meth:`EngineThread.submit` (the app's 400), and
+at most ``max_num_seqs + max_queue`` requests are in the server at once (running, waiting, or on their
+way to the engine); one more raises :class:`QueueFull` (the app's 429).
+
+A request that fails inside the engine reaches its client as "internal error" with its request id; the
+engine's own message (torch's, Python's) goes to the log under that id only. :meth:`EngineThread.expire`
+ends every request still in the server at once with a given error (a shutdown whose grace ran out).
 """
 
 from __future__ import annotations
@@ -85,10 +91,17 @@ class EngineThread:
     def alive(self) -> bool:
         return self._thread is not None and self._thread.is_alive()
 
+    def check_limits(self, config: DecodeConfig) -> None:
+        """The engine's own per-row bound, checked before a request is queued (a pure computation);
+        raises :class:`~s2d2.engine.request_limits.RequestLimitError` naming the setting to lower."""
+        self.engine.check_limits(config)
+
     def submit(self, prompt_ids: list[int], config: DecodeConfig) -> Submission:
-        """Queue a request (call from the event loop); raises :class:`QueueFull` or :class:`Draining`."""
+        """Queue a request (call from the event loop); raises a ``RequestLimitError``,
+        :class:`QueueFull` or :class:`Draining`."""
         if self.draining:
             raise Draining("the server is shutting down")
+        self.check_limits(config)
         with self._lock:
             if self._inflight >= self.capacity:
                 raise QueueFull(f"the waiting queue is full ({self.max_queue} requests)")
@@ -102,6 +115,11 @@ class EngineThread:
     def abort(self, request_id: str) -> None:
         """Abort a request (its row is freed at the next step); unknown or finished ids are ignored."""
         self._commands.put(("abort", request_id))
+
+    def expire(self, message: str) -> None:
+        """End every request still in the server now, each with ``message`` as its error (any thread)."""
+        self.draining = True
+        self._commands.put(("expire", message))
 
     def stop(self, timeout: float = 10.0) -> None:
         """Abort what is left, let the thread end, join it."""
@@ -134,6 +152,9 @@ class EngineThread:
                 self._add(arg)
             elif kind == "abort":
                 self._abort(arg)
+            elif kind == "expire":
+                for rid in list(self._subs):
+                    self._end(rid, arg)
             else:
                 stop = True
                 for rid in list(self._subs):
@@ -161,12 +182,22 @@ class EngineThread:
             self._dispatch([RequestOutput(request_id, [], True, out)])
             self.metrics.record_engine(self.engine)
 
+    def _end(self, request_id: str, message: str) -> None:
+        """Abort a request in the engine and end it here now as failed with ``message``."""
+        self.engine.abort(request_id)
+        out = DecodeOutput([], GenerationStats(), request_id=request_id, status="failed", error=message)
+        self._dispatch([RequestOutput(request_id, [], True, out)])
+        self.metrics.record_engine(self.engine)
+
     def _step(self) -> None:
         try:
             outputs = self.engine.step()
-        except Exception as exc:  # the batched forward itself failed: fail the rows in it, go on
+        except Exception:  # outside the forward (its failures are isolated per row): fail the running rows
             log.exception("engine step failed")
-            outputs = self._fail_all(exc)
+            outputs = self._fail_all()
+        for out in outputs:
+            if out.finished and out.output is not None and out.output.status == "failed":
+                _hide_internal_error(out.output)
         self._dispatch(outputs)
         self.metrics.record_engine(self.engine)
 
@@ -182,18 +213,29 @@ class EngineThread:
                 self.metrics.record_finished(out.output, len(sub.prompt_ids))
             sub.loop.call_soon_threadsafe(sub.outputs.put_nowait, out)
 
-    def _fail_all(self, exc: BaseException) -> list[RequestOutput]:
+    def _fail_all(self) -> list[RequestOutput]:
         outs = []
         for rid in [r.request_id for r in self.engine.scheduler.running if r.request_id in self._subs]:
             self._abort(rid)
-            msg = str(exc).splitlines()[0] if str(exc) else exc.__class__.__name__
-            failed = DecodeOutput([], GenerationStats(), request_id=rid, status="failed", error=msg)
+            failed = DecodeOutput([], GenerationStats(), request_id=rid, status="failed", error="step failed")
             outs.append(RequestOutput(rid, [], True, failed))
         return outs
 
     def _release(self) -> None:
         with self._lock:
             self._inflight -= 1
+
+
+def internal_error(request_id: str) -> str:
+    """What a client is told about a failure inside the server: nothing internal, an id to quote."""
+    return f"internal error (request id {request_id})"
+
+
+def _hide_internal_error(output: DecodeOutput) -> None:
+    """Log a failed request's own error under its id; its client gets :func:`internal_error` only."""
+    log.error("request %s failed in the engine: %s", output.request_id, output.error)
+    output.error = internal_error(str(output.request_id))
+    output.exception = None
 
 
 def _resolve(fut: asyncio.Future[None] | None, exc: BaseException | None) -> None:

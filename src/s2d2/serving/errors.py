@@ -1,13 +1,15 @@
 """OpenAI-style errors: one exception type for the handlers, and the app-wide exception handlers.
 
 Every error leaves the server as ``{"error": {"message", "type", "param", "code"}}``: validation errors
-(FastAPI's 422) become 400s naming the first bad field, unknown routes 404, wrong methods 405, and an
-unexpected exception a 500 that names no internals (and is logged).
+(FastAPI's 422) become 400s naming the first bad field, settings over an engine-wide limit 400s naming
+the setting (``param`` ``s2d2.<setting>``), unknown routes 404, wrong methods 405, and an unexpected
+exception a 500 saying "internal error" with an id; the log shows the exception under that id.
 """
 
 from __future__ import annotations
 
 import logging
+import uuid
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -15,13 +17,17 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from ..engine.request_limits import RequestLimitError
+
 log = logging.getLogger("s2d2.serving")
 
 #: OpenAI's error ``type`` by HTTP status.
 ERROR_TYPES = {
     400: "invalid_request_error",
+    401: "invalid_request_error",
     404: "invalid_request_error",
     405: "invalid_request_error",
+    408: "invalid_request_error",
     413: "invalid_request_error",
     429: "rate_limit_exceeded",
     500: "server_error",
@@ -103,7 +109,12 @@ def install_error_handlers(app: FastAPI, metrics: Any = None) -> None:
             message = f"no route {request.url.path}"
         return answer(APIError(exc.status_code, message, headers=getattr(exc, "headers", None)))
 
+    @app.exception_handler(RequestLimitError)
+    async def _over_limit(request: Request, exc: RequestLimitError) -> JSONResponse:
+        return answer(bad_request(str(exc), param=f"s2d2.{exc.setting}", code="limit_exceeded"))
+
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
-        log.exception("unexpected error on %s", request.url.path)
-        return APIError(500, "internal server error", code="internal_error").response()
+        rid = f"err-{uuid.uuid4().hex[:12]}"
+        log.exception("unexpected error on %s (request id %s)", request.url.path, rid)
+        return APIError(500, f"internal error (request id {rid})", code="internal_error").response()

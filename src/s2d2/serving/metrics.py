@@ -36,6 +36,9 @@ class ServerMetrics:
         self.query_tokens = 0
         self.running = 0
         self.waiting = 0
+        # engine-scope routing statistics (ucb_scope=engine): tables kept, least recently used evicted
+        self.routing_tables = 0
+        self.routing_evictions = 0
 
     # ------------------------------------------------------------------ recording
     def record_status(self, status: str) -> None:
@@ -66,6 +69,8 @@ class ServerMetrics:
             self.forwards, self.forward_rows, self.query_tokens = c.forwards, c.rows, c.query_tokens
             self.running, self.waiting = engine.num_running, engine.num_waiting
             self.max_num_seqs = engine.max_num_seqs
+            self.routing_tables = len(engine.routing.tables)
+            self.routing_evictions = engine.routing.evictions
 
     # ------------------------------------------------------------------ exposition
     def snapshot(self) -> dict[str, Any]:
@@ -89,6 +94,11 @@ class ServerMetrics:
             ("s2d2_verify_steps_total", "Verification forwards of finished requests.", self.verify_steps),
             ("s2d2_drafted_total", "Draft tokens offered to verification.", self.drafted),
             ("s2d2_accepted_total", "Draft tokens accepted by verification.", self.accepted),
+            (
+                "s2d2_routing_table_evictions_total",
+                "Engine-scope routing tables evicted (least recently used, past --max-routing-tables).",
+                self.routing_evictions,
+            ),
         ]
 
     def _gauges(self) -> list[tuple[str, str, float | int]]:
@@ -111,6 +121,7 @@ class ServerMetrics:
             ("s2d2_running_rows", "Rows decoding now.", self.running),
             ("s2d2_waiting_rows", "Requests waiting for a row.", self.waiting),
             ("s2d2_max_num_seqs", "Rows the engine decodes together at most.", self.max_num_seqs),
+            ("s2d2_routing_tables", "Engine-scope routing tables kept now.", self.routing_tables),
             (
                 "s2d2_batch_occupancy",
                 "Running rows / max_num_seqs now.",

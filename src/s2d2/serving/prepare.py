@@ -22,6 +22,8 @@ from .errors import APIError, bad_request
 from .protocol import ChatCompletionRequest, CompletionRequest
 
 MAX_STOP = 4
+#: Most choices (prompts x n) one request may ask for: each is an engine request.
+MAX_CHOICES = 64
 #: Bounds on settings that size the engine's buffers (beyond them a request could exhaust memory).
 MAX_UCB_BINS = 256
 INT64 = (-(2**63), 2**64 - 1)
@@ -30,17 +32,62 @@ MIN_TEMPERATURE = 1e-3
 MAX_TEMPERATURE = 100.0
 #: Float settings beyond this overflow float32 inside the decoder.
 MAX_FLOAT = 1e30
+#: Decoding settings an OpenAI (or vLLM) top-level field sets, by that field's name.
+TOP_LEVEL = {
+    "max_tokens": "max_new_tokens",
+    "temperature": "temperature",
+    "top_p": "top_p",
+    "top_k": "top_k",
+    "seed": "seed",
+    "min_tokens": "min_tokens",
+    "ignore_eos": "ignore_eos",
+    "stop_token_ids": "stop_token_ids",
+    "presence_penalty": "presence_penalty",
+    "frequency_penalty": "frequency_penalty",
+    "logit_bias": "logit_bias",
+}
+STRICT_SAMPLING_NOTE = (
+    "acceptance=strict commits the AR mode's argmax: at temperature > 0 the text is not a sample of the "
+    "model's distribution (acceptance=auto samples exactly)"
+)
+
+
+@dataclass
+class Row:
+    """One choice: an engine request of its own (choice ``index`` of the response, for prompt
+    ``prompt_index``)."""
+
+    index: int
+    prompt_index: int
+    prompt_ids: list[int]
+    config: DecodeConfig
 
 
 @dataclass
 class Prepared:
-    """What the engine and the response writer need from one request."""
+    """What the engine and the response writer need from one request: its choices (``rows``, in
+    response order), its distinct prompts, and how to answer."""
 
-    prompt_ids: list[int]
-    config: DecodeConfig
+    rows: list[Row]
+    prompts: list[list[int]]
     stop: list[str] = field(default_factory=list)
     stream: bool = False
     include_usage: bool = False
+    #: completions' ``echo``: each choice's text starts with its prompt's text (``prompt_texts``)
+    echo: bool = False
+    prompt_texts: list[str] = field(default_factory=list)
+    #: None: no logprobs in the response; k >= 0: each token's logprob and k alternatives
+    logprobs: int | None = None
+    #: warnings about the settings, reported in the response's ``s2d2.notes``
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def prompt_ids(self) -> list[int]:
+        return self.rows[0].prompt_ids
+
+    @property
+    def config(self) -> DecodeConfig:
+        return self.rows[0].config
 
 
 def check_model_name(name: str | None, served: str) -> None:
@@ -53,19 +100,42 @@ def check_model_name(name: str | None, served: str) -> None:
         )
 
 
-def _unsupported(body: CompletionRequest | ChatCompletionRequest) -> None:
-    """OpenAI options the server does not implement: a clear 400 unless they have their neutral value."""
-    if body.n not in (None, 1):
-        raise bad_request("only n=1 is supported", param="n", code="unsupported_value")
+def _unsupported_value(message: str, param: str) -> APIError:
+    return bad_request(message, param=param, code="unsupported_value")
+
+
+def _refuse_tools(body: CompletionRequest | ChatCompletionRequest) -> None:
+    for name in ("tools", "functions"):
+        if getattr(body, name):
+            raise _unsupported_value(f"{name} are not supported (no tool calling)", name)
+    for name in ("tool_choice", "function_call"):
+        if getattr(body, name) not in (None, "none"):
+            raise _unsupported_value(f"{name} is not supported (no tool calling)", name)
+
+
+def _refused(body: CompletionRequest | ChatCompletionRequest) -> None:
+    """OpenAI options the server does not implement: a 400 naming them unless they are neutral."""
+    if body.response_format is not None and body.response_format.type != "text":
+        raise _unsupported_value(
+            f"response_format {body.response_format.type!r} is not supported (only 'text')", "response_format"
+        )
+    _refuse_tools(body)
+    if body.stream_options is not None and not body.stream:
+        raise bad_request("stream_options is only allowed with stream=true", param="stream_options")
     if isinstance(body, CompletionRequest):
-        if body.best_of not in (None, 1):
-            raise bad_request("only best_of=1 is supported", param="best_of", code="unsupported_value")
-        if body.echo:
-            raise bad_request("echo is not supported", param="echo", code="unsupported_value")
+        if body.best_of is not None and body.best_of != (body.n or 1):
+            raise _unsupported_value("best_of must equal n (no server-side ranking of choices)", "best_of")
         if body.suffix:
-            raise bad_request("suffix is not supported", param="suffix", code="unsupported_value")
-    if body.logprobs not in (None, False):
-        raise bad_request("logprobs are not supported", param="logprobs", code="unsupported_value")
+            raise _unsupported_value("suffix is not supported", "suffix")
+    elif body.top_logprobs is not None and not body.logprobs:
+        raise bad_request("top_logprobs needs logprobs=true", param="top_logprobs")
+
+
+def _logprobs(body: CompletionRequest | ChatCompletionRequest) -> int | None:
+    """How many alternatives to report per token (0: the token's own logprob only), None: no logprobs."""
+    if isinstance(body, CompletionRequest):
+        return body.logprobs
+    return (body.top_logprobs or 0) if body.logprobs else None
 
 
 def stop_strings(stop: str | list[str] | None) -> list[str]:
@@ -77,19 +147,38 @@ def stop_strings(stop: str | list[str] | None) -> list[str]:
     return [s for s in stops if s]
 
 
-def _completion_ids(model: Any, prompt: Any) -> list[int]:
-    if isinstance(prompt, list) and prompt and isinstance(prompt[0], (str, list)):
-        if len(prompt) != 1:
-            raise bad_request("only one prompt per request is supported", param="prompt")
-        prompt = prompt[0]
-    if isinstance(prompt, str):
-        if model.tokenizer is None:
-            raise bad_request(f"model {model.name} has no tokenizer: send token ids", param="prompt")
-        return encode_text(model, prompt)
-    return [int(i) for i in prompt]
+def _completion_prompts(model: Any, prompt: Any) -> list[tuple[list[int], str | None]]:
+    """Each prompt of a completions request as ``(token ids, its text or None for token ids)``."""
+    many = isinstance(prompt, list) and bool(prompt) and isinstance(prompt[0], (str, list))
+    prompts = list(prompt) if many else [prompt]
+    out = []
+    for p in prompts:
+        if isinstance(p, str):
+            if model.tokenizer is None:
+                raise bad_request(f"model {model.name} has no tokenizer: send token ids", param="prompt")
+            out.append((encode_text(model, p), p))
+        else:
+            out.append(([int(i) for i in p], None))
+    return out
 
 
-def _settings(body: CompletionRequest | ChatCompletionRequest, server_preset: str | None) -> dict[str, Any]:
+def _logit_bias(bias: dict[str, float], param: str) -> dict[int, float]:
+    """JSON's string keys as token ids."""
+    out = {}
+    for key, value in bias.items():
+        try:
+            out[int(key)] = value
+        except ValueError:
+            raise bad_request(
+                f"logit_bias keys must be token ids, got {key!r}", param=param, code="invalid_value"
+            ) from None
+    return out
+
+
+def _settings(
+    body: CompletionRequest | ChatCompletionRequest, server_preset: str | None
+) -> tuple[dict[str, Any], dict[str, str]]:
+    """The settings for ``make_config`` and, per setting a top-level field gave, that field's name."""
     settings = body.s2d2.model_dump(exclude_none=True) if body.s2d2 is not None else {}
     requested = settings.get("preset")
     if requested is not None and requested not in PRESETS:
@@ -101,52 +190,127 @@ def _settings(body: CompletionRequest | ChatCompletionRequest, server_preset: st
             code="invalid_value",
         )
     settings.setdefault("preset", server_preset)
-    max_tokens = body.max_tokens
-    if isinstance(body, ChatCompletionRequest) and max_tokens is None:
-        max_tokens = body.max_completion_tokens
-    top = {"max_new_tokens": max_tokens, "temperature": body.temperature, "top_p": body.top_p}
-    top["seed"] = body.seed
-    settings.update({k: v for k, v in top.items() if v is not None})
+    if "logit_bias" in settings:
+        settings["logit_bias"] = _logit_bias(settings["logit_bias"], "s2d2.logit_bias")
+    top = {name: getattr(body, name) for name in TOP_LEVEL}
+    if isinstance(body, ChatCompletionRequest) and body.max_completion_tokens is not None:
+        top["max_tokens"] = body.max_completion_tokens
+    if top["top_k"] == -1:
+        top["top_k"] = 0
+    if top["logit_bias"] is not None:
+        top["logit_bias"] = _logit_bias(top["logit_bias"], "logit_bias")
+    given = {TOP_LEVEL[k]: k for k, v in top.items() if v is not None}
+    if isinstance(body, ChatCompletionRequest) and body.max_completion_tokens is not None:
+        given["max_new_tokens"] = "max_completion_tokens"
+    settings.update({TOP_LEVEL[k]: v for k, v in top.items() if v is not None})
+    logprobs = _logprobs(body)
+    if logprobs is not None:
+        settings["logprobs"] = logprobs
+        given["logprobs"] = "top_logprobs" if isinstance(body, ChatCompletionRequest) else "logprobs"
     if isinstance(settings.get("temperature"), float) and 0 < settings["temperature"] < MIN_TEMPERATURE:
         settings["temperature"] = 0.0
-    return settings
+    return settings, given
 
 
-def _check_sizes(settings: dict[str, Any], info: Any) -> None:
+def _name(key: str, given: dict[str, str]) -> str:
+    """The request field a setting came from: its top-level name, else ``s2d2.<key>``."""
+    return given.get(key, f"s2d2.{key}")
+
+
+def _check_sizes(settings: dict[str, Any], given: dict[str, str], info: Any) -> None:
     for key, value in settings.items():
         if isinstance(value, int) and not isinstance(value, bool) and not INT64[0] <= value <= INT64[1]:
-            raise bad_request(f"{key} is out of range", param=f"s2d2.{key}")
+            raise bad_request(f"{key} is out of range", param=_name(key, given))
         if isinstance(value, float) and abs(value) > MAX_FLOAT:
-            raise bad_request(f"{key} is out of range (|value| <= {MAX_FLOAT:g})", param=f"s2d2.{key}")
+            raise bad_request(f"{key} is out of range (|value| <= {MAX_FLOAT:g})", param=_name(key, given))
     if settings.get("temperature", 0) > MAX_TEMPERATURE:
-        raise bad_request(f"temperature must be <= {MAX_TEMPERATURE:g}", param="temperature")
+        raise bad_request(f"temperature must be <= {MAX_TEMPERATURE:g}", param=_name("temperature", given))
     if settings.get("block_size", 1) > info.max_length:
         raise bad_request(f"block_size must be <= the context ({info.max_length})", param="s2d2.block_size")
     if settings.get("ucb_bins", 1) > MAX_UCB_BINS:
         raise bad_request(f"ucb_bins must be <= {MAX_UCB_BINS}", param="s2d2.ucb_bins")
-    stops = settings.get("stop_token_ids", [])
-    if any(not 0 <= t < info.vocab_size for t in stops):
-        raise bad_request(f"stop_token_ids must lie in [0, {info.vocab_size})", param="s2d2.stop_token_ids")
+    for key in ("stop_token_ids", "logit_bias"):
+        if any(not 0 <= t < info.vocab_size for t in settings.get(key, ())):
+            raise bad_request(f"{key} token ids must lie in [0, {info.vocab_size})", param=_name(key, given))
 
 
-def _param_of(message: str, settings: dict[str, Any]) -> str | None:
+def _param_of(message: str, settings: dict[str, Any], given: dict[str, str]) -> str | None:
     """The setting a ConfigError message is about (best effort, for ``error.param``)."""
     for key in sorted(settings, key=len, reverse=True):
         if key in message:
-            top = {"max_new_tokens": "max_tokens", "temperature": "temperature", "top_p": "top_p"}
-            return top.get(key, f"s2d2.{key}")
+            return _name(key, given)
     return "s2d2.preset" if "preset" in message else None
 
 
 def build_config(
     model: Any, body: CompletionRequest | ChatCompletionRequest, preset: str | None
-) -> DecodeConfig:
-    settings = _settings(body, preset)
-    _check_sizes(settings, model.info)
+) -> tuple[DecodeConfig, dict[str, str]]:
+    """The request's :class:`DecodeConfig` and the top-level field name of each setting it gave."""
+    settings, given = _settings(body, preset)
+    _check_sizes(settings, given, model.info)
     try:
-        return model.make_config(**settings)
+        return model.make_config(**settings), given
     except S2D2Error as exc:
-        raise bad_request(str(exc), param=_param_of(str(exc), settings), code="invalid_value") from None
+        msg = str(exc)
+        raise bad_request(msg, param=_param_of(msg, settings, given), code="invalid_value") from None
+
+
+def derived_seed(seed: int | None, choice: int) -> int | None:
+    """Choice ``choice``'s seed: ``seed + choice``, wrapped into [-(2**63), 2**64) (None stays None)."""
+    if seed is None:
+        return None
+    value = seed + choice
+    return value - 2**64 if value > INT64[1] else value
+
+
+def _prompts(model: Any, body: CompletionRequest | ChatCompletionRequest) -> list[tuple[list[int], Any]]:
+    """The request's prompts, checked as the engine checks them."""
+    chat = isinstance(body, ChatCompletionRequest)
+    param = "messages" if chat else "prompt"
+    try:
+        if chat:
+            prompts = [(chat_prompt_ids(model, body.messages), None)]
+        else:
+            prompts = _completion_prompts(model, body.prompt)
+        for ids, _ in prompts:
+            check_prompt(ids, model.info)
+    except S2D2Error as exc:
+        code = "context_length_exceeded" if "too long" in str(exc) else "invalid_prompt"
+        raise bad_request(str(exc), param=param, code=code) from None
+    return prompts
+
+
+def _check_length(prompts: list[list[int]], config: DecodeConfig, given: dict[str, str], info: Any) -> None:
+    """An explicit max_tokens the context cannot hold after a prompt is a 400 (never silently cut)."""
+    if "max_new_tokens" not in given:
+        return
+    longest = max(len(p) for p in prompts)
+    if longest + config.max_new_tokens > info.max_length:
+        name = given["max_new_tokens"]
+        raise bad_request(
+            f"{name} ({config.max_new_tokens}) plus the prompt's {longest} tokens exceed the model's "
+            f"context of {info.max_length} positions",
+            param=name,
+            code="context_length_exceeded",
+        )
+
+
+def _rows(prompts: list[list[int]], config: DecodeConfig, n: int) -> list[Row]:
+    if len(prompts) * n > MAX_CHOICES:
+        param = "n" if n > 1 else "prompt"
+        raise bad_request(f"at most {MAX_CHOICES} choices (prompts x n) per request", param=param)
+    rows = []
+    for p, ids in enumerate(prompts):
+        for j in range(n):
+            cfg = config if j == 0 else config.replace(seed=derived_seed(config.seed, j))
+            rows.append(Row(len(rows), p, ids, cfg))
+    return rows
+
+
+def _notes(config: DecodeConfig) -> list[str]:
+    if config.decoder == "s2d2" and config.acceptance == "strict" and config.temperature > 0:
+        return [STRICT_SAMPLING_NOTE]
+    return []
 
 
 def prepare(
@@ -158,16 +322,22 @@ def prepare(
 ) -> Prepared:
     """Check ``body`` and translate it (see the module docstring); raises a 4xx APIError."""
     check_model_name(body.model, served_name)
-    _unsupported(body)
+    _refused(body)
     stop = stop_strings(body.stop)
-    config = build_config(model, body, server_preset)
-    chat = isinstance(body, ChatCompletionRequest)
-    param = "messages" if chat else "prompt"
-    try:
-        ids = chat_prompt_ids(model, body.messages) if chat else _completion_ids(model, body.prompt)
-        check_prompt(ids, model.info)
-    except S2D2Error as exc:
-        code = "context_length_exceeded" if "too long" in str(exc) else "invalid_prompt"
-        raise bad_request(str(exc), param=param, code=code) from None
-    include_usage = bool(body.stream_options and body.stream_options.include_usage)
-    return Prepared(ids, config, stop, bool(body.stream), include_usage)
+    config, given = build_config(model, body, server_preset)
+    prompts = _prompts(model, body)
+    ids = [p for p, _ in prompts]
+    _check_length(ids, config, given, model.info)
+    echo = isinstance(body, CompletionRequest) and bool(body.echo)
+    texts = [t if t is not None else model.decode_ids(p) for p, t in prompts] if echo else []
+    return Prepared(
+        rows=_rows(ids, config, body.n or 1),
+        prompts=ids,
+        stop=stop,
+        stream=bool(body.stream),
+        include_usage=bool(body.stream_options and body.stream_options.include_usage),
+        echo=echo,
+        prompt_texts=texts,
+        logprobs=config.logprobs,
+        notes=_notes(config),
+    )

@@ -20,6 +20,8 @@ from ..config import DecodeConfig
 
 #: Decoding settings the ``s2d2`` object does not take (the server streams text, not step traces).
 _HIDDEN_SETTINGS = {"trace"}
+#: Settings whose JSON form differs from the dataclass's type (JSON object keys are strings).
+_WIRE_TYPES: dict[str, Any] = {"logit_bias": dict[str, float]}
 
 
 def _settings_model() -> type[BaseModel]:
@@ -36,7 +38,7 @@ def _settings_model() -> type[BaseModel]:
             continue
         default = f.default if f.default is not dataclasses.MISSING else None
         desc = f"Decoding setting `{f.name}` (as `s2d2 generate`; default {default!r})."
-        fields[f.name] = (hints[f.name] | None, Field(None, description=desc))
+        fields[f.name] = (_WIRE_TYPES.get(f.name, hints[f.name]) | None, Field(None, description=desc))
     return create_model(
         "S2D2Settings",
         __config__=ConfigDict(strict=True, extra="forbid", allow_inf_nan=False),
@@ -53,6 +55,11 @@ class StreamOptions(BaseModel):
     include_usage: bool | None = Field(None, description="Send a last chunk with the usage.")
 
 
+class ResponseFormat(BaseModel):
+    model_config = ConfigDict(strict=True, extra="allow", allow_inf_nan=False)
+    type: str = Field(description="Only `text` is supported (a 400 otherwise).")
+
+
 class _Sampling(BaseModel):
     """Fields both endpoints share."""
 
@@ -60,19 +67,43 @@ class _Sampling(BaseModel):
 
     model: str | None = Field(None, description="The served model's name (GET /v1/models); optional.")
     max_tokens: int | None = Field(
-        None, ge=1, description="Most tokens to generate (default: the model's decoding default)."
+        None,
+        ge=1,
+        description="Most tokens to generate (default: the model's decoding default); a prompt plus "
+        "max_tokens beyond the model's context is a 400.",
     )
     temperature: float | None = Field(None, ge=0, description="0 = greedy (default: the model's default).")
     top_p: float | None = Field(None, gt=0, le=1, description="Nucleus filter, in (0, 1].")
+    top_k: int | None = Field(None, ge=-1, description="Keep the k most likely tokens; 0 or -1 = off (vLLM).")
     seed: int | None = Field(
-        None, ge=-(2**63), le=2**64 - 1, description="Seed of this request's own random generator."
+        None,
+        ge=-(2**63),
+        le=2**64 - 1,
+        description="Seed of the request's own random generator; choice i of `n` uses seed + i.",
     )
     stop: str | list[str] | None = Field(
         None, description="Up to 4 stop strings; the text stops before the first one (not returned)."
     )
-    n: int | None = Field(None, description="Choices per request; only 1 is supported.")
+    stop_token_ids: list[int] | None = Field(None, description="Token ids that also end the text (vLLM).")
+    ignore_eos: bool | None = Field(None, description="Keep generating past EOS (vLLM).")
+    min_tokens: int | None = Field(None, ge=0, description="No EOS / stop token before this many (vLLM).")
+    presence_penalty: float | None = Field(
+        None, description="In [-2, 2]: subtracted from a token's logit once it was generated."
+    )
+    frequency_penalty: float | None = Field(
+        None, description="In [-2, 2]: subtracted from a token's logit per time it was generated."
+    )
+    logit_bias: dict[str, float] | None = Field(
+        None, description="Token id (as a string) -> bias in [-100, 100] added to its logit."
+    )
+    n: int | None = Field(None, ge=1, description="Choices per prompt (each its own engine request).")
     stream: bool | None = Field(None, description="Stream server-sent events, ending in `data: [DONE]`.")
-    stream_options: StreamOptions | None = None
+    stream_options: StreamOptions | None = Field(None, description="Only with `stream`.")
+    response_format: ResponseFormat | None = Field(None, description="Only `{\"type\": \"text\"}`.")
+    tools: list[Any] | None = Field(None, description="Not supported (a 400 unless empty).")
+    tool_choice: Any = Field(None, description="Not supported (a 400 unless `none`).")
+    functions: list[Any] | None = Field(None, description="Not supported (a 400 unless empty).")
+    function_call: Any = Field(None, description="Not supported (a 400 unless `none`).")
     user: str | None = None
     s2d2: S2D2Settings | None = Field(None, description="Per-request decoding settings (extension).")  # type: ignore[valid-type]
 
@@ -81,11 +112,13 @@ class CompletionRequest(_Sampling):
     """POST /v1/completions."""
 
     prompt: str | list[int] | list[str] | list[list[int]] = Field(
-        description="The prompt: text, or token ids (a list of one prompt is accepted too)."
+        description="The prompt: text, token ids, or a list of either (one choice set per prompt)."
     )
-    echo: bool | None = Field(None, description="Not supported (must be false).")
-    logprobs: int | None = Field(None, description="Not supported (must be null).")
-    best_of: int | None = Field(None, description="Only 1 is supported.")
+    echo: bool | None = Field(None, description="Return the prompt before the completion.")
+    logprobs: int | None = Field(
+        None, ge=0, le=20, description="Report token logprobs and this many most likely alternatives."
+    )
+    best_of: int | None = Field(None, ge=1, description="Only best_of = n is supported.")
     suffix: str | None = Field(None, description="Not supported (must be null).")
 
 
@@ -113,8 +146,11 @@ class ChatCompletionRequest(_Sampling):
     """POST /v1/chat/completions."""
 
     messages: list[ChatMessage] = Field(min_length=1, description="The conversation so far.")
-    max_completion_tokens: int | None = Field(None, ge=1, description="Alias of max_tokens.")
-    logprobs: bool | None = Field(None, description="Not supported (must be false).")
+    max_completion_tokens: int | None = Field(None, ge=1, description="Wins over max_tokens.")
+    logprobs: bool | None = Field(None, description="Report each returned token's logprob.")
+    top_logprobs: int | None = Field(
+        None, ge=0, le=20, description="Most likely alternatives per token (needs `logprobs`)."
+    )
 
 
 # ---------------------------------------------------------------------------------------------- responses
@@ -125,20 +161,49 @@ class Usage(BaseModel):
 
 
 class S2D2Stats(BaseModel):
-    """The request's decoding statistics."""
+    """The request's decoding statistics (summed over its choices)."""
 
-    nfe: int = Field(description="Model forwards this request took part in.")
+    nfe: int = Field(description="Model forwards this request's choices took part in.")
     nfe_per_token: float
     verify_steps: int
     drafted: int
     accepted: int
-    finish_reason: str = Field(description="The engine's: stop (EOS) or length.")
+    finish_reason: str | None = Field(
+        description="The engine's: stop (EOS) or length (null with several choices)."
+    )
+    acceptance: str = Field(description="The acceptance rule applied: strict, probabilistic (or none).")
+    notes: list[str] = Field(default_factory=list, description="Warnings about the settings used.")
+
+
+class TopLogprob(BaseModel):
+    token: str
+    logprob: float
+    bytes: list[int] | None
+
+
+class ChatTokenLogprob(TopLogprob):
+    top_logprobs: list[TopLogprob]
+    source: str = Field(description="Extension: `ar` (the AR mode's exact probability) or `draft`.")
+
+
+class ChatLogprobs(BaseModel):
+    content: list[ChatTokenLogprob] | None
+
+
+class CompletionLogprobs(BaseModel):
+    tokens: list[str]
+    token_logprobs: list[float | None]
+    top_logprobs: list[dict[str, float] | None] | None
+    text_offset: list[int]
+    token_sources: list[str | None] = Field(
+        description="Extension: per token, `ar`, `draft`, or null for echoed prompt tokens."
+    )
 
 
 class CompletionChoice(BaseModel):
     index: int = 0
     text: str
-    logprobs: None = None
+    logprobs: CompletionLogprobs | None = None
     finish_reason: str | None
 
 
@@ -160,7 +225,7 @@ class AssistantMessage(BaseModel):
 class ChatChoice(BaseModel):
     index: int = 0
     message: AssistantMessage
-    logprobs: None = None
+    logprobs: ChatLogprobs | None = None
     finish_reason: str | None
 
 

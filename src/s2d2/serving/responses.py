@@ -1,9 +1,12 @@
-"""One submitted request's text, as OpenAI responses: a JSON body, or server-sent event chunks.
+"""A request's choices as OpenAI responses: a JSON body, or server-sent event chunks.
 
-:func:`text_events` is the one place a request's outputs turn into text: it feeds the engine's final
-token ids to a :class:`TextStream`, aborts the request when a stop string appears (the engine then frees
-the row at its next step) or when the consumer goes away (a client disconnect cancels the consumer), and
-ends with an :class:`Outcome`. The streamed and non-streamed bodies are both built from it.
+:func:`text_events` is the one place a choice's engine outputs turn into text: it feeds the engine's
+final token ids to a :class:`TextStream`, aborts the engine request when a stop string appears (the
+engine frees the row at its next step) or when the consumer goes away (a client disconnect cancels the
+consumer), and ends with an :class:`Outcome`. Each :class:`Delta` carries the counted tokens behind its
+text (through the stop string's end, never past it) and their logprobs when asked for. The streamed and
+non-streamed bodies are both built from it; several choices (``n``, lists of prompts) are several engine
+requests, collected together (:func:`collect_all`) or interleaved as they come (:func:`sse_chunks`).
 """
 
 from __future__ import annotations
@@ -12,18 +15,29 @@ import asyncio
 import json
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from .detokenizer import TextStream
 from .engine_thread import EngineThread, Submission
 from .errors import APIError
+from .prepare import Prepared
+from .token_logprobs import Scored, TokenTexts, chat_format, completion_format, scored_tokens
+
+
+@dataclass
+class Delta:
+    """Text that became final, the counted tokens behind it and (when asked for) their logprobs."""
+
+    text: str
+    token_ids: list[int]
+    logprobs: list[Any] | None = None
 
 
 @dataclass
 class Outcome:
-    """How a request ended."""
+    """How a choice ended; ``completion_tokens`` counts the tokens of its returned text."""
 
     finish_reason: str
     prompt_tokens: int
@@ -31,43 +45,61 @@ class Outcome:
     stats: Any = None
     error: str | None = None
 
-    def usage(self) -> dict[str, int]:
-        return {
-            "prompt_tokens": self.prompt_tokens,
-            "completion_tokens": self.completion_tokens,
-            "total_tokens": self.prompt_tokens + self.completion_tokens,
-        }
 
-    def s2d2(self) -> dict[str, Any]:
-        s = self.stats
-        return {
-            "nfe": s.nfe,
-            "nfe_per_token": s.nfe / max(self.completion_tokens, 1),
-            "verify_steps": s.verify_steps,
-            "drafted": s.drafted,
-            "accepted": s.accepted,
-            "finish_reason": s.finish_reason,
-        }
+@dataclass
+class ChoiceResult:
+    """One choice, collected whole."""
+
+    text: str = ""
+    token_ids: list[int] = field(default_factory=list)
+    logprobs: list[Any] | None = field(default_factory=list)
+    outcome: Outcome | None = None
+
+    def add(self, delta: Delta) -> None:
+        self.text += delta.text
+        self.token_ids += delta.token_ids
+        if self.logprobs is not None and delta.logprobs is not None:
+            self.logprobs += delta.logprobs
+        else:
+            self.logprobs = None
+
+
+def _take(sub: Submission, out: Any) -> tuple[Any, list[int], list[Any]]:
+    """``out`` and, if the consumer fell behind, every output queued after it, as one."""
+    ids, lps = list(out.new_token_ids), list(out.new_logprobs or [])
+    while not out.finished and not sub.outputs.empty():
+        out = sub.outputs.get_nowait()
+        ids += out.new_token_ids
+        lps += out.new_logprobs or []
+    return out, ids, lps
 
 
 async def text_events(
-    engine: EngineThread, sub: Submission, text: TextStream
-) -> AsyncIterator[str | Outcome]:
-    """New text pieces as they become final, then the :class:`Outcome` (see the module docstring)."""
+    engine: EngineThread, sub: Submission, text: TextStream, *, logprobs: bool = False
+) -> AsyncIterator[Delta | Outcome]:
+    """:class:`Delta` items as text becomes final, then the :class:`Outcome` (see the module docstring)."""
     done = stop_sent = False
+    counted, lps = 0, []
+
+    def delta(piece: str) -> Delta:
+        nonlocal counted
+        n = text.n_tokens
+        entries = lps[counted:n] if logprobs and len(lps) >= n else None
+        d = Delta(piece, text.ids[counted:n], entries)
+        counted = n
+        return d
+
     try:
         while True:
-            out = await sub.outputs.get()
-            ids = list(out.new_token_ids)
-            while not out.finished and not sub.outputs.empty():  # a consumer that fell behind: one chunk
-                out = sub.outputs.get_nowait()
-                ids += out.new_token_ids
+            out, ids, new_lps = _take(sub, await sub.outputs.get())
+            before = len(text.ids)
             piece = text.push(ids)
+            lps += new_lps[: len(text.ids) - before]
             if text.stopped and not stop_sent and not out.finished:
                 engine.abort(sub.request_id)
                 stop_sent = True
-            if piece:
-                yield piece
+            if piece or text.n_tokens > counted:
+                yield delta(piece)
             if out.finished:
                 done = True
                 break
@@ -76,69 +108,147 @@ async def text_events(
             engine.abort(sub.request_id)
     result = out.output
     if result.status == "failed":
-        yield Outcome("error", len(sub.prompt_ids), len(text.ids), result.stats, result.error or "failed")
+        yield Outcome("error", len(sub.prompt_ids), text.n_tokens, result.stats, result.error or "failed")
         return
     tail = text.finish()
     if tail:
-        yield tail
+        yield delta(tail)
     if text.stopped:
         reason = "stop"
     elif result.status == "aborted":
         reason = "abort"
     else:
         reason = "stop" if result.stats.finish_reason == "stop" else "length"
-    yield Outcome(reason, len(sub.prompt_ids), len(text.ids), result.stats)
+    yield Outcome(reason, len(sub.prompt_ids), text.n_tokens, result.stats)
 
 
 def new_id(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:24]}"
 
 
-async def collect(
-    events: AsyncIterator[str | Outcome], is_disconnected: Callable[[], Awaitable[bool]]
-) -> tuple[str, Outcome]:
-    """The whole text and the outcome; a client that disconnects meanwhile aborts the request."""
+async def _collect_one(events: AsyncIterator[Delta | Outcome]) -> ChoiceResult:
+    result = ChoiceResult()
+    async for item in events:
+        if isinstance(item, Outcome):
+            result.outcome = item
+            return result
+        result.add(item)
+    raise RuntimeError("the request ended without an outcome")
 
-    async def consume() -> tuple[str, Outcome]:
-        parts: list[str] = []
-        async for item in events:
-            if isinstance(item, Outcome):
-                return "".join(parts), item
-            parts.append(item)
-        raise RuntimeError("the request ended without an outcome")
 
-    task = asyncio.ensure_future(consume())
+async def collect_all(
+    streams: Sequence[AsyncIterator[Delta | Outcome]], is_disconnected: Callable[[], Awaitable[bool]]
+) -> list[ChoiceResult] | None:
+    """Every choice whole, or None if the client disconnected meanwhile (each choice is then aborted)."""
+    task = asyncio.ensure_future(asyncio.gather(*(_collect_one(s) for s in streams)))
     try:
         while True:
             done, _ = await asyncio.wait({task}, timeout=0.25)
             if done:
-                break
+                return task.result()
             if await is_disconnected():
-                task.cancel()
-                break
-        return await task
+                return None
     finally:
         if not task.done():
             task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
 
 
-def completion_body(text: str, outcome: Outcome, *, chat: bool, model: str) -> dict[str, Any]:
-    """The non-streamed response (raises a 500 APIError if the request failed inside the engine)."""
-    if outcome.error is not None:
-        raise APIError(500, f"the request failed while decoding: {outcome.error}", code="decode_failed")
-    choice: dict[str, Any] = {"index": 0, "logprobs": None, "finish_reason": outcome.finish_reason}
-    if chat:
-        choice["message"] = {"role": "assistant", "content": text}
-    else:
-        choice["text"] = text
+# ---------------------------------------------------------------------------------------------- bodies
+def acceptance_of(config: Any) -> str:
+    """The acceptance rule a config applies: strict, probabilistic, or none (no verification)."""
+    if config.decoder != "s2d2":
+        return "none"
+    return "strict" if config.strict else "probabilistic"
+
+
+def usage(prep: Prepared, outcomes: Sequence[Outcome]) -> dict[str, int]:
+    """Each prompt counted once, each choice's returned tokens."""
+    prompt = sum(len(p) for p in prep.prompts)
+    completion = sum(o.completion_tokens for o in outcomes)
+    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+
+
+def s2d2_stats(prep: Prepared, outcomes: Sequence[Outcome]) -> dict[str, Any]:
+    """The ``s2d2`` object: decoding statistics summed over ``outcomes``, the rule used, notes."""
+    stats = [o.stats for o in outcomes]
+    nfe = sum(s.nfe for s in stats)
+    tokens = sum(o.completion_tokens for o in outcomes)
     return {
-        "id": new_id("chatcmpl" if chat else "cmpl"),
-        "object": "chat.completion" if chat else "text_completion",
-        "created": int(time.time()),
-        "model": model,
-        "choices": [choice],
-        "usage": outcome.usage(),
-        "s2d2": outcome.s2d2(),
+        "nfe": nfe,
+        "nfe_per_token": nfe / max(tokens, 1),
+        "verify_steps": sum(s.verify_steps for s in stats),
+        "drafted": sum(s.drafted for s in stats),
+        "accepted": sum(s.accepted for s in stats),
+        "finish_reason": stats[0].finish_reason if len(stats) == 1 else None,
+        "acceptance": acceptance_of(prep.config),
+        "notes": list(prep.notes),
+    }
+
+
+@dataclass
+class Renderer:
+    """What the bodies need besides the choices: the request, the model's text functions, the served
+    name and (echo with logprobs) each prompt's scored tokens."""
+
+    prep: Prepared
+    chat: bool
+    model: str
+    decode: Callable[[list[int]], str]
+    token_text: Callable[[int], str]
+    prompt_scores: list[Scored] | None = None
+
+    def echo_text(self, row: Any) -> str:
+        return self.prep.prompt_texts[row.prompt_index] if self.prep.echo else ""
+
+    def logprobs(self, scored: Scored | None, offset: int = 0) -> dict[str, Any] | None:
+        k = self.prep.logprobs
+        if scored is None or k is None:
+            return None
+        if self.chat:
+            return chat_format(scored, self.token_text, k)
+        return completion_format(scored, self.token_text, k, offset)
+
+    def scored(self, pieces: TokenTexts, delta_ids: list[int], entries: list[Any] | None) -> Scored | None:
+        texts = pieces.add(delta_ids)
+        return None if entries is None else scored_tokens(texts, entries)
+
+    def head(self) -> dict[str, Any]:
+        return {
+            "id": new_id("chatcmpl" if self.chat else "cmpl"),
+            "created": int(time.time()),
+            "model": self.model,
+        }
+
+
+def completion_body(r: Renderer, results: Sequence[ChoiceResult]) -> dict[str, Any]:
+    """The non-streamed response (raises a 500 APIError if a choice failed inside the engine)."""
+    outcomes = [res.outcome for res in results]
+    for o in outcomes:
+        if o.error is not None:
+            raise APIError(500, f"the request failed while decoding: {o.error}", code="decode_failed")
+    choices = []
+    for row, res in zip(r.prep.rows, results, strict=True):
+        echo = r.echo_text(row)
+        scored = r.scored(TokenTexts(r.decode), res.token_ids, res.logprobs)
+        if scored is not None and echo and r.prompt_scores is not None:
+            whole = Scored()
+            whole.extend(r.prompt_scores[row.prompt_index])
+            whole.extend(scored)
+            scored = whole
+        choice: dict[str, Any] = {"index": row.index, "logprobs": r.logprobs(scored)}
+        choice["finish_reason"] = res.outcome.finish_reason
+        if r.chat:
+            choice["message"] = {"role": "assistant", "content": res.text}
+        else:
+            choice["text"] = echo + res.text
+        choices.append(choice)
+    return {
+        **r.head(),
+        "object": "chat.completion" if r.chat else "text_completion",
+        "choices": choices,
+        "usage": usage(r.prep, outcomes),
+        "s2d2": s2d2_stats(r.prep, outcomes),
     }
 
 
@@ -146,50 +256,97 @@ def _sse(obj: Any) -> str:
     return f"data: {json.dumps(obj, ensure_ascii=False)}\n\n"
 
 
-async def sse_chunks(
-    events: AsyncIterator[str | Outcome], *, chat: bool, model: str, include_usage: bool
-) -> AsyncIterator[str]:
-    """Server-sent events in OpenAI's chunk format, ending in ``data: [DONE]``."""
-    head = {
-        "id": new_id("chatcmpl" if chat else "cmpl"),
-        "object": "chat.completion.chunk" if chat else "text_completion",
-        "created": int(time.time()),
-        "model": model,
-    }
-    extra = {"usage": None} if include_usage else {}
+async def merged(
+    streams: Sequence[AsyncIterator[Delta | Outcome]],
+) -> AsyncIterator[tuple[int, Delta | Outcome]]:
+    """``(choice, item)`` from every stream as items arrive; closing this closes (aborts) them all."""
+    queue: asyncio.Queue[tuple[int, Any]] = asyncio.Queue()
 
-    def chunk(piece: str | None, finish: str | None, **more: Any) -> str:
-        choice: dict[str, Any] = {"index": 0, "logprobs": None, "finish_reason": finish}
-        if chat:
-            choice["delta"] = {} if piece is None else {"content": piece}
+    async def pump(i: int, stream: AsyncIterator[Delta | Outcome]) -> None:
+        try:
+            async for item in stream:
+                queue.put_nowait((i, item))
+        except Exception as exc:  # handed to the consumer, raised there
+            queue.put_nowait((i, exc))
+        finally:
+            queue.put_nowait((i, None))
+
+    tasks = [asyncio.ensure_future(pump(i, s)) for i, s in enumerate(streams)]
+    left = len(tasks)
+    try:
+        while left:
+            i, item = await queue.get()
+            if item is None:
+                left -= 1
+            elif isinstance(item, Exception):
+                raise item
+            else:
+                yield i, item
+    finally:
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+@dataclass
+class _ChoiceStream:
+    """A streamed choice's state: its tokens' text pieces and where its next token's text starts."""
+
+    pieces: TokenTexts
+    offset: int = 0
+
+
+def _first_chunks(r: Renderer, chunk: Callable[..., str]) -> list[str]:
+    """Before any text: the chat role of each choice, or (echo) each choice's prompt text."""
+    out = []
+    for row in r.prep.rows:
+        if r.chat:
+            out.append(chunk(row.index, delta={"role": "assistant", "content": ""}))
+        elif r.prep.echo:
+            scores = r.prompt_scores[row.prompt_index] if r.prompt_scores is not None else None
+            out.append(chunk(row.index, text=r.echo_text(row), logprobs=r.logprobs(scores)))
+    return out
+
+
+async def sse_chunks(r: Renderer, streams: Sequence[AsyncIterator[Delta | Outcome]]) -> AsyncIterator[str]:
+    """Server-sent events in OpenAI's chunk format, ending in ``data: [DONE]``."""
+    head = {**r.head(), "object": "chat.completion.chunk" if r.chat else "text_completion"}
+    extra = {"usage": None} if r.prep.include_usage else {}
+
+    def chunk(
+        index: int,
+        *,
+        text: str | None = None,
+        delta: Any = None,
+        logprobs: Any = None,
+        finish: str | None = None,
+        **more: Any,
+    ) -> str:
+        choice: dict[str, Any] = {"index": index, "logprobs": logprobs, "finish_reason": finish}
+        if r.chat:
+            choice["delta"] = delta if delta is not None else ({} if text is None else {"content": text})
         else:
-            choice["text"] = piece or ""
+            choice["text"] = text or ""
         return _sse({**head, "choices": [choice], **extra, **more})
 
-    if chat:
-        yield _sse(
-            {
-                **head,
-                "choices": [
-                    {
-                        "index": 0,
-                        "delta": {"role": "assistant", "content": ""},
-                        "logprobs": None,
-                        "finish_reason": None,
-                    }
-                ],
-                **extra,
-            }
-        )
-    async for item in events:
-        if isinstance(item, str):
-            yield chunk(item, None)
+    for first in _first_chunks(r, chunk):
+        yield first
+    states = [_ChoiceStream(TokenTexts(r.decode), len(r.echo_text(row))) for row in r.prep.rows]
+    outcomes: list[Outcome | None] = [None] * len(states)
+    async for i, item in merged(streams):
+        index, st = r.prep.rows[i].index, states[i]
+        if isinstance(item, Delta):
+            scored = r.scored(st.pieces, item.token_ids, item.logprobs)
+            yield chunk(index, text=item.text, logprobs=r.logprobs(scored, st.offset))
+            st.offset += sum(len(t) for t in scored.texts) if scored is not None else 0
             continue
+        outcomes[i] = item
         if item.error is not None:
             err = APIError(500, f"the request failed while decoding: {item.error}", code="decode_failed")
             yield _sse(err.body())
         else:
-            yield chunk(None, item.finish_reason, s2d2=item.s2d2())
-            if include_usage:
-                yield _sse({**head, "choices": [], "usage": item.usage(), "s2d2": item.s2d2()})
+            yield chunk(index, finish=item.finish_reason, s2d2=s2d2_stats(r.prep, [item]))
+    done = [o for o in outcomes if o is not None]
+    if r.prep.include_usage and len(done) == len(outcomes):
+        yield _sse({**head, "choices": [], "usage": usage(r.prep, done), "s2d2": s2d2_stats(r.prep, done)})
     yield "data: [DONE]\n\n"

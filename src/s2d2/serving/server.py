@@ -1,44 +1,128 @@
-"""Running the app under uvicorn, with a graceful SIGTERM.
+"""Running the app under uvicorn: connection timeouts and a graceful, bounded shutdown.
 
-On SIGTERM (or Ctrl-C) the server stops admitting at once (new requests on open connections get 503,
-``/health`` turns 503), stops listening, lets the running requests finish for up to ``grace`` seconds
-(then cancels them, which aborts their rows), stops the engine thread and returns, so ``s2d2 serve``
-exits 0. A second signal exits at once.
+**Timeouts.** An idle keep-alive connection, and a connection whose request head (request line and
+headers) has not fully arrived, are closed after ``timeout_keep_alive`` seconds (a head trickled in a
+byte at a time cannot hold a connection open: the deadline runs from the connection, or the previous
+response, to the end of the head). The body has its own deadline (:mod:`.limits`).
+
+**Shutdown.** On SIGTERM or SIGINT (Ctrl-C) the server stops admitting at once (new requests on open
+connections get 503, ``/health`` turns 503), stops listening and lets the running requests finish for
+up to ``grace`` seconds. Then every request still open ends with an error (a stream with an OpenAI error
+event and ``data: [DONE]``, a plain request with a 500), the engine thread stops, the app writes its
+routing state, and ``s2d2 serve`` exits 0 (1 if the routing state could not be written). A second
+signal ends the open requests at once the same way; if the process has not exited
+:data:`HARD_EXIT_S` seconds later (a forward that does not return), it writes the routing state if it
+can and exits without waiting.
 """
 
 from __future__ import annotations
 
 import logging
-import signal
+import os
+import threading
 from types import FrameType
 from typing import Any
 
 import uvicorn
+from uvicorn.protocols.http.h11_impl import H11Protocol
 
 log = logging.getLogger("s2d2.serving")
 
 DEFAULT_GRACE_S = 30.0
+DEFAULT_TIMEOUT_KEEP_ALIVE_S = 5.0
+#: uvicorn cancels what is still running this long after the grace (our own expiry ends it first)
+CANCEL_MARGIN_S = 5.0
+#: after a second stop signal the process is gone within this many seconds, whatever still runs
+HARD_EXIT_S = 5.0
+#: the error of a request the shutdown ended
+SHUTDOWN_MESSAGE = "the server shut down before the request finished"
+
+
+class HeadTimeoutH11(H11Protocol):
+    """uvicorn's h11 protocol with a deadline for each request head (see the module docstring)."""
+
+    head_timeout: float = DEFAULT_TIMEOUT_KEEP_ALIVE_S
+    _head_timer: Any = None
+
+    def connection_made(self, transport: Any) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._arm_head_timer()
+
+    def _arm_head_timer(self) -> None:
+        self._cancel_head_timer()
+        self._head_timer = self.loop.call_later(self.head_timeout, self._head_timed_out)
+
+    def _cancel_head_timer(self) -> None:
+        if self._head_timer is not None:
+            self._head_timer.cancel()
+            self._head_timer = None
+
+    def _head_timed_out(self) -> None:
+        self._head_timer = None
+        if not self.transport.is_closing():
+            log.debug("closing a connection whose request head did not arrive in time")
+            self.transport.close()
+
+    def handle_events(self) -> None:
+        cycle = self.cycle
+        super().handle_events()
+        if self.cycle is not cycle:  # a whole request head arrived
+            self._cancel_head_timer()
+
+    def on_response_complete(self) -> None:
+        self._arm_head_timer()  # before: a pipelined request handled in there cancels it again
+        super().on_response_complete()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._cancel_head_timer()
+        super().connection_lost(exc)
+
+
+def head_timeout_protocol(seconds: float) -> type[HeadTimeoutH11]:
+    """:class:`HeadTimeoutH11` with a head deadline of ``seconds``."""
+    return type("HeadTimeoutH11", (HeadTimeoutH11,), {"head_timeout": float(seconds)})
 
 
 class GracefulServer(uvicorn.Server):
-    """A uvicorn server that marks the app's engine as draining as soon as a stop signal arrives."""
+    """A uvicorn server with the shutdown of the module docstring."""
 
-    def __init__(self, config: uvicorn.Config, app: Any):
+    def __init__(self, config: uvicorn.Config, app: Any, grace: float = DEFAULT_GRACE_S):
         super().__init__(config)
         self._s2d2_app = app
+        self.grace = grace
+        self.signals = 0
+
+    def _state(self) -> Any:
+        return getattr(self._s2d2_app.state, "s2d2", None)
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
-        state = getattr(self._s2d2_app.state, "s2d2", None)
-        if state is not None and not state.engine.draining:
-            log.info("stop signal: admitting no new requests, finishing the running ones")
+        # not uvicorn's own: it would re-raise the signal after the shutdown (a crash exit) and a second
+        # SIGINT would skip the app's shutdown (no routing state written, the engine thread left running)
+        self.signals += 1
+        self.should_exit = True
+        state = self._state()
+        if state is None:
+            return
+        if self.signals == 1:
+            log.info("stop signal: admitting no new requests, finishing the running ones (%gs)", self.grace)
             state.engine.draining = True
-        super().handle_exit(sig, frame)
-        # uvicorn re-raises captured signals after its shutdown (the process would die of SIGTERM);
-        # a graceful SIGTERM shutdown is a normal exit here, status 0
-        captured = getattr(self, "_captured_signals", None)
-        if isinstance(captured, list) and sig == signal.SIGTERM:
-            while signal.SIGTERM in captured:
-                captured.remove(signal.SIGTERM)
+            timer = threading.Timer(self.grace, state.engine.expire, args=(SHUTDOWN_MESSAGE,))
+            timer.daemon = True
+            timer.start()
+            return
+        log.warning("second stop signal: ending every open request now")
+        state.engine.expire(SHUTDOWN_MESSAGE)
+        if self.signals == 2:
+            watchdog = threading.Timer(HARD_EXIT_S, self._hard_exit)
+            watchdog.daemon = True
+            watchdog.start()
+
+    def _hard_exit(self) -> None:
+        state = self._state()
+        ok = state.write_routing_state() if state is not None else True
+        log.error("the server did not stop within %gs of the second signal: exiting now", HARD_EXIT_S)
+        logging.shutdown()
+        os._exit(0 if ok else 1)
 
 
 def make_server(
@@ -48,21 +132,28 @@ def make_server(
     port: int = 8000,
     grace: float = DEFAULT_GRACE_S,
     log_level: str = "info",
+    timeout_keep_alive: float = DEFAULT_TIMEOUT_KEEP_ALIVE_S,
 ) -> GracefulServer:
     config = uvicorn.Config(
         app,
         host=host,
         port=port,
-        timeout_graceful_shutdown=max(int(grace), 1),
+        http=head_timeout_protocol(timeout_keep_alive),
+        timeout_keep_alive=max(int(timeout_keep_alive), 1),
+        timeout_graceful_shutdown=int(grace + CANCEL_MARGIN_S),
         log_level=log_level,
         lifespan="on",
         access_log=log_level == "debug",
     )
-    return GracefulServer(config, app)
+    return GracefulServer(config, app, grace)
 
 
-def serve(app: Any, **options: Any) -> bool:
-    """Serve ``app`` until a stop signal; True if it started and shut down cleanly."""
+def serve(app: Any, **options: Any) -> int:
+    """Serve ``app`` until a stop signal; the exit status: 0 after a clean shutdown, 1 if the app's
+    shutdown failed (its routing state could not be written), 3 if the server did not start."""
     server = make_server(app, **options)
     server.run()
-    return bool(server.started)
+    if not server.started:
+        return 3
+    state = getattr(app.state, "s2d2", None)
+    return 1 if state is not None and state.shutdown_failed else 0

@@ -121,9 +121,9 @@ def test_greedy_streamed_equals_non_streamed_equals_generate(client, expected):
 
 def test_chat_streamed_and_not(client, expected):
     q = QUESTIONS[0]
-    msgs = [{"role": "system", "content": "You solve problems."}, {"role": "user", "content": q}]
+    msgs = [{"role": "user", "content": q}]
     full = client.chat.completions.create(model="tiny-gsm", messages=msgs, max_tokens=96)
-    assert full.choices[0].message.content == expected[q]  # the fallback template: the bare question
+    assert full.choices[0].message.content == expected[q]  # the fallback template: one question, bare
     assert full.choices[0].message.role == "assistant"
     stream = client.chat.completions.create(
         model="tiny-gsm", messages=msgs, max_tokens=96, stream=True, stream_options={"include_usage": True}
@@ -175,7 +175,7 @@ def test_32_concurrent_streaming_clients(url, expected):
 
 def test_disconnect_frees_the_row(url, client, expected):
     aborted = requests_total(url, "aborted")
-    body = {"prompt": QUESTIONS[2], "max_tokens": 480, "stream": True, "s2d2": LONG}
+    body = {"prompt": QUESTIONS[2], "max_tokens": 400, "stream": True, "s2d2": LONG}
     with httpx.stream("POST", url + "/v1/completions", json=body, timeout=30) as resp:
         assert resp.status_code == 200
         lines = resp.iter_lines()
@@ -240,9 +240,9 @@ BAD_REQUESTS = [
     ("unknown setting", "/v1/completions", {"prompt": "hi", "s2d2": {"warp_speed": 9}}, 400),
     ("bad setting value", "/v1/completions", {"prompt": "hi", "s2d2": {"threshold": 2.0}}, 400),
     ("huge block size", "/v1/completions", {"prompt": "hi", "s2d2": {"block_size": 10**12}}, 400),
-    ("n = 2", "/v1/completions", {"prompt": "hi", "n": 2}, 400),
-    ("echo", "/v1/completions", {"prompt": "hi", "echo": True}, 400),
-    ("two prompts", "/v1/completions", {"prompt": ["a", "b"]}, 400),
+    ("n = 0", "/v1/completions", {"prompt": "hi", "n": 0}, 400),
+    ("best_of != n", "/v1/completions", {"prompt": "hi", "best_of": 2}, 400),
+    ("too many choices", "/v1/completions", {"prompt": ["a"] * 9, "n": 8}, 400),
     ("five stop strings", "/v1/completions", {"prompt": "hi", "stop": list("abcde")}, 400),
     ("no user message", "/v1/chat/completions", {"messages": [{"role": "system", "content": "x"}]}, 400),
     ("body over the size limit", "/v1/completions", {"prompt": "x " * 600_000}, 413),
@@ -305,7 +305,7 @@ def test_server_preset_may_be_a_file(model, tmp_path):
 
 def test_openai_client_raises_its_own_errors(client):
     with pytest.raises(openai.BadRequestError) as exc:
-        client.completions.create(model="tiny-gsm", prompt="hi", n=2)
+        client.completions.create(model="tiny-gsm", prompt="hi", n=0)
     assert exc.value.body["param"] == "n"
     with pytest.raises(openai.NotFoundError):
         client.completions.create(model="nope", prompt="hi")
@@ -315,7 +315,7 @@ def test_openai_client_raises_its_own_errors(client):
 def test_full_queue_answers_429_with_retry_after():
     small = s2d2.load("tiny-gsm", max_num_seqs=1)
     with running_server(create_app(small, max_num_seqs=1, max_queue=1)) as base:
-        body = {"prompt": QUESTIONS[5], "max_tokens": 480, "stream": True, "s2d2": LONG}
+        body = {"prompt": QUESTIONS[5], "max_tokens": 400, "stream": True, "s2d2": LONG}
         with (
             httpx.stream("POST", base + "/v1/completions", json=body, timeout=30) as first,
             httpx.stream("POST", base + "/v1/completions", json=body, timeout=30) as second,

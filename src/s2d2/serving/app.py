@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
+from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 
 from ..decoding.routing_state import DEFAULT_MAX_TABLES, EngineRoutingState
 from ..engine.llm_engine import LLMEngine
@@ -29,21 +29,25 @@ from .engine_thread import Draining, EngineThread, QueueFull
 from .errors import APIError, bad_request, install_error_handlers
 from .limits import DEFAULT_BODY_TIMEOUT_S, DEFAULT_MAX_BODY_BYTES, BodySizeLimit
 from .metrics import ServerMetrics
-from .prepare import Prepared, prepare
+from .prepare import Prepared, check_model_name, prepare
 from .protocol import (
     ChatCompletionRequest,
     ChatCompletionResponse,
     CompletionRequest,
     CompletionResponse,
     ErrorResponse,
+    ModelCard,
     ModelList,
 )
 from .request_checks import check_body_text
-from .responses import collect, completion_body, sse_chunks, text_events
+from .responses import Renderer, collect_all, completion_body, sse_chunks, text_events
 from .security import AccessControl
+from .token_logprobs import prompt_scores
 
 #: Seconds a client is told to wait after a 429.
 RETRY_AFTER_S = 1
+#: The status logged for a non-streamed request whose client disconnected (nginx's convention).
+CLIENT_CLOSED = 499
 ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
     code: {"model": ErrorResponse} for code in (400, 404, 413, 429, 500, 503)
 }
@@ -197,6 +201,11 @@ def _routes(app: FastAPI, state: ServerState) -> None:
             "data": [{"id": state.name, "object": "model", "created": state.created, "owned_by": "s2d2"}],
         }
 
+    @app.get("/v1/models/{model_id:path}", response_model=ModelCard, responses=ERROR_RESPONSES)
+    async def model_card(model_id: str) -> dict[str, Any]:
+        check_model_name(model_id, state.name)
+        return {"id": state.name, "object": "model", "created": state.created, "owned_by": "s2d2"}
+
     @app.post("/v1/completions", response_model=CompletionResponse, responses=ERROR_RESPONSES)
     async def completions(body: CompletionRequest, request: Request) -> Any:
         return await _serve(state, body, request, chat=False)
@@ -206,21 +215,35 @@ def _routes(app: FastAPI, state: ServerState) -> None:
         return await _serve(state, body, request, chat=True)
 
 
-async def _submit(state: ServerState, prep: Prepared) -> Any:
+async def _submit(state: ServerState, prep: Prepared) -> list[Any]:
+    """One engine request per choice, all or none (a refusal aborts the choices already queued)."""
     state.engine.ensure_started()  # where the host runs no lifespan events
+    subs: list[Any] = []
     try:
-        sub = state.engine.submit(prep.prompt_ids, prep.config)
-    except QueueFull as exc:
+        for row in prep.rows:
+            subs.append(state.engine.submit(row.prompt_ids, row.config))
+    except (QueueFull, Draining) as exc:
+        for sub in subs:
+            state.engine.abort(sub.request_id)
+        if isinstance(exc, Draining):
+            raise APIError(503, str(exc), code="draining") from None
         raise APIError(
             429, str(exc), code="queue_full", headers={"Retry-After": str(RETRY_AFTER_S)}
         ) from None
-    except Draining as exc:
-        raise APIError(503, str(exc), code="draining") from None
-    try:
-        await sub.accepted
-    except S2D2Error as exc:
-        raise bad_request(str(exc), param="prompt", code="invalid_prompt") from None
-    return sub
+    taken = await asyncio.gather(*(sub.accepted for sub in subs), return_exceptions=True)
+    failed = [exc for exc in taken if isinstance(exc, BaseException)]
+    if failed:
+        for sub in subs:
+            state.engine.abort(sub.request_id)
+        if isinstance(failed[0], S2D2Error):
+            raise bad_request(str(failed[0]), param="prompt", code="invalid_prompt") from None
+        raise failed[0]
+    return subs
+
+
+def _token_text(model: Any) -> Any:
+    """A token id's own text (for top logprobs)."""
+    return lambda tok: model.decode_ids([tok]) if tok not in model.info.eos_token_ids else ""
 
 
 def _prepare(state: ServerState, body: Any) -> Prepared:
@@ -232,12 +255,19 @@ def _prepare(state: ServerState, body: Any) -> Prepared:
 
 async def _serve(state: ServerState, body: Any, request: Request, *, chat: bool) -> Any:
     prep = await asyncio.to_thread(_prepare, state, body)
-    sub = await _submit(state, prep)
-    text = TextStream(state.model.decode_ids, prep.stop)
-    events = text_events(state.engine, sub, text)
+    scores = await asyncio.to_thread(prompt_scores, state.model, prep) if prep.echo else None
+    subs = await _submit(state, prep)
+    want = prep.logprobs is not None
+    streams = [
+        text_events(state.engine, sub, TextStream(state.model.decode_ids, prep.stop), logprobs=want)
+        for sub in subs
+    ]
+    decode = state.model.decode_ids
+    r = Renderer(prep, chat, state.name, decode, _token_text(state.model), scores)
     if prep.stream:
-        chunks = sse_chunks(events, chat=chat, model=state.name, include_usage=prep.include_usage)
         headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
-        return StreamingResponse(chunks, media_type="text/event-stream", headers=headers)
-    full, outcome = await collect(events, request.is_disconnected)
-    return JSONResponse(completion_body(full, outcome, chat=chat, model=state.name))
+        return StreamingResponse(sse_chunks(r, streams), media_type="text/event-stream", headers=headers)
+    results = await collect_all(streams, request.is_disconnected)
+    if results is None:  # the client went away: its choices are aborted, nobody reads an answer
+        return Response(status_code=CLIENT_CLOSED)
+    return JSONResponse(completion_body(r, results))

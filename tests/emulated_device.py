@@ -19,6 +19,7 @@ import weakref
 from collections.abc import Iterator
 
 import torch
+from torch.overrides import TorchFunctionMode
 
 from s2d2.engine import llm_engine
 from s2d2.engine.device import DeviceOps
@@ -90,6 +91,32 @@ def _mark(t: torch.Tensor) -> torch.Tensor:
     return t.as_subclass(DeviceTensor)
 
 
+_FACTORIES = {
+    torch.tensor,
+    torch.as_tensor,
+    torch.zeros,
+    torch.ones,
+    torch.full,
+    torch.empty,
+    torch.arange,
+    torch.rand,
+    torch.randn,
+    torch.randint,
+    torch.eye,
+}
+
+
+class _DeviceFactories(TorchFunctionMode):
+    """During the step's device half, a tensor made with an explicit ``device=`` is on the device."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        if func in _FACTORIES and kwargs.get("device") is not None and isinstance(out, torch.Tensor):
+            return _mark(out)
+        return out
+
+
 class EmulatedDeviceOps(DeviceOps):
     """The engine's device on the emulated device: what it makes is marked, its door counts."""
 
@@ -109,6 +136,9 @@ class EmulatedDeviceOps(DeviceOps):
 
     def mark(self, t):
         return _mark(t)
+
+    def phase(self):
+        return _DeviceFactories()
 
     def _fetch(self, flat):
         STATE.door_open = True

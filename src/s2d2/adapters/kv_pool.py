@@ -78,6 +78,11 @@ class KVPool:
         self._free += list(range(self.row_capacity, new_rows))
         self.row_capacity, self.capacity = new_rows, new_cap
 
+    def reserve_rows(self, rows: int) -> None:
+        """Make room for ``rows`` rows at once (one growth for a burst of admissions, not one a doubling)."""
+        if rows > self.row_capacity:
+            self.ensure(rows, self.capacity)
+
     @property
     def rows_in_use(self) -> int:
         return len(self._used)

@@ -9,6 +9,7 @@ marks these tensors and refuses to let them meet host tensors, which is how CI c
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 
 import torch
@@ -38,6 +39,10 @@ class DeviceOps:
     def rand(self, n: int, generator: torch.Generator) -> torch.Tensor:
         """``[n]`` uniforms in [0, 1) drawn from ``generator`` on the device."""
         return torch.rand(n, generator=generator, device=self.device)
+
+    def phase(self) -> contextlib.AbstractContextManager[None]:
+        """Entered around the step's device half (code there may make tensors with ``device=``)."""
+        return contextlib.nullcontext()
 
     def mark(self, t: torch.Tensor) -> torch.Tensor:
         """A tensor the model produced (its logits), as the step's device tensors are represented."""

@@ -217,7 +217,8 @@ class LLMEngine:
             t0 = time.perf_counter()
             rows, logits = run_isolating_failures(self.runner.run, rows, segments, self._fail)
             forward = time.perf_counter() - t0
-            self._postprocess(rows, logits)
+            with self.device.phase():
+                self._postprocess(rows, logits)
         outputs = []
         if self.stream:
             outputs += [o for o in map(self._progress, self.scheduler.running) if o.new_token_ids]

@@ -20,6 +20,7 @@ import torch
 from ..adapters.base import ModelInfo
 from ..adapters.kv_pool import KVState
 from ..config import DecodeConfig
+from ..decoding.logits_adjust import LogitsAdjust
 from ..decoding.policies import Policy, make_policy
 from ..decoding.routing_state import EngineRoutingState
 from ..decoding.stats import GenerationStats
@@ -130,6 +131,8 @@ class Request:
         self.limit = min(self.n_prompt + cfg.max_new_tokens, info.max_length)
         stop = set(cfg.stop_token_ids) | (set() if cfg.ignore_eos else set(info.eos_token_ids))
         self.stop_set = frozenset(stop)
+        #: OpenAI logit adjustments, applied to the drafter's and the verifier's logits alike
+        self.adjust = LogitsAdjust.of(cfg, stop_ids=sorted(stop))
         #: every position's token id on the host (the mask token where not decided yet)
         self.tokens: list[int] = self.prompt.tolist() + [info.mask_token_id] * (
             self.limit + cfg.block_size - self.n_prompt
@@ -195,6 +198,11 @@ class Request:
             if t in self.stop_set:
                 return out[: i + 1]
         return out
+
+    def generated_context(self, block_ids: list[int]) -> list[int]:
+        """The generated tokens up to the end of the open block, ``block_ids`` standing for its slots."""
+        cur = self.cursor
+        return self.tokens[self.n_prompt : cur.start] + block_ids[cur.first_generated :]
 
     def final_logprobs(self, n: int) -> list[TokenLogprob] | None:
         """Log-probabilities of the first ``n`` generated tokens (None when not asked for)."""

@@ -39,6 +39,9 @@ class Scheduler:
     def admit(self) -> list[Request]:
         """Move waiting requests into the running batch while rows and KV budget allow."""
         admitted = []
+        room = min(len(self.waiting), self.max_num_seqs - len(self.running))
+        if room > 0:
+            self.pool.reserve_rows(len(self.running) + room)
         while self.waiting and len(self.running) < self.max_num_seqs:
             req = self.waiting[0]
             budget = self.kv_budget_tokens

@@ -168,6 +168,14 @@ def _edit_slots(req: Request, upto: int) -> list[int]:
     return [s for s in range(req.cursor.first_generated, upto) if ids[s] != mask_id]
 
 
+def _with_context(req: Request, q: DraftQuery | VerifyQuery, slots: list[int], block_ids: list[int]) -> None:
+    """Give a query what the request's logit adjustments need (nothing when it has none). Pre-draft
+    groups stay unadjusted: they only propose, and the verification applies the adjustments exactly."""
+    if req.adjust.active:
+        q.positions = [req.cursor.start + s for s in slots]
+        q.context = req.generated_context(block_ids)
+
+
 def queries(dev: DeviceOps, req: Request, logits: torch.Tensor) -> RowWork:
     """What ``req`` needs from the logits of its forward (``req.action``)."""
     work = RowWork(req, req.action)
@@ -177,6 +185,7 @@ def queries(dev: DeviceOps, req: Request, logits: torch.Tensor) -> RowWork:
         slots = _edit_slots(req, upto)
         if slots:
             work.edit = DraftQuery(req, _rows(dev, logits, slots), slots)
+            _with_context(req, work.edit, slots, cur.ids)
     if req.action == Action.DRAFT:
         pol = req.policy
         work.draft = DraftQuery(
@@ -189,6 +198,7 @@ def queries(dev: DeviceOps, req: Request, logits: torch.Tensor) -> RowWork:
             alternatives=cfg.predraft_tokens + 1 if cfg.fuse and cfg.predraft_tokens else 0,
             keep_probs=pol is not None and (not cfg.strict or req.tracer.steps is not None),
         )
+        _with_context(req, work.draft, cur.candidates, cur.ids)
     elif req.action == Action.VERIFY:
         p = req.pending
         span = p.span_len
@@ -197,6 +207,7 @@ def queries(dev: DeviceOps, req: Request, logits: torch.Tensor) -> RowWork:
         p_rows = _prob_rows(dev, p.drafts, p.span_offset, p.span_offset + span)
         span_drafts = p.drafts.drafts[p.span_offset : p.span_offset + span]
         work.verify = VerifyQuery(req, parts[0], span_drafts, cfg.strict, p_rows)
+        _with_context(req, work.verify, p.span_slots, p.filled)
         alts = cfg.predraft_tokens + 1 if cfg.predraft_tokens else 0
         keep = req.tracer.steps is not None
         for g, rows in zip(p.groups, parts[1:], strict=True):

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 import torch
 
 from ..decoding import functional as F
+from ..decoding.logits_adjust import adjust_logits, token_counts
 from .device import DeviceOps
 from .draft_step import SlotDrafts
 from .request import Request
@@ -38,6 +39,10 @@ class DraftQuery:
     alternatives: int = 0
     #: keep the distributions on the device (a probabilistic verification will need them)
     keep_probs: bool = False
+    #: OpenAI logit adjustments (``req.adjust``): each row's absolute position and the generated tokens
+    #: its context holds (from the first generated position on; the mask token where undecided)
+    positions: list[int] | None = None
+    context: list[int] | None = None
     result: SlotDrafts | None = None
 
 
@@ -51,6 +56,8 @@ class VerifyQuery:
     drafts: list[int]
     strict: bool
     p_rows: torch.Tensor | None = None
+    positions: list[int] | None = None
+    context: list[int] | None = None
     n_accepted: int = 0
     correction: int | None = None
     #: the AR-mode probability of each committed token (accepted drafts, then the correction); tracing
@@ -81,6 +88,22 @@ class _Fetch:
         return self.values[i]
 
 
+def _adjusted(dev: DeviceOps, q: DraftQuery | VerifyQuery, rows: torch.Tensor) -> torch.Tensor:
+    """``rows`` after the request's logit adjustments (:mod:`~s2d2.decoding.logits_adjust`): bias,
+    penalties counted over the generated tokens before each row's position, ``min_tokens``."""
+    if q.positions is None:
+        return rows
+    req, adjust = q.req, q.req.adjust
+    before = [p - req.n_prompt for p in q.positions]
+    counts = None
+    if adjust.needs_counts:
+        n, T = len(before), len(q.context)
+        tokens = dev.tensor(q.context).expand(n, T)
+        reach = dev.arange(T).view(1, T) < dev.tensor(before).view(n, 1)
+        counts = token_counts(tokens, reach & (tokens != req.info.mask_token_id), rows.shape[-1])
+    return adjust_logits(rows, adjust, counts, dev.tensor(before))
+
+
 def _transforms(req: Request) -> tuple[float, int, float]:
     c = req.config
     return (c.temperature, c.top_k, c.top_p)
@@ -104,12 +127,15 @@ def _draw(probs: torch.Tensor, queries: list[DraftQuery], sizes: list[int]) -> t
     )
 
 
-def _draft_group(queries: list[DraftQuery], fetch: _Fetch) -> list[tuple[DraftQuery, dict[str, int]]]:
+def _draft_group(
+    queries: list[DraftQuery], dev: DeviceOps, fetch: _Fetch
+) -> list[tuple[DraftQuery, dict[str, int]]]:
     """Register the device values of queries sharing sampling transforms; returns what to read back."""
     temperature, top_k, top_p = _transforms(queries[0].req)
     mask_id = queries[0].req.info.mask_token_id
     sizes = [len(q.slots) for q in queries]
-    logits = torch.cat([q.rows for q in queries]) if len(queries) > 1 else queries[0].rows
+    rows = [_adjusted(dev, q, q.rows) for q in queries]
+    logits = torch.cat(rows) if len(rows) > 1 else rows[0]
     masked = logits.clone()
     masked[:, mask_id] = float("-inf")  # the mask token is never a prediction
     probs = F.probs_from_logits(masked, temperature, top_k, top_p)
@@ -181,7 +207,8 @@ def _verify_strict(queries: list[VerifyQuery], dev: DeviceOps, fetch: _Fetch) ->
     at the first mismatch. Registers per-row (n_accepted, correction) and per-position values."""
     mask_id = queries[0].req.info.mask_token_id
     sizes = [len(q.drafts) for q in queries]
-    logits = torch.cat([q.q_rows for q in queries]) if len(queries) > 1 else queries[0].q_rows
+    rows = [_adjusted(dev, q, q.q_rows) for q in queries]
+    logits = torch.cat(rows) if len(rows) > 1 else rows[0]
     masked = logits.clone()
     masked[:, mask_id] = float("-inf")
     q_arg = masked.argmax(dim=-1)
@@ -239,7 +266,8 @@ def _verify_probabilistic(q: VerifyQuery, dev: DeviceOps, fetch: _Fetch) -> dict
     req = q.req
     c = req.config
     n = len(q.drafts)
-    masked = q.q_rows.clone()
+    adjusted = _adjusted(dev, q, q.q_rows)
+    masked = adjusted.clone()
     masked[:, req.info.mask_token_id] = float("-inf")
     probs = F.probs_from_logits(masked, c.temperature, c.top_k, c.top_p)
     drafts = dev.tensor(q.drafts)
@@ -254,7 +282,7 @@ def _verify_probabilistic(q: VerifyQuery, dev: DeviceOps, fetch: _Fetch) -> dict
     if q.wants_p_correction():
         q._p_correction_key = fetch.add(q.p_rows.index_select(0, at).gather(1, correction.view(1, 1)))
     committed = torch.where(dev.arange(n) == first, correction, drafts)
-    _register_q_values([q], q.q_rows, lambda: probs, committed, keys, fetch)
+    _register_q_values([q], adjusted, lambda: probs, committed, keys, fetch)
     return keys
 
 
@@ -271,7 +299,7 @@ def run_queries(
     pending: list[tuple[DraftQuery, dict[str, int]]] = []
     for batch in (edits, drafts):
         for group in _by_transforms(batch).values():
-            pending += _draft_group(group, fetch)
+            pending += _draft_group(group, dev, fetch)
     strict = [q for q in verifies if q.strict]
     checks = list(zip(strict, _verify_strict(strict, dev, fetch), strict=True)) if strict else []
     checks += [(q, _verify_probabilistic(q, dev, fetch)) for q in verifies if not q.strict]

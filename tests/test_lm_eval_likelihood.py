@@ -97,3 +97,52 @@ def test_generate_until_batched_equals_one_at_a_time(capsys, tasks, tmp_path):
         runs[batch] = [s["resps"][0][0] for s in samples]
         assert results["results"]["tiny_gsm_gen"]["exact_match,final"] >= 0.75
     assert runs["16"] == runs["1"] and all("####" in r for r in runs["1"])
+
+
+def test_apply_chat_template(capsys, tasks, tmp_path):
+    """With a template the contexts are the rendered chat (and scored as such); without one the run
+    stops with a one-line error."""
+    import shutil
+
+    import lm_eval
+    from lm_eval.tasks import TaskManager
+
+    from s2d2.evaluation.lm_eval_model import S2D2LM
+    from s2d2.model import builtin_path
+
+    chat_model = tmp_path / "chat-model"
+    shutil.copytree(builtin_path("tiny-gsm"), chat_model)
+    config = json.loads((chat_model / "tokenizer_config.json").read_text())
+    config["chat_template"] = "{% for m in messages %}<bos> {{ m['content'] }}{% endfor %}"
+    (chat_model / "tokenizer_config.json").write_text(json.dumps(config))
+    lm = S2D2LM(model=str(chat_model), device="cpu", batch_size=4)
+    out = lm_eval.simple_evaluate(
+        model=lm,
+        tasks=["tiny_gsm_mc"],
+        task_manager=TaskManager(include_path=str(tasks), include_defaults=False),
+        limit=2,
+        apply_chat_template=True,
+        bootstrap_iters=0,
+        log_samples=True,
+    )
+    for sample in out["samples"]["tiny_gsm_mc"]:
+        context, continuation = sample["arguments"][0]  # the first choice's request
+        assert context == "<bos> " + sample["doc"]["question"]
+        [(expected, _)] = lm.model.loglikelihood([(context, continuation)])
+        assert abs(float(sample["resps"][0][0][0]) - expected) < 1e-4
+
+    code, _, err = run_cli(
+        capsys,
+        "lm-eval",
+        "--model",
+        "s2d2",
+        "--tasks",
+        "tiny_gsm_mc",
+        "--include_path",
+        str(tasks),
+        "--limit",
+        "1",
+        "--apply_chat_template",
+    )
+    lines = [line for line in err.strip().splitlines() if line.startswith("error:")]
+    assert code != 0 and len(lines) == 1 and "no chat template" in lines[0] and "Traceback" not in err

@@ -80,13 +80,17 @@ def complete(url, **kw):
 # ---------------------------------------------------------------------------------------------- sampling
 N_SAMPLES = 2000
 POSITIONS = 8
+#: a prompt the model answers in many ways at temperature 1 (AR's samples give some 200 final answers)
+SAMPLED = "Tom has 11 boxes with 4 apples each. How many apples?"
 END = -1  # the "position past the end" category
 
 
 def _samples(m, **settings):
     """2,000 seeded samples of one prompt at temperature 1 through the library's batched engine."""
     per = [{"seed": i} for i in range(N_SAMPLES)]
-    res = m.generate_batch([Q] * N_SAMPLES, temperature=1.0, max_new_tokens=48, per_request=per, **settings)
+    res = m.generate_batch(
+        [SAMPLED] * N_SAMPLES, temperature=1.0, max_new_tokens=48, per_request=per, **settings
+    )
     cols = [
         collections.Counter(r.token_ids[i] if i < len(r.token_ids) else END for r in res)
         for i in range(POSITIONS)

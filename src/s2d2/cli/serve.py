@@ -150,7 +150,7 @@ def serve_command(
         app, host=host, port=port, grace=grace, log_level=log_level, timeout_keep_alive=timeout_keep_alive
     )
     if status:
-        raise typer.Exit(status)
+        raise SystemExit(status)  # not typer.Exit: the CLI runs click outside standalone mode, which drops it
 
 
 def _check_serve_options(max_num_seqs: int, max_queue: int, port: int, grace: float, body: int) -> None:

@@ -82,7 +82,7 @@ def test_batch_equals_alone_every_decoder(tiny, questions, alone, name):
     engine = LLMEngine(tiny.adapter, max_num_seqs=6)
     cfgs = [tiny.make_config(max_new_tokens=48, **kw)] * len(qs)
     outs = engine.generate([tiny.encode(q) for q in qs], cfgs)
-    assert engine.runner.counters.mean_rows > 2  # rows really shared forwards
+    assert engine.stats()["mean_rows_per_forward"] > 2  # rows really shared forwards
     for q, out in zip(qs, outs, strict=True):
         assert signature(out) == alone(q, kw), (name, q)
 
@@ -192,7 +192,7 @@ def test_kv_budget_bounds_admission(tiny, questions, alone):
     engine = LLMEngine(tiny.adapter, max_num_seqs=8, kv_budget_tokens=2 * need + 20)
     cfg = tiny.make_config(max_new_tokens=48, **kw)
     outs = engine.generate([tiny.encode(q) for q in questions[:5]], [cfg] * 5)
-    assert engine.runner.counters.mean_rows <= 3
+    assert engine.stats()["mean_rows_per_forward"] <= 3
     for q, out in zip(questions[:5], outs, strict=True):
         assert signature(out) == alone(q, kw)
     with pytest.raises(s2d2.PromptError, match="KV budget"):

@@ -54,13 +54,16 @@ def _one_cell(model: Any, prompts: list[list[int]], cfg: Any, limit: int) -> dic
     t0 = time.perf_counter()
     outs = engine.generate(prompts, [cfg] * len(prompts))
     seconds = time.perf_counter() - t0
-    c = engine.runner.counters
+    c = engine.stats()
     return {
         "seconds": seconds,
         "tokens": sum(o.stats.generated_tokens for o in outs),
-        "forwards": c.forwards,
-        "rows": c.rows,
-        "query_tokens": c.query_tokens,
+        "forwards": c["forwards"],
+        "rows": c["rows"],
+        "query_tokens": c["query_tokens"],
+        "host_syncs_per_step": c["host_syncs_per_step"],
+        "forward_ms_per_step": c["forward_ms_per_step"],
+        "other_ms_per_step": c["other_ms_per_step"],
     }
 
 
@@ -158,6 +161,10 @@ def _summarize(
                     "ceiling_fraction": round(x["query_tokens"] / sec / ceiling, 3),
                     "seconds": round(sec, 3),
                     "tokens": int(x["tokens"]),
+                    "host_syncs_per_step": round(x["host_syncs_per_step"], 3),
+                    # step time split, medians over repeats: the model's forward vs everything else
+                    "forward_ms_per_step": _median(runs, "forward_ms_per_step"),
+                    "other_ms_per_step": _median(runs, "other_ms_per_step"),
                 }
             )
     return {
@@ -172,6 +179,10 @@ def _summarize(
     }
 
 
+def _median(runs: list[dict[str, float]], key: str) -> float:
+    return round(statistics.median(r[key] for r in runs), 3)
+
+
 def render(results: dict[str, Any]) -> str:
     """A Markdown table of :func:`run_throughput`'s result, one line per (configuration, limit)."""
     cols = (
@@ -184,6 +195,9 @@ def render(results: dict[str, Any]) -> str:
         ("query_tokens_per_token", "query tok/token"),
         ("query_tokens_per_s", "query tok/s"),
         ("ceiling_fraction", "of ceiling"),
+        ("forward_ms_per_step", "forward ms/step"),
+        ("other_ms_per_step", "other ms/step"),
+        ("host_syncs_per_step", "host syncs/step"),
     )
     lines = ["| " + " | ".join(h for _, h in cols) + " |", "|" + "---|" * len(cols)]
     for r in results["rows"]:

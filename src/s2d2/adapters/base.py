@@ -28,6 +28,7 @@ Attention masks here are boolean ``[queries, keys]`` matrices, True = the query 
 from __future__ import annotations
 
 import json
+import os
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -334,9 +335,13 @@ def resolve_dtype(dtype: str | torch.dtype | None, device: torch.device) -> torc
 
 
 def resolve_device(device: str | torch.device | None) -> torch.device:
+    """``auto``/None -> ``$S2D2_DEVICE`` when set, else cuda if available, else cpu."""
     if device in (None, "auto"):
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    dev = torch.device(device)
+        device = os.environ.get("S2D2_DEVICE") or ("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError):
+        raise ModelLoadError(f"unknown device {device!r}; use cpu, cuda or cuda:N") from None
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise ModelLoadError("device 'cuda' requested but no CUDA GPU is available")
     return dev

@@ -160,6 +160,13 @@ class LLMEngine:
     def has_unfinished(self) -> bool:
         return bool(self.scheduler.waiting or self.scheduler.running)
 
+    def running_ids(self) -> list[Any]:
+        """Ids of the requests decoding now (admitted, not retired yet)."""
+        return [r.request_id for r in self.scheduler.running]
+
+    def is_running(self, request_id: Any) -> bool:
+        return any(r.request_id == request_id for r in self.scheduler.running)
+
     @property
     def num_running(self) -> int:
         return len(self.scheduler.running)

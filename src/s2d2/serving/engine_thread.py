@@ -176,7 +176,7 @@ class EngineThread:
 
     def _abort(self, request_id: str) -> None:
         """Abort in the engine; a request still waiting leaves at once, with no engine output: end it here."""
-        running = any(r.request_id == request_id for r in self.engine.scheduler.running)
+        running = self.engine.is_running(request_id)
         if self.engine.abort(request_id) and not running:
             out = DecodeOutput([], GenerationStats(), request_id=request_id, status="aborted")
             self._dispatch([RequestOutput(request_id, [], True, out)])
@@ -215,7 +215,7 @@ class EngineThread:
 
     def _fail_all(self) -> list[RequestOutput]:
         outs = []
-        for rid in [r.request_id for r in self.engine.scheduler.running if r.request_id in self._subs]:
+        for rid in [rid for rid in self.engine.running_ids() if rid in self._subs]:
             self._abort(rid)
             failed = DecodeOutput([], GenerationStats(), request_id=rid, status="failed", error="step failed")
             outs.append(RequestOutput(rid, [], True, failed))

@@ -64,9 +64,9 @@ class ServerMetrics:
                 self.accepted += s.accepted
 
     def record_engine(self, engine: Any) -> None:
-        c = engine.runner.counters
+        c = engine.stats()
         with self._lock:
-            self.forwards, self.forward_rows, self.query_tokens = c.forwards, c.rows, c.query_tokens
+            self.forwards, self.forward_rows, self.query_tokens = c["forwards"], c["rows"], c["query_tokens"]
             self.running, self.waiting = engine.num_running, engine.num_waiting
             self.max_num_seqs = engine.max_num_seqs
             self.routing_tables = len(engine.routing.tables)

@@ -52,11 +52,11 @@ def evaluate(model: torch.nn.Module, tok: Any, problems: list[dict]) -> dict:
     questions = [p["question"] for p in problems]
     res: dict[str, float] = {}
     for name, settings in DEV_DECODERS.items():
-        before = m.engine.runner.counters.forwards
+        before = m.engine.stats()["forwards"]
         outs = m.generate_batch(questions, max_new_tokens=MAX_NEW_TOKENS, **settings)
         correct = sum(is_correct(o.text, p["final"]) for o, p in zip(outs, problems, strict=True))
         res[name] = correct / max(1, len(problems))
-        res[name.replace("acc", "forwards")] = m.engine.runner.counters.forwards - before
+        res[name.replace("acc", "forwards")] = m.engine.stats()["forwards"] - before
     res["score"] = res["acc_ar"] + res["acc_dyn8"]
     model.train()
     return res

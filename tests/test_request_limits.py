@@ -8,10 +8,12 @@ import s2d2
 from s2d2.config import PRESETS, DecodeConfig
 from s2d2.engine.llm_engine import LLMEngine
 from s2d2.engine.request_limits import (
+    MAX_PREDRAFT_GROUPS,
     RequestLimitError,
     check_request_limits,
     default_max_query_tokens_per_row,
     fold_limit_for,
+    predraft_groups,
     row_query_tokens,
 )
 from s2d2.errors import ConfigError
@@ -80,7 +82,7 @@ def test_a_configured_bound_through_load():
     [
         {},
         {"preset": "lossless", "block_size": 8},
-        {"preset": "lossless-fused", "block_size": 8, "predraft_positions": 7, "predraft_tokens": 2},
+        {"preset": "lossless-fused", "block_size": 8, "predraft_positions": 3, "predraft_tokens": 2},
         {"preset": "paper-sdar-a"},
         {"decoder": "dynamic", "block_size": 16, "fuse": False},
     ],
@@ -105,12 +107,32 @@ def test_the_worst_case_bounds_every_forward_and_long_prompts_are_chunked(model,
     assert outs[0].token_ids == outs[1].token_ids
 
 
+@pytest.mark.parametrize(
+    ("settings", "setting"),
+    [
+        ({"predraft_positions": 9, "predraft_tokens": 1}, "predraft_positions"),  # 10 groups
+        ({"predraft_positions": 4, "predraft_tokens": 2}, "predraft_tokens"),  # 9 groups, 5 with one token
+    ],
+)
+def test_pre_draft_groups_are_bounded_too(settings, setting):
+    cfg = DecodeConfig.build(preset="lossless-fused", block_size=16, **settings)
+    assert row_query_tokens(cfg, prefill_chunk=256, fold_limit=240, vocab_size=320).worst <= 256
+    with pytest.raises(RequestLimitError) as err:
+        check_request_limits(cfg, limit=256, prefill_chunk=256, fold_limit=240, vocab_size=320)
+    assert err.value.setting == setting and f"limit of {MAX_PREDRAFT_GROUPS}" in str(err.value)
+    fits = DecodeConfig.build(preset="lossless-fused", block_size=16, predraft_positions=7, predraft_tokens=1)
+    assert predraft_groups(fits, 320) == MAX_PREDRAFT_GROUPS == 8
+    check_request_limits(fits, limit=256, prefill_chunk=256, fold_limit=240, vocab_size=320)
+
+
 def test_check_is_pure_and_names_the_setting():
     cfg = DecodeConfig.build(**SLOW_72S)
     need = row_query_tokens(cfg, prefill_chunk=256, fold_limit=224, vocab_size=320)
     assert (need.prefill, need.draft, need.verify, need.kind()) == (256, 256, 33824, "verification")
-    # a bound that admits it: no error, the same figures
-    assert check_request_limits(cfg, limit=40000, prefill_chunk=256, fold_limit=224, vocab_size=320) == need
-    # with predraft_positions 0 the fused verification is 2B + B (the next block's group)
+    # with predraft_positions 0 the fused verification is 2B + B (the next block's group): it fits 96
     fits = DecodeConfig.build(**{**SLOW_72S, "predraft_positions": 0})
-    assert row_query_tokens(fits, prefill_chunk=1, fold_limit=0, vocab_size=320).verify == 96
+    need = row_query_tokens(fits, prefill_chunk=64, fold_limit=32, vocab_size=320)
+    assert need.verify == 96 == need.worst
+    assert check_request_limits(fits, limit=96, prefill_chunk=64, fold_limit=32, vocab_size=320) == need
+    with pytest.raises(RequestLimitError):
+        check_request_limits(fits, limit=95, prefill_chunk=64, fold_limit=32, vocab_size=320)

@@ -16,6 +16,10 @@ it runs. A request's worst case per forward kind (B = ``block_size``; a block's 
   k = min(``predraft_positions``, B - 1) rejection positions (distinct slots c), max(1, T) groups of
   B - c rows, T = min(``predraft_tokens``, vocab - 1): at most max(1, T) * (k B - k (k - 1) / 2).
 
+Pre-draft groups also cost per group, not only per token (each is a mask, a slice of the logits and a
+candidate for the next step's pick), so a fused verification may carry at most
+:data:`MAX_PREDRAFT_GROUPS` of them per row: 1 + k * max(1, T) groups.
+
 ``steps`` (and ``post_steps``) set how many forwards a block takes, not their size: they lengthen the
 request's own decoding, not its batch-mates' forwards (``steps`` <= ``block_size`` by DecodeConfig).
 The prompt's length is bounded by the context (``check_prompt``) and, per forward, by the prefill chunk.
@@ -31,6 +35,9 @@ from ..errors import ConfigError
 
 #: The block size assumed for shipped presets that leave it to the model (the largest a preset names).
 PRESET_BLOCK_SIZE = max(int(p.get("block_size", 1)) for p in PRESETS.values())
+#: Pre-draft groups a fused verification may carry per row: the most a shipped preset uses
+#: (lossless-fused: the next block + 4 rejection positions = 5), rounded up to a power of two.
+MAX_PREDRAFT_GROUPS = 8
 
 
 class RequestLimitError(ConfigError):
@@ -64,6 +71,14 @@ def predraft_rows(block_size: int, positions: int, tokens: int, vocab_size: int)
     k = min(positions, block_size - 1)
     per_position = max(1, min(tokens, vocab_size - 1))
     return block_size + per_position * (k * block_size - k * (k - 1) // 2)
+
+
+def predraft_groups(config: DecodeConfig, vocab_size: int) -> int:
+    """Pre-draft groups of one fused verification at most (0 without fusion)."""
+    if not config.fuse:
+        return 0
+    k = min(config.predraft_positions, config.block_size - 1)
+    return 1 + k * max(1, min(config.predraft_tokens, vocab_size - 1))
 
 
 def row_query_tokens(
@@ -109,14 +124,29 @@ def _culprit(config: DecodeConfig, limit: int, vocab_size: int) -> str:
     return "block_size"
 
 
+def _too_many_groups(config: DecodeConfig, groups: int, vocab_size: int) -> RequestLimitError:
+    fewer = dataclasses.replace(config, predraft_tokens=min(config.predraft_tokens, 1))
+    one_token_fits = predraft_groups(fewer, vocab_size) <= MAX_PREDRAFT_GROUPS
+    setting = "predraft_tokens" if one_token_fits else "predraft_positions"
+    return RequestLimitError(
+        f"{setting}: these settings (predraft_positions {config.predraft_positions}, predraft_tokens "
+        f"{config.predraft_tokens}) carry up to {groups} pre-draft groups per row in one verification "
+        f"forward, more than the engine's limit of {MAX_PREDRAFT_GROUPS}",
+        setting,
+    )
+
+
 def check_request_limits(
     config: DecodeConfig, *, limit: int, prefill_chunk: int, fold_limit: int, vocab_size: int
 ) -> RowQueryTokens:
     """``config``'s worst case (:func:`row_query_tokens`); a :class:`RequestLimitError` naming the
     setting to lower if it exceeds ``limit`` (the engine's ``max_query_tokens_per_row``)."""
     need = row_query_tokens(config, prefill_chunk=prefill_chunk, fold_limit=fold_limit, vocab_size=vocab_size)
-    if need.worst <= limit:
+    groups = predraft_groups(config, vocab_size)
+    if need.worst <= limit and groups <= MAX_PREDRAFT_GROUPS:
         return need
+    if need.worst <= limit:
+        raise _too_many_groups(config, groups, vocab_size)
     setting = _culprit(config, limit, vocab_size)
     detail = f"block_size {config.block_size}"
     if config.fuse:
@@ -133,8 +163,10 @@ __all__ = [
     "RequestLimitError",
     "RowQueryTokens",
     "check_request_limits",
+    "MAX_PREDRAFT_GROUPS",
     "default_max_query_tokens_per_row",
     "fold_limit_for",
+    "predraft_groups",
     "predraft_rows",
     "row_query_tokens",
 ]

@@ -203,6 +203,9 @@ def test_a_shared_context_is_fed_once_and_rows_are_batched():
     (_, n, keep), _ = spy.calls[0]
     assert keep == len(ctx) and n == len(ctx) + sum(2 * len(c) - 1 for c in choices)
     assert max_diff(scores[:4], model.score([(ctx, c) for c in choices])) < ATOL
+    narrow = CountingAdapter(model.adapter)  # a key/value budget below two rows: one row a forward
+    alone = Scorer(narrow, kv_tokens=1).score([(ctx, c) for c in choices] + [(other, choices[0])])
+    assert [len(call) for call in narrow.calls] == [1, 1] and max_diff(alone, scores) < ATOL
 
 
 def test_scoring_leaves_the_engine_alone():

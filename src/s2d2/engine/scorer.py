@@ -8,7 +8,9 @@ raw float32 logits over the whole vocabulary, no sampling transform.
 
 Requests are batched on the adapter's packed forward (:meth:`~s2d2.adapters.base.ModelAdapter.run`):
 
-* one row per job, many rows per forward (up to ``max_rows`` rows and ``batch_tokens`` tokens);
+* one row per job, many rows per forward (up to ``max_rows`` rows and ``batch_tokens`` tokens), as many
+  rows at a time as ``kv_tokens`` positions hold (rows x the longest job so far; the pool may round
+  both up to its next doubling);
 * requests with the same context form one job: the context is fed once and the continuations are its
   branches in the same forward (lm-eval's multiple-choice requests);
 * a long job is fed in pieces of at most ``chunk_tokens`` tokens, its context kept in the row's cache.
@@ -71,6 +73,10 @@ class _Job:
     parts: list[tuple[torch.Tensor, ...]] = field(default_factory=list)
     scored: int = 0
 
+    def __post_init__(self) -> None:
+        #: most positions the job's row writes: its kept prefixes and its largest forward
+        self.span = sum(p.prefix.numel() for p in self.pieces) + max(p.cost for p in self.pieces)
+
     def split(self) -> list[tuple[int, tuple[torch.Tensor, ...]]]:
         """Each target request with its share of the scored rows."""
         joined = [torch.cat(column) for column in zip(*self.parts, strict=True)]
@@ -85,12 +91,21 @@ class Scorer:
     """Scores ``(context, continuation)`` token-id pairs with an adapter (see the module docstring)."""
 
     def __init__(
-        self, adapter: ModelAdapter, *, chunk_tokens: int = 512, batch_tokens: int = 4096, max_rows: int = 64
+        self,
+        adapter: ModelAdapter,
+        *,
+        chunk_tokens: int = 512,
+        batch_tokens: int = 4096,
+        max_rows: int = 64,
+        kv_tokens: int = 65536,
     ):
-        if chunk_tokens < 2 or batch_tokens < chunk_tokens or max_rows < 1:
-            raise ConfigError("scorer limits: chunk_tokens >= 2, batch_tokens >= chunk_tokens, max_rows >= 1")
+        if chunk_tokens < 2 or batch_tokens < chunk_tokens or max_rows < 1 or kv_tokens < 1:
+            raise ConfigError(
+                "scorer limits: chunk_tokens >= 2, batch_tokens >= chunk_tokens, max_rows, kv_tokens >= 1"
+            )
         self.adapter = adapter
         self.chunk_tokens, self.batch_tokens, self.max_rows = chunk_tokens, batch_tokens, max_rows
+        self.kv_tokens = kv_tokens
 
     @property
     def max_tokens(self) -> int:
@@ -115,10 +130,13 @@ class Scorer:
         pairs = [self._check(i, req) for i, req in enumerate(requests)]
         out = [TokenScores([], [], [] if top_logprobs else None) for _ in pairs]
         pool = self.adapter.new_pool()
-        waiting, active = deque(self._jobs(pairs)), []
+        waiting, active, widest = deque(self._jobs(pairs)), [], 0
         while waiting or active:
             while waiting and len(active) < self.max_rows:
-                job = waiting.popleft()
+                span = max(widest, waiting[0].span)
+                if active and (len(active) + 1) * span > self.kv_tokens:
+                    break
+                job, widest = waiting.popleft(), span
                 job.state = pool.new_state()
                 active.append(job)
             self._forward(self._take(active), top_logprobs)

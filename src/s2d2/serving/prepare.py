@@ -1,12 +1,20 @@
-"""A validated request body -> prompt token ids, a :class:`DecodeConfig` and the stop strings.
+"""A validated request body -> its choices (prompt token ids and a :class:`DecodeConfig` each), the stop
+strings and how to answer (:class:`Prepared`).
 
 Every check that can fail on user input runs here, before the request reaches the engine, and fails as
-a 4xx :class:`~s2d2.serving.errors.APIError`: the model name, unsupported OpenAI options, the prompt
-(through the engine's own ``check_prompt``) and the decoding settings (through ``S2D2Model.make_config``,
-the code the CLI uses). Settings are layered: the model's defaults, the server's ``--preset`` (or the
-request's ``s2d2.preset``), the ``s2d2`` object, then the OpenAI fields (``max_tokens``, ``temperature``,
-``top_p``, ``seed``). A request's ``s2d2.preset`` must be a preset name of :data:`s2d2.config.PRESETS`: a
-client may not make the server read one of its files (only the server's own ``--preset`` may be a file).
+a 4xx :class:`~s2d2.serving.errors.APIError` naming the field: the model name, refused OpenAI options
+(``response_format`` other than text, tools, ``best_of`` != ``n``, ``stream_options`` without ``stream``,
+``top_logprobs`` without ``logprobs``, ``suffix``), the prompts (through the engine's own
+``check_prompt``), an explicit ``max_tokens`` the context cannot hold after the prompt, and the decoding
+settings (through ``S2D2Model.make_config``, the code the CLI uses). Settings are layered: the model's
+defaults, the server's ``--preset`` (or the request's ``s2d2.preset``), the ``s2d2`` object, then the
+OpenAI / vLLM top-level fields (:data:`TOP_LEVEL`, and ``logprobs``). A request's ``s2d2.preset`` must be
+a preset name of :data:`s2d2.config.PRESETS`: a client may not make the server read one of its files
+(only the server's own ``--preset`` may be a file).
+
+Choices: each prompt (completions take a list) gets ``n`` of them, in response order ``prompt x n +
+choice``; choice j of every prompt is seeded :func:`derived_seed` (``seed + j``), so it equals a request
+of its own with that seed.
 """
 
 from __future__ import annotations
@@ -121,14 +129,16 @@ def _refused(body: CompletionRequest | ChatCompletionRequest) -> None:
         )
     _refuse_tools(body)
     if body.stream_options is not None and not body.stream:
-        raise bad_request("stream_options is only allowed with stream=true", param="stream_options")
+        raise bad_request(
+            "stream_options is only allowed with stream=true", param="stream_options", code="invalid_value"
+        )
     if isinstance(body, CompletionRequest):
         if body.best_of is not None and body.best_of != (body.n or 1):
             raise _unsupported_value("best_of must equal n (no server-side ranking of choices)", "best_of")
         if body.suffix:
             raise _unsupported_value("suffix is not supported", "suffix")
     elif body.top_logprobs is not None and not body.logprobs:
-        raise bad_request("top_logprobs needs logprobs=true", param="top_logprobs")
+        raise bad_request("top_logprobs needs logprobs=true", param="top_logprobs", code="invalid_value")
 
 
 def _logprobs(body: CompletionRequest | ChatCompletionRequest) -> int | None:

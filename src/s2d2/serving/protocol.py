@@ -99,7 +99,7 @@ class _Sampling(BaseModel):
     n: int | None = Field(None, ge=1, description="Choices per prompt (each its own engine request).")
     stream: bool | None = Field(None, description="Stream server-sent events, ending in `data: [DONE]`.")
     stream_options: StreamOptions | None = Field(None, description="Only with `stream`.")
-    response_format: ResponseFormat | None = Field(None, description="Only `{\"type\": \"text\"}`.")
+    response_format: ResponseFormat | None = Field(None, description='Only `{"type": "text"}`.')
     tools: list[Any] | None = Field(None, description="Not supported (a 400 unless empty).")
     tool_choice: Any = Field(None, description="Not supported (a 400 unless `none`).")
     functions: list[Any] | None = Field(None, description="Not supported (a 400 unless empty).")

@@ -195,7 +195,10 @@ class HFAdapter(ModelAdapter):
         committed = tuple(flags) if causal else (False,) * (n - cached)
         mask = _draft_mask(m, committed, block_size, causal, start % block_size)
         ids = torch.cat([pending, fed]) if m else fed
-        pos = torch.cat([torch.arange(start - m, start), torch.arange(start + cached, start + n)])
+        if cached:
+            pos = torch.cat([torch.arange(start - m, start), torch.arange(start + cached, start + n)])
+        else:
+            pos = torch.arange(start - m, start + n)
         ext = next((i for i, f in enumerate(flags) if not f), len(flags)) if extend and causal else 0
         seg = Segment(
             state, ids, pos, mask, keep=m + ext, logit_rows=Segment.last_rows(m + n - cached, n - cached)

@@ -9,8 +9,10 @@ rest are written but not kept, so a read-only forward (a draft block, a verifica
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cached_property
 
 import torch
 
@@ -39,13 +41,14 @@ class Segment:
     bias: torch.Tensor | None = None
     context_bias: float = 0.0
 
-    @property
+    @cached_property
     def n(self) -> int:
         return int(self.ids.numel())
 
     @staticmethod
+    @functools.lru_cache(maxsize=4096)
     def last_rows(n: int, k: int) -> torch.Tensor:
-        """Indices of the last ``k`` of ``n`` rows."""
+        """Indices of the last ``k`` of ``n`` rows (a shared tensor: never modify it in place)."""
         return torch.arange(n - k, n, dtype=torch.long)
 
 

@@ -98,6 +98,7 @@ class LLMEngine:
         #: the model's device: the step's tensors are made there, and its one transfer a step is counted
         self.device = DeviceOps(adapter.device)
         self.pool = adapter.new_pool()
+        self.pool.reserve_rows(max_num_seqs)  # taken once, as a server reserves its cache at start
         self.scheduler = Scheduler(self.pool, max_num_seqs=max_num_seqs, kv_budget_tokens=kv_budget_tokens)
         self.runner = ModelRunner(adapter, prefill_chunk=min(prefill_chunk, limit))
         self.stream = stream

@@ -52,11 +52,13 @@ class ModelRunner:
             ids = torch.tensor(req.tokens[st.length : min(cache.prompt_blocks, st.length + chunk)])
             return ad.prefill_segment(st, ids, block_size=B, causal=causal)
         if req.action in (Action.DRAFT, Action.POST):
-            pending = torch.tensor(req.tokens[st.length : cur.start], dtype=torch.long)
+            m = max(0, cur.start - st.length)  # a causal cache may already hold the block's first slots
+            both = torch.tensor(req.tokens[st.length : cur.start] + cur.ids)  # one host tensor, two views
+            pending = both[:m]
             seg = ad.draft_segment(
                 st,
                 pending,
-                torch.tensor(cur.ids),
+                both[m:],
                 start=cur.start,
                 block_size=B,
                 causal=causal,

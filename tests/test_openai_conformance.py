@@ -350,15 +350,35 @@ def test_logit_bias_forces_and_bans_tokens(client, model):
     assert texts[0] == texts[1] == texts[2]  # lossless against AR with the same bias
 
 
-def test_penalties_change_the_text_and_stay_lossless(client):
-    kw = dict(prompt=Q, max_tokens=48, presence_penalty=0.8, frequency_penalty=1.5)
-    plain = client.completions.create(model="tiny-gsm", prompt=Q, max_tokens=48).choices[0].text
-    texts = [
-        client.completions.create(model="tiny-gsm", extra_body={"s2d2": s2}, **kw).choices[0].text
+@pytest.mark.parametrize(
+    "penalties",
+    [
+        {"presence_penalty": 1.5},
+        {"frequency_penalty": 1.5},
+        {"presence_penalty": 0.8, "frequency_penalty": 1.5},
+    ],
+    ids=["presence", "frequency", "both"],
+)
+def test_penalties_change_the_text_and_stay_lossless(url, client, penalties):
+    """Greedy: lossless and the default equal AR with the same penalties. Sampled (same seeds, with and
+    without the penalties): the penalised distribution gives other samples; ignoring the penalties
+    would give the very same texts."""
+    greedy = [
+        client.completions.create(
+            model="tiny-gsm", prompt=Q, max_tokens=48, extra_body={"s2d2": s2, **penalties}
+        )
+        .choices[0]
+        .text
         for s2 in ({"decoder": "ar"}, {"preset": "lossless", "block_size": 8}, {})
     ]
-    assert texts[0] != plain
-    assert texts[1] == texts[0] == texts[2]  # lossless against AR with the same penalties
+    assert greedy[0] == greedy[1] == greedy[2]  # lossless against AR with the same penalties
+    body = dict(prompt=SAMPLED, max_tokens=48, temperature=1.0, extra_body={"s2d2": {"decoder": "ar"}})
+    seeds = range(8)
+    plain = gather(*(complete(url, seed=s, **body) for s in seeds))
+    body["extra_body"] = {**body["extra_body"], **penalties}
+    penalised = gather(*(complete(url, seed=s, **body) for s in seeds))
+    changed = sum(a.choices[0].text != b.choices[0].text for a, b in zip(plain, penalised, strict=True))
+    assert changed >= 1
 
 
 def test_completion_logprobs_are_the_ar_modes(client, model):
@@ -375,6 +395,17 @@ def test_completion_logprobs_are_the_ar_modes(client, model):
     assert all(abs(a - b) < 1e-4 for a, b in zip(lp.token_logprobs, want, strict=True))
     for chosen, top in zip(lp.token_logprobs, lp.top_logprobs, strict=True):
         assert 3 <= len(top) <= 4 and max(top.values()) >= chosen - 1e-6
+    streamed = client.completions.create(
+        model="tiny-gsm",
+        prompt=Q,
+        max_tokens=48,
+        logprobs=3,
+        stream=True,
+        extra_body={"s2d2": {"preset": "lossless"}},
+    )
+    pieces = [c.choices[0].logprobs for c in streamed if c.choices and c.choices[0].logprobs]
+    assert [t for p in pieces for t in p.token_logprobs] == lp.token_logprobs
+    assert [o for p in pieces for o in p.text_offset] == lp.text_offset
     zero = client.completions.create(model="tiny-gsm", prompt=Q, max_tokens=8, logprobs=0)
     assert zero.choices[0].logprobs is not None and len(zero.choices[0].logprobs.token_logprobs) == 8
     assert all(len(t) == 1 for t in zero.choices[0].logprobs.top_logprobs)

@@ -175,6 +175,9 @@ def _load_for_eval(
 def lm_eval_command(ctx: typer.Context) -> None:
     """Run lm-evaluation-harness with the 's2d2' model registered; all arguments go to lm-eval.
 
+    Every output type runs: generate_until (batch_size rows on the batched engine), multiple_choice /
+    loglikelihood and loglikelihood_rolling (exact AR-mode likelihoods); --batch_size N or auto.
+
     Example: s2d2 lm-eval --model s2d2 --model_args model=DIR,preset=lossless,block_size=8 --tasks TASK
     --include_path DIR. model_args: model (built-in name or checkpoint dir), device, dtype, and any decoding
     setting (decoder, preset, block_size, policy, ...). 'pip install lm-eval' first. --help shows lm-eval's

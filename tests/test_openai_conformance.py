@@ -23,7 +23,7 @@ httpx = pytest.importorskip("httpx")
 
 import s2d2  # noqa: E402
 from s2d2.serving.app import create_app  # noqa: E402
-from s2d2.serving.chat import fallback_chat_text  # noqa: E402
+from s2d2.serving.chat import encode_text, fallback_chat_text  # noqa: E402
 from s2d2.serving.prepare import STRICT_SAMPLING_NOTE, derived_seed  # noqa: E402
 from s2d2.serving.protocol import ChatMessage  # noqa: E402
 from s2d2.tasks.tiny_gsm.splits import load_split  # noqa: E402
@@ -213,6 +213,12 @@ def test_completion_tokens_with_stop_agree_across_decoders(url, model):
         assert tokens == n_text + (1 if reason == "stop" else 0), (text, reason, tokens)
         stopped += reason == "stop"
     assert stopped >= 15
+    # the engine stops decoding a row once its stop string is complete (AR: one forward per token, so
+    # about as many forwards as counted tokens, where the whole answer would take several times more)
+    cut = gather(complete(url, prompt=Q, max_tokens=64, stop=".", extra_body={"s2d2": {"decoder": "ar"}}))[0]
+    full = gather(complete(url, prompt=Q, max_tokens=64, extra_body={"s2d2": {"decoder": "ar"}}))[0]
+    assert cut.model_extra["s2d2"]["nfe"] <= cut.usage.completion_tokens + 3
+    assert full.model_extra["s2d2"]["nfe"] >= 3 * cut.usage.completion_tokens
 
 
 # ---------------------------------------------------------------------------------------------- refused
@@ -473,7 +479,7 @@ def test_fallback_chat_template_keeps_the_conversation(client, model):
         f"System: You solve problems.\n\nUser: {QUESTIONS[1]}\n\nAssistant: #### 3\n\nUser: {Q}\n\nAssistant:"
     )
     out = client.chat.completions.create(model="tiny-gsm", messages=turns, max_tokens=8)
-    assert out.usage.prompt_tokens == len(model.encode(text))
+    assert out.usage.prompt_tokens == len(encode_text(model, text))  # its role names are unknown words
     alone = client.chat.completions.create(model="tiny-gsm", messages=turns[-1:], max_tokens=8)
     assert alone.usage.prompt_tokens == len(model.encode(Q))
 

@@ -177,6 +177,25 @@ def test_rolling_windows_are_lm_evals():
             assert rolling_windows(tokens, 7, window) == [(list(c), list(x)) for c, x in ref]
 
 
+def test_the_engines_verified_logprobs_are_the_scorers(model):
+    """A lossless request's tokens are all AR-verified; their logprobs are what ``score`` says."""
+    info = model.info
+    prompts = [[t % info.vocab_size for t in PROMPT[:k]] for k in (3, 8)]
+    if model.tokenizer is not None:
+        prompts = [model.encode(q["question"]) for q in tiny_problems()[:3]]
+    cfg = model.make_config(preset="lossless", block_size=8, max_new_tokens=24, logprobs=2)
+    for prompt, out in zip(prompts, model.engine.generate(prompts, [cfg] * len(prompts)), strict=True):
+        [s] = model.score([(prompt, out.token_ids)], top_logprobs=2)
+        assert [lp.token_id for lp in out.logprobs] == out.token_ids
+        assert {lp.source.value for lp in out.logprobs} == {"ar"}
+        got = torch.tensor([lp.logprob for lp in out.logprobs])
+        torch.testing.assert_close(got, torch.tensor(s.logprobs), atol=ATOL, rtol=0)
+        top = torch.tensor([[v for _, v in lp.top] for lp in out.logprobs])  # values: robust to near-ties
+        torch.testing.assert_close(
+            top, torch.tensor([[v for _, v in row] for row in s.top]), atol=ATOL, rtol=0
+        )
+
+
 # ---------------------------------------------------------------------------------------------- batching
 class CountingAdapter:
     """Wraps an adapter and records each forward's segments."""

@@ -71,6 +71,8 @@ def requests_for(info, seed: int = 0) -> list[tuple[list[int], list[int]]]:
     for _ in range(4):
         ctx = draw(24)
         reqs += [(ctx, draw(10)), (ctx, draw(6))]
+    if not info.shifted:  # a same-position model scores a first token too (a MASK at position 0)
+        reqs.append(([], draw(6)))
     return reqs
 
 

@@ -210,8 +210,10 @@ class Renderer:
         return completion_format(scored, self.token_text, k, offset)
 
     def scored(self, pieces: TokenTexts, delta_ids: list[int], entries: list[Any] | None) -> Scored | None:
-        texts = pieces.add(delta_ids)
-        return None if entries is None else scored_tokens(texts, entries)
+        """The tokens' text pieces and logprobs (None, with nothing decoded, when none are reported)."""
+        if entries is None or self.prep.logprobs is None:
+            return None
+        return scored_tokens(pieces.add(delta_ids), entries)
 
     def head(self) -> dict[str, Any]:
         return {

@@ -10,6 +10,14 @@ P = torch.tensor([0.50, 0.30, 0.10, 0.05, 0.05])
 Q = torch.tensor([0.10, 0.20, 0.40, 0.25, 0.05])
 
 
+def speculative_commit(p, q, x, gen):
+    """One span through the engine's rule: (accepted length, token at the first rejection or None)."""
+    u = torch.rand(x.numel(), generator=gen)
+    n = F.probabilistic_acceptance(F.token_probs(p, x), F.token_probs(q, x), u)
+    corr = F.resample_at(p, q, n.clamp(max=x.numel() - 1), gen)
+    return int(n), (int(corr) if int(n) < x.numel() else None)
+
+
 def test_probabilistic_rule_is_exact_in_distribution():
     """Draft x ~ p, accept with min(1, q(x)/p(x)), else resample from norm(max(q - p, 0)): the committed
     token is distributed as q. 60,000 draws with a fixed seed; each frequency must be within 0.01 of q
@@ -21,7 +29,7 @@ def test_probabilistic_rule_is_exact_in_distribution():
     q = Q.view(1, -1)
     for _ in range(n):
         x = torch.multinomial(P, 1, generator=gen)
-        n_acc, corr = F.speculative_commit(p, q, x, strict=False, generator=gen)
+        n_acc, corr = speculative_commit(p, q, x.view(-1), gen)
         counts[int(x) if n_acc == 1 else corr] += 1
     freq = counts / n
     assert (freq - Q).abs().max() < 0.01, freq
@@ -39,16 +47,27 @@ def test_probabilistic_rule_span_first_token_follows_q():
     n = 30_000
     for _ in range(n):
         x = torch.multinomial(p, 1, generator=gen).view(-1)
-        n_acc, corr = F.speculative_commit(p, q, x, strict=False, generator=gen)
+        n_acc, corr = speculative_commit(p, q, x, gen)
         counts[int(x[0]) if n_acc >= 1 else corr] += 1
     assert ((counts / n) - Q).abs().max() < 0.015
 
 
-def test_strict_rule():
-    q = torch.tensor([[0.1, 0.9], [0.8, 0.2], [0.3, 0.7]]).log()
-    assert F.speculative_commit(None, q, torch.tensor([1, 0, 1]), strict=True) == (3, None)
-    assert F.speculative_commit(None, q, torch.tensor([1, 1, 1]), strict=True) == (1, 0)
-    assert F.speculative_commit(None, q, torch.tensor([0, 0, 1]), strict=True) == (0, 1)
+def test_strict_rule_on_packed_spans():
+    """Three spans of one batch: all accepted, first rejection at 1 (corrected to 0), at 0 (to 1)."""
+    q = torch.tensor([[0.1, 0.9], [0.8, 0.2], [0.3, 0.7]]).log().repeat(3, 1)
+    drafts = torch.tensor([1, 0, 1, 1, 1, 1, 0, 0, 1])
+    row = torch.tensor([0, 0, 0, 1, 1, 1, 2, 2, 2])
+    local = torch.tensor([0, 1, 2] * 3)
+    n_acc, corr = F.strict_acceptance(q, drafts, row, local, torch.tensor([3, 3, 3]))
+    assert n_acc.tolist() == [3, 1, 0]
+    assert corr.tolist()[1:] == [0, 1]
+
+
+def test_accept_prefix_spans_of_different_lengths():
+    ok = torch.tensor([True, False, True, True, True, False])
+    row = torch.tensor([0, 0, 1, 2, 2, 2])
+    local = torch.tensor([0, 1, 0, 0, 1, 2])
+    assert F.accept_prefix(ok, row, local, torch.tensor([2, 1, 3])).tolist() == [1, 1, 2]
 
 
 def test_accept_length_probabilistic_and_tempering():
@@ -56,9 +75,9 @@ def test_accept_length_probabilistic_and_tempering():
     q = torch.tensor([0.5, 0.25, 1.0])
     u = torch.tensor([0.99, 0.4, 0.0])
     # r = [1, 0.5, 2] -> accept, accept (0.4 < 0.5), accept
-    assert F.accept_length_probabilistic(p, q, u) == 3
+    assert F.probabilistic_acceptance(p, q, u).tolist() == [3]
     # tempering g = 2: r_1 = 0.25 < 0.4 -> stop after the first
-    assert F.accept_length_probabilistic(p, q, u, tempering=2.0) == 1
+    assert F.probabilistic_acceptance(p, q, u, tempering=2.0).tolist() == [1]
 
 
 def test_residual_distribution():

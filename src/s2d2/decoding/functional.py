@@ -75,46 +75,49 @@ def residual_distribution(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
     return torch.where(total > 0, res / total.clamp_min(1e-30), q)
 
 
-def accept_length_strict(drafts: torch.Tensor, q_argmax: torch.Tensor) -> int:
-    """Strict greedy rule: accepted prefix length where ``draft == argmax q``."""
-    ok = drafts == q_argmax
-    return int(ok.long().cumprod(0).sum())
+def accept_prefix(
+    ok: torch.Tensor, row: torch.Tensor, local: torch.Tensor, sizes: torch.Tensor
+) -> torch.Tensor:
+    """Accepted prefix length of each of R spans packed together: the index of a span's first False.
 
-
-def accept_length_probabilistic(
-    p_draft: torch.Tensor, q_draft: torch.Tensor, uniforms: torch.Tensor, tempering: float = 1.0
-) -> int:
-    """Paper's rule: accept x_i while u_i < min(1, (q_i(x_i) / p_i(x_i))^g), left to right."""
-    ratio = (q_draft / p_draft.clamp_min(1e-30)).pow(tempering).clamp(max=1.0)
-    ok = uniforms < ratio
-    return int(ok.long().cumprod(0).sum())
-
-
-def speculative_commit(
-    p: torch.Tensor,
-    q: torch.Tensor,
-    drafts: torch.Tensor,
-    *,
-    strict: bool,
-    tempering: float = 1.0,
-    generator: torch.Generator | None = None,
-) -> tuple[int, int | None]:
-    """Accept a span of drafts against the verifier.
-
-    ``p`` and ``q`` are ``[s, V]`` (drafter and AR-mode distributions after the same transforms),
-    ``drafts`` the ``[s]`` drafted tokens. Returns ``(n_accepted, correction)`` where ``correction`` is
-    the token committed at the first rejected position (``None`` when all were accepted).
+    ``ok`` ``[S]`` says position i passed its test; ``row`` / ``local`` ``[S]`` give its span and its index
+    in the span; ``sizes`` ``[R]`` the spans' lengths. Returns ``[R]`` (a span with no False: its size).
+    No host synchronisation.
     """
-    if strict:
-        q_arg = q.argmax(dim=-1)
-        n = accept_length_strict(drafts, q_arg)
-        return n, (int(q_arg[n]) if n < drafts.numel() else None)
-    uniforms = torch.rand(drafts.numel(), generator=generator)
-    n = accept_length_probabilistic(token_probs(p, drafts), token_probs(q, drafts), uniforms, tempering)
-    if n == drafts.numel():
-        return n, None
-    resid = residual_distribution(p[n], q[n])
-    return n, int(torch.multinomial(resid, 1, generator=generator))
+    first_bad = torch.where(ok, sizes[row], local)
+    return sizes.clone().scatter_reduce(0, row, first_bad, reduce="amin")
+
+
+def strict_acceptance(
+    q_logits: torch.Tensor, drafts: torch.Tensor, row: torch.Tensor, local: torch.Tensor, sizes: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Strict greedy rule for R packed spans: accept while ``draft == argmax q``; the correction is
+    ``argmax q`` at the first mismatch (at the span's last position when all were accepted, unused).
+
+    ``q_logits`` ``[S, V]`` (the mask token removed), ``drafts`` ``[S]``; see :func:`accept_prefix`.
+    Returns ``(n_accepted [R], correction [R])``.
+    """
+    q_arg = q_logits.argmax(dim=-1)
+    n_acc = accept_prefix(drafts == q_arg, row, local, sizes)
+    offsets = torch.cumsum(sizes, 0) - sizes
+    return n_acc, q_arg.index_select(0, offsets + torch.minimum(n_acc, sizes - 1))
+
+
+def probabilistic_acceptance(
+    p_draft: torch.Tensor, q_draft: torch.Tensor, uniforms: torch.Tensor, tempering: float = 1.0
+) -> torch.Tensor:
+    """Paper's rule: accept x_i while u_i < min(1, (q_i(x_i) / p_i(x_i))^g), left to right. ``[s]``
+    probabilities and uniforms in; the accepted length as a ``[1]`` tensor out (no host sync)."""
+    ratio = (q_draft / p_draft.clamp_min(1e-30)).pow(tempering).clamp(max=1.0)
+    return (uniforms < ratio).long().cumprod(0).sum().view(1)
+
+
+def resample_at(
+    p: torch.Tensor, q: torch.Tensor, at: torch.Tensor, generator: torch.Generator | None = None
+) -> torch.Tensor:
+    """One draw from normalize(max(q - p, 0)) at span index ``at`` (``[1]``) of ``p``, ``q`` ``[s, V]``."""
+    resid = residual_distribution(p.index_select(0, at), q.index_select(0, at))
+    return torch.multinomial(resid, 1, generator=generator).view(1)
 
 
 # ---------------------------------------------------------------------------------------------- estimators

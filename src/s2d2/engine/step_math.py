@@ -211,7 +211,6 @@ def _verify_strict(queries: list[VerifyQuery], dev: DeviceOps, fetch: _Fetch) ->
     logits = torch.cat(rows) if len(rows) > 1 else rows[0]
     masked = logits.clone()
     masked[:, mask_id] = float("-inf")
-    q_arg = masked.argmax(dim=-1)
     host_drafts: list[int] = []
     row_of: list[int] = []
     local: list[int] = []
@@ -222,11 +221,8 @@ def _verify_strict(queries: list[VerifyQuery], dev: DeviceOps, fetch: _Fetch) ->
     drafts = dev.tensor(host_drafts)
     index = dev.tensor([row_of, local])
     size = dev.tensor(sizes)
-    mismatch = torch.where(drafts != q_arg, index[1], size[index[0]])
-    first = size.clone().scatter_reduce(0, index[0], mismatch, reduce="amin")
-    offsets = torch.cumsum(size, 0) - size
+    first, correction = F.strict_acceptance(masked, drafts, index[0], index[1], size)
     local_at = torch.minimum(first, size - 1)
-    correction = q_arg.index_select(0, offsets + local_at)
     keys = {"n_acc": fetch.add(first), "correction": fetch.add(correction)}
     for r, q in enumerate(queries):
         if q.wants_p_correction():
@@ -273,11 +269,9 @@ def _verify_probabilistic(q: VerifyQuery, dev: DeviceOps, fetch: _Fetch) -> dict
     drafts = dev.tensor(q.drafts)
     uniforms = dev.rand(n, req.generator)
     p_tok, q_tok = F.token_probs(q.p_rows, drafts), F.token_probs(probs, drafts)
-    ok = uniforms < (q_tok / p_tok.clamp_min(1e-30)).pow(c.tempering).clamp(max=1.0)
-    first = ok.long().cumprod(0).sum().view(1)
+    first = F.probabilistic_acceptance(p_tok, q_tok, uniforms, c.tempering)
     at = torch.clamp(first, max=n - 1)
-    resid = F.residual_distribution(q.p_rows.index_select(0, at), probs.index_select(0, at))
-    correction = torch.multinomial(resid, 1, generator=req.generator).view(1)
+    correction = F.resample_at(q.p_rows, probs, at, req.generator)
     keys = {"n_acc": fetch.add(first), "correction": fetch.add(correction)}
     if q.wants_p_correction():
         q._p_correction_key = fetch.add(q.p_rows.index_select(0, at).gather(1, correction.view(1, 1)))

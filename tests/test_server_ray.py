@@ -43,7 +43,7 @@ def test_two_replicas_answer_through_the_ingress():
         for _ in range(4):
             out = httpx.post(base + "/v1/completions", json=body, timeout=30)
             assert out.status_code == 200 and out.json()["choices"][0]["text"]
-        bad = httpx.post(base + "/v1/completions", json={"prompt": "hi", "n": 3}, timeout=30)
+        bad = httpx.post(base + "/v1/completions", json={"prompt": "hi", "n": 0}, timeout=30)
         assert bad.status_code == 400 and bad.json()["error"]["param"] == "n"
     finally:
         serve.shutdown()

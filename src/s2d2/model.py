@@ -16,6 +16,7 @@ from .adapters import ModelAdapter, load_adapter
 from .config import DecodeConfig
 from .decoding.stats import GenerationStats, StepTrace
 from .engine.llm_engine import DecodeOutput, LLMEngine
+from .engine.logprobs import TokenLogprob
 from .engine.request import check_prompt
 from .errors import ConfigError, ModelLoadError, PromptError, S2D2Error
 from .likelihoods import Likelihoods
@@ -58,11 +59,17 @@ class GenerationResult:
     config: DecodeConfig | None = field(default=None, repr=False)
     #: the one-line reason when ``generate_batch(..., errors="return")`` could not decode this prompt
     error: str | None = None
+    #: one entry per token when asked for (``logprobs=0`` or ``k``): the token's log-probability, whether
+    #: it is the AR mode's exact value (``source="ar"``) or the drafter's, and the top-k alternatives
+    logprobs: list[TokenLogprob] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         if self.error is not None:
             return {"error": self.error}
-        return {"text": self.text, "token_ids": self.token_ids, "stats": self.stats.to_dict()}
+        out = {"text": self.text, "token_ids": self.token_ids, "stats": self.stats.to_dict()}
+        if self.logprobs is not None:
+            out["logprobs"] = [lp.to_dict() for lp in self.logprobs]
+        return out
 
 
 class S2D2Model(Likelihoods):
@@ -193,6 +200,7 @@ class S2D2Model(Likelihoods):
             stats=out.stats,
             trace=out.trace,
             config=cfg,
+            logprobs=out.logprobs,
         )
 
     def generate(

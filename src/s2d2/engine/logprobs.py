@@ -31,3 +31,11 @@ class TokenLogprob:
     logprob: float
     source: LogprobSource
     top: tuple[tuple[int, float], ...] = ()
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "token_id": self.token_id,
+            "logprob": self.logprob,
+            "source": self.source.value,
+            "top": [[t, lp] for t, lp in self.top],
+        }

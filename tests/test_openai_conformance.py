@@ -148,6 +148,25 @@ def test_same_seed_same_text_alone_batched_and_streamed(url, client):
     assert client.chat.completions.create(model="tiny-gsm", **chat).choices[0].message.content == alone
 
 
+def test_streamed_finish_reason_comes_once_with_the_last_text(client):
+    full = client.completions.create(model="tiny-gsm", prompt=Q, max_tokens=5)
+    chunks = list(client.completions.create(model="tiny-gsm", prompt=Q, max_tokens=5, stream=True))
+    finishing = [c for c in chunks if c.choices and c.choices[0].finish_reason is not None]
+    assert finishing == [chunks[-1]] and chunks[-1].choices[0].finish_reason == "length"
+    assert chunks[-1].choices[0].text  # the last tokens' text rides with the finish reason
+    assert "".join(c.choices[0].text for c in chunks) == full.choices[0].text
+    assert all(c.usage is None for c in chunks)  # no usage unless stream_options asks for it
+    chat = list(
+        client.chat.completions.create(
+            model="tiny-gsm", messages=[{"role": "user", "content": Q}], max_tokens=5, stream=True
+        )
+    )
+    assert [c.choices[0].finish_reason for c in chat][-1] == "length"
+    assert (
+        sum(c.choices[0].finish_reason is not None for c in chat) == 1 and chat[-1].choices[0].delta.content
+    )
+
+
 def test_n_choices_equal_separate_requests_with_derived_seeds(url, client):
     body = dict(prompt=Q, max_tokens=48, temperature=1.0)
     four = client.completions.create(model="tiny-gsm", n=4, seed=11, **body)

@@ -44,6 +44,8 @@ class Outcome:
     completion_tokens: int
     stats: Any = None
     error: str | None = None
+    #: the text (and tokens) that became final with the engine's last output: it rides with the finish
+    last: Delta | None = None
 
 
 @dataclass
@@ -95,14 +97,14 @@ async def text_events(
             before = len(text.ids)
             piece = text.push(ids)
             lps += new_lps[: len(text.ids) - before]
-            if text.stopped and not stop_sent and not out.finished:
+            if out.finished:
+                done = True
+                break
+            if text.stopped and not stop_sent:
                 engine.abort(sub.request_id)
                 stop_sent = True
             if piece or text.n_tokens > counted:
                 yield delta(piece)
-            if out.finished:
-                done = True
-                break
     finally:
         if not done:
             engine.abort(sub.request_id)
@@ -110,16 +112,15 @@ async def text_events(
     if result.status == "failed":
         yield Outcome("error", len(sub.prompt_ids), text.n_tokens, result.stats, result.error or "failed")
         return
-    tail = text.finish()
-    if tail:
-        yield delta(tail)
+    tail = piece + text.finish()
+    last = delta(tail) if tail or text.n_tokens > counted else None
     if text.stopped:
         reason = "stop"
     elif result.status == "aborted":
         reason = "abort"
     else:
         reason = "stop" if result.stats.finish_reason == "stop" else "length"
-    yield Outcome(reason, len(sub.prompt_ids), text.n_tokens, result.stats)
+    yield Outcome(reason, len(sub.prompt_ids), text.n_tokens, result.stats, last=last)
 
 
 def new_id(prefix: str) -> str:
@@ -130,6 +131,8 @@ async def _collect_one(events: AsyncIterator[Delta | Outcome]) -> ChoiceResult:
     result = ChoiceResult()
     async for item in events:
         if isinstance(item, Outcome):
+            if item.last is not None:
+                result.add(item.last)
             result.outcome = item
             return result
         result.add(item)
@@ -346,8 +349,14 @@ async def sse_chunks(r: Renderer, streams: Sequence[AsyncIterator[Delta | Outcom
         if item.error is not None:
             err = APIError(500, f"the request failed while decoding: {item.error}", code="decode_failed")
             yield _sse(err.body())
-        else:
-            yield chunk(index, finish=item.finish_reason, s2d2=s2d2_stats(r.prep, [item]))
+            continue
+        text, logprobs = None, None
+        if item.last is not None:
+            text = item.last.text or None
+            logprobs = r.logprobs(r.scored(st.pieces, item.last.token_ids, item.last.logprobs), st.offset)
+        yield chunk(
+            index, text=text, logprobs=logprobs, finish=item.finish_reason, s2d2=s2d2_stats(r.prep, [item])
+        )
     done = [o for o in outcomes if o is not None]
     if r.prep.include_usage and len(done) == len(outcomes):
         yield _sse({**head, "choices": [], "usage": usage(r.prep, done), "s2d2": s2d2_stats(r.prep, done)})

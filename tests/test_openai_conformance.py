@@ -431,6 +431,11 @@ def test_completion_logprobs_are_the_ar_modes(client, model):
     pieces = [c.choices[0].logprobs for c in streamed if c.choices and c.choices[0].logprobs]
     assert [t for p in pieces for t in p.token_logprobs] == lp.token_logprobs
     assert [o for p in pieces for o in p.text_offset] == lp.text_offset
+    for s2, source in (({"decoder": "ar"}, "ar"), ({"decoder": "static", "block_size": 4}, "draft")):
+        other = client.completions.create(
+            model="tiny-gsm", prompt=Q, max_tokens=8, logprobs=0, extra_body={"s2d2": s2}
+        )
+        assert other.choices[0].logprobs.model_extra["token_sources"] == [source] * 8  # baselines: drafter's
     zero = client.completions.create(model="tiny-gsm", prompt=Q, max_tokens=8, logprobs=0)
     assert zero.choices[0].logprobs is not None and len(zero.choices[0].logprobs.token_logprobs) == 8
     assert all(len(t) == 1 for t in zero.choices[0].logprobs.top_logprobs)

@@ -1,8 +1,9 @@
 """An OpenAI-compatible streaming server on the batched engine (``s2d2 serve``).
 
 One concept per module: :mod:`.protocol` (request and response bodies), :mod:`.errors` (OpenAI error
-objects), :mod:`.prepare` (a request -> prompt ids + decoding config), :mod:`.chat` (chat messages ->
-prompt, with the fallback template of models without one), :mod:`.detokenizer` (incremental text),
+objects), :mod:`.prepare` (a request -> its choices: prompt ids + decoding config each),
+:mod:`.token_logprobs` (OpenAI's logprobs formats), :mod:`.chat` (chat messages -> prompt, with the
+fallback template of models without one), :mod:`.detokenizer` (incremental text),
 :mod:`.engine_thread` (the engine's own thread and per-request queues), :mod:`.responses` (JSON and
 server-sent event bodies), :mod:`.metrics` (Prometheus text), :mod:`.limits` (body size), :mod:`.app`
 (``create_app``), :mod:`.server` (uvicorn with a graceful SIGTERM), :mod:`.load` (``s2d2 bench-serve``).

@@ -9,6 +9,7 @@ from s2d2.config import PRESETS, DecodeConfig
 from s2d2.engine.llm_engine import LLMEngine
 from s2d2.engine.request_limits import (
     MAX_PREDRAFT_GROUPS,
+    TUNED_WORST,
     RequestLimitError,
     check_request_limits,
     default_max_query_tokens_per_row,
@@ -17,6 +18,7 @@ from s2d2.engine.request_limits import (
     row_query_tokens,
 )
 from s2d2.errors import ConfigError
+from s2d2.tuning.space import BLOCK_SIZES
 
 #: the settings of the issue's 72-second request, and of its 21-second one
 SLOW_72S = {"preset": "lossless-fused", "block_size": 32, "predraft_positions": 32, "predraft_tokens": 64}
@@ -46,14 +48,18 @@ def model():
 def test_default_fits_every_shipped_preset_and_refuses_the_slow_requests(model):
     engine = LLMEngine(model.adapter, max_num_seqs=2)
     limit = engine.max_query_tokens_per_row
-    assert limit == default_max_query_tokens_per_row(model.info.default_block_size) == 256
+    assert limit == default_max_query_tokens_per_row(model.info.default_block_size) == 160
+    assert model.max_query_tokens_per_row == 160 == model.engine.max_query_tokens_per_row
+    # the largest settings s2d2 tune searches fit (its blocks and fused ranges: tuning/space.py)
+    assert max(BLOCK_SIZES) == TUNED_WORST["block_size"]
     prompt = model.encode("Tom has 3 apples.")
+    engine.add_request(prompt, model.make_config(**TUNED_WORST, max_new_tokens=4))
     for name in PRESETS:
         engine.add_request(prompt, model.make_config(preset=name, max_new_tokens=4))
     engine.add_request(prompt, model.make_config(max_new_tokens=4))  # the model's own (tuned) preset
     with pytest.raises(RequestLimitError) as slow:
         engine.add_request(prompt, model.make_config(**SLOW_72S))
-    assert slow.value.setting == "predraft_positions" and "max_query_tokens_per_row of 256" in str(slow.value)
+    assert slow.value.setting == "predraft_positions" and "max_query_tokens_per_row of 160" in str(slow.value)
     assert "33824 query tokens" in str(slow.value) and "\n" not in str(slow.value)
     with pytest.raises(RequestLimitError) as slow:
         engine.add_request(prompt, model.make_config(**SLOW_21S))
@@ -61,7 +67,7 @@ def test_default_fits_every_shipped_preset_and_refuses_the_slow_requests(model):
     with pytest.raises(RequestLimitError) as big:
         engine.add_request(prompt, model.make_config(preset="lossless", block_size=256))
     assert big.value.setting == "block_size"
-    assert engine.num_waiting == len(PRESETS) + 1  # the refused ones never queued
+    assert engine.num_waiting == len(PRESETS) + 2  # the refused ones never queued
 
 
 def test_a_configured_bound_through_load():

@@ -106,7 +106,7 @@ def test_settings_over_the_per_row_bound_are_a_400_naming_the_setting(url, setti
     assert r.status_code == 400
     err = r.json()["error"]
     assert err["param"] == param and err["code"] == "limit_exceeded"
-    assert "max_query_tokens_per_row of 256" in err["message"]
+    assert "max_query_tokens_per_row of 160" in err["message"]
     assert metric(url, "s2d2_forwards_total") == forwards  # refused before it ran
 
 
@@ -427,3 +427,15 @@ def test_routing_state_path_errors(tmp_path):
         if proc.poll() is None:
             proc.kill()
     assert "error:" in proc.communicate()[0].decode()
+
+
+def test_bench_serve_with_a_background_load(url):
+    """``s2d2 bench-serve --background N``: N more clients stream long requests throughout the level."""
+    from s2d2.serving.load import run_levels
+
+    before = sum(metric(url, f's2d2_requests_total{{status="{s}"}}') for s in ("finished", "aborted"))
+    (result,) = run_levels(url, [1], n=2, max_tokens=16, background=2, background_extension={"block_size": 8})
+    assert result["background"] == 2 and result["errors"] == 0 and result["requests"] == 2
+    assert result["itl_ms_p50"] is not None
+    after = sum(metric(url, f's2d2_requests_total{{status="{s}"}}') for s in ("finished", "aborted"))
+    assert after >= before + 4  # the two measured requests and at least one per background client

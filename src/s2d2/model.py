@@ -18,6 +18,7 @@ from .decoding.stats import GenerationStats, StepTrace
 from .engine.llm_engine import DecodeOutput, LLMEngine
 from .engine.logprobs import TokenLogprob
 from .engine.request import check_prompt
+from .engine.request_limits import default_max_query_tokens_per_row
 from .errors import ConfigError, ModelLoadError, PromptError, S2D2Error
 from .likelihoods import Likelihoods
 from .tuning.preset_file import MODEL_PRESET_FILE, PresetFile, read_preset_file
@@ -102,7 +103,10 @@ class S2D2Model(Likelihoods):
         self.kv_budget_tokens = kv_budget_tokens
         if max_query_tokens_per_row is not None and max_query_tokens_per_row < 1:
             raise ConfigError(f"max_query_tokens_per_row must be >= 1, got {max_query_tokens_per_row}")
-        #: the engine's bound on query tokens per row and forward (None: its default)
+        if max_query_tokens_per_row is None:  # the default: the shipped presets and this model's own fit
+            own = [preset.settings] if preset is not None else []
+            max_query_tokens_per_row = default_max_query_tokens_per_row(adapter.info.default_block_size, own)
+        #: the engine's bound on query tokens per row and forward (:mod:`s2d2.engine.request_limits`)
         self.max_query_tokens_per_row = max_query_tokens_per_row
         self._engine: LLMEngine | None = None
 

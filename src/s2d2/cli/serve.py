@@ -177,6 +177,18 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="Print the results as JSON
 TimeoutOpt = Annotated[float, typer.Option(help="Seconds one request may take.")]
 ChatOpt = Annotated[bool, typer.Option(help="Use /v1/chat/completions instead of /v1/completions.")]
 SetsOpt = Annotated[str | None, typer.Option("--s2d2", help="The s2d2 extension object, as JSON.")]
+BackgroundOpt = Annotated[
+    int,
+    typer.Option(
+        "--background",
+        help="More clients streaming long requests (256 tokens, ignore_eos) throughout each level, to "
+        "measure what that load does to the measured ones.",
+    ),
+]
+BackgroundSetsOpt = Annotated[
+    str | None,
+    typer.Option("--background-s2d2", help="The background requests' s2d2 extension object, as JSON."),
+]
 
 
 def bench_serve_command(
@@ -188,18 +200,35 @@ def bench_serve_command(
     s2d2: SetsOpt = None,
     timeout: TimeoutOpt = 120.0,
     as_json: JsonOpt = False,
+    background: BackgroundOpt = 0,
+    background_s2d2: BackgroundSetsOpt = None,
 ) -> None:
     """Load a running server with streaming requests: tokens/s, TTFT and inter-token latency per level."""
     from ..serving.load import format_table, parse_levels, run_levels
 
     levels = parse_levels(concurrency)
-    if n < 1 or max_tokens < 1:
-        raise S2D2Error("--n and --max-tokens must be >= 1")
-    try:
-        extension = json.loads(s2d2) if s2d2 else None
-    except json.JSONDecodeError as exc:
-        raise S2D2Error(f"--s2d2 is not valid JSON: {exc}") from None
+    if n < 1 or max_tokens < 1 or background < 0:
+        raise S2D2Error("--n and --max-tokens must be >= 1, --background >= 0")
+    extension = _json_object("--s2d2", s2d2)
     results = run_levels(
-        url, levels, n=n, max_tokens=max_tokens, chat=chat, extension=extension, timeout=timeout
+        url,
+        levels,
+        n=n,
+        max_tokens=max_tokens,
+        chat=chat,
+        extension=extension,
+        timeout=timeout,
+        background=background,
+        background_extension=_json_object("--background-s2d2", background_s2d2),
     )
     typer.echo(json.dumps(results, indent=2) if as_json else format_table(results))
+
+
+def _json_object(flag: str, text: str | None) -> dict | None:
+    try:
+        value = json.loads(text) if text else None
+    except json.JSONDecodeError as exc:
+        raise S2D2Error(f"{flag} is not valid JSON: {exc}") from None
+    if value is not None and not isinstance(value, dict):
+        raise S2D2Error(f"{flag} must be a JSON object")
+    return value

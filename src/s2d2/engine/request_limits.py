@@ -7,7 +7,8 @@ request whose settings could exceed it, at :meth:`~s2d2.engine.llm_engine.LLMEng
 it runs. A request's worst case per forward kind (B = ``block_size``; a block's length L <= B):
 
 * **prefill**: whole blocks of the prompt, max(B, floor(P / B) * B) positions, P the engine's prefill
-  chunk (the engine caps P at the bound, so a long prompt costs more forwards, never a larger one);
+  chunk (the engine caps P at the bound, so a long prompt costs more forwards, never a larger one: a
+  client sending long prompts cannot make forwards larger than one sending large blocks);
 * **draft** (also LLaDA2's edit-only post passes): the committed tokens not yet cached (the previous
   block, or on the first draft the folded rest of the prompt, at most the fold limit F) plus the block:
   max(B, F) + B. Sub-blocks (``sub_block_size``) draft inside that block and add nothing;
@@ -28,15 +29,21 @@ The prompt's length is bounded by the context (``check_prompt``) and, per forwar
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 from ..config import PRESETS, DecodeConfig
 from ..errors import ConfigError
 
-#: The block size assumed for shipped presets that leave it to the model (the largest a preset names).
+#: The largest block a shipped preset names (the default bound is a whole number of it).
 PRESET_BLOCK_SIZE = max(int(p.get("block_size", 1)) for p in PRESETS.values())
-#: Pre-draft groups a fused verification may carry per row: the most a shipped preset uses
-#: (lossless-fused: the next block + 4 rejection positions = 5), rounded up to a power of two.
+#: The largest fused settings ``s2d2 tune`` searches (:mod:`s2d2.tuning.space`: blocks up to 16, up to 6
+#: rejection positions with one token each): tuned presets must fit the default bound too.
+TUNED_WORST = {"preset": "lossless-fused", "block_size": 16, "predraft_positions": 6, "predraft_tokens": 1}
+#: Pre-draft groups a fused verification may carry per row: the most the shipped presets (lossless-fused:
+#: the next block + 4 rejection positions = 5) and ``s2d2 tune``'s search space (up to 6 positions with
+#: one token each = 7) use, rounded up to a power of two.
 MAX_PREDRAFT_GROUPS = 8
 
 
@@ -100,17 +107,22 @@ def fold_limit_for(limit: int, block_size: int, prefill_chunk: int) -> int:
     return max(0, min(prefill_chunk, limit - block_size))
 
 
-def default_max_query_tokens_per_row(model_block_size: int = 1) -> int:
-    """The default bound: every shipped preset fits, at its own block size, or at the larger of
-    :data:`PRESET_BLOCK_SIZE` and the model's own where it leaves the block size open; rounded up to a
-    power of two. (Prompts are chunked to the bound, so ``prefill_chunk`` does not raise it.)"""
+def default_max_query_tokens_per_row(model_block_size: int = 1, own: Iterable[dict[str, Any]] = ()) -> int:
+    """The default bound: every shipped preset fits (at its own block size, or at the model's where it
+    leaves the block size open), so do the largest settings ``s2d2 tune`` searches (:data:`TUNED_WORST`)
+    and the model's own preset settings ``own``; rounded up to a whole number of
+    :data:`PRESET_BLOCK_SIZE` (160 for the built-in model: the tuner's worst needs 129). Prompts are
+    chunked to the bound, so ``prefill_chunk`` does not raise it."""
     worst = 1
-    for settings in PRESETS.values():
-        block = settings.get("block_size", max(PRESET_BLOCK_SIZE, model_block_size))
-        cfg = DecodeConfig.build(preset=None, **{**settings, "block_size": block})
+    candidates = [*PRESETS.values(), TUNED_WORST, *own]
+    for settings in candidates:
+        settings = dict(settings)
+        preset = settings.pop("preset", None)
+        settings.setdefault("block_size", model_block_size)
+        cfg = DecodeConfig.build(preset=preset, **settings)
         tokens = row_query_tokens(cfg, prefill_chunk=1, fold_limit=0, vocab_size=2**31)
         worst = max(worst, tokens.draft, tokens.verify)
-    return 1 << (worst - 1).bit_length()
+    return -(-worst // PRESET_BLOCK_SIZE) * PRESET_BLOCK_SIZE
 
 
 def _culprit(config: DecodeConfig, limit: int, vocab_size: int) -> str:

@@ -5,6 +5,11 @@ concurrent clients over httpx; each request streams with ``stream_options.includ
 aggregate output tokens/s (completion tokens of the level / its wall time), time to first token (TTFT,
 to the first chunk with text), inter-token latency (ITL: the gaps between text chunks; a diffusion step
 may commit several tokens at once, so one chunk can carry more than one token), p50 and p99, and errors.
+
+With a background (``--background N``), N more clients stream long requests (``--background-s2d2``
+settings, ``ignore_eos``, 256 tokens, over and over) for the whole level, started 2 s before it: the
+level's figures then say what that load does to the measured clients (``s2d2 serve``'s robustness
+check, BENCHMARKS.md "Server robustness").
 """
 
 from __future__ import annotations
@@ -115,13 +120,41 @@ def summarize(level: int, samples: list[Sample], seconds: float) -> dict[str, An
     }
 
 
-async def run_level(url: str, level: int, bodies: list[dict[str, Any]], *, timeout: float) -> dict[str, Any]:
+#: Seconds the background load runs before a level's measured requests start.
+BACKGROUND_WARMUP_S = 2.0
+
+
+async def _background(client: Any, url: str, bodies: list[dict[str, Any]], stop: asyncio.Event) -> int:
+    """Stream ``bodies`` one after another, round and round, until ``stop``; returns the errors seen."""
+    errors, i = 0, 0
+    while not stop.is_set():
+        sample = await _one(client, url, bodies[i % len(bodies)])
+        errors += not sample.ok
+        i += 1
+    return errors
+
+
+async def run_level(
+    url: str,
+    level: int,
+    bodies: list[dict[str, Any]],
+    *,
+    timeout: float,
+    background: list[list[dict[str, Any]]] | None = None,
+) -> dict[str, Any]:
+    """``bodies`` sent by ``level`` concurrent clients; ``background``: one body list per background
+    client, streamed for the whole level (see the module docstring)."""
     import httpx
 
-    limits = httpx.Limits(max_connections=level, max_keepalive_connections=level)
+    width = level + len(background or [])
+    limits = httpx.Limits(max_connections=width, max_keepalive_connections=width)
     todo = list(enumerate(bodies))
     samples: list[Sample] = [Sample()] * len(bodies)
     async with httpx.AsyncClient(timeout=timeout, limits=limits) as client:
+        stop = asyncio.Event()
+        loaders = [asyncio.ensure_future(_background(client, url, b, stop)) for b in background or []]
+        if loaders:
+            await asyncio.sleep(BACKGROUND_WARMUP_S)
 
         async def worker() -> None:
             while todo:
@@ -131,7 +164,14 @@ async def run_level(url: str, level: int, bodies: list[dict[str, Any]], *, timeo
         t0 = time.perf_counter()
         await asyncio.gather(*(worker() for _ in range(level)))
         seconds = time.perf_counter() - t0
-    return summarize(level, samples, seconds)
+        stop.set()
+        for task in loaders:
+            task.cancel()
+        await asyncio.gather(*loaders, return_exceptions=True)
+    result = summarize(level, samples, seconds)
+    if background:
+        result["background"] = len(background)
+    return result
 
 
 def request_bodies(
@@ -163,11 +203,21 @@ def run_levels(
     extension: dict[str, Any] | None = None,
     timeout: float = 120.0,
     prompts: list[str] | None = None,
+    background: int = 0,
+    background_extension: dict[str, Any] | None = None,
 ) -> list[dict[str, Any]]:
-    """One result per level (see :func:`summarize`), the levels one after another."""
+    """One result per level (see :func:`summarize`), the levels one after another; ``background``
+    clients stream ``background_extension`` requests meanwhile (see the module docstring)."""
     endpoint = _base(url) + ("/chat/completions" if chat else "/completions")
     bodies = request_bodies(n, max_tokens=max_tokens, chat=chat, extension=extension, prompts=prompts)
-    return [asyncio.run(run_level(endpoint, level, bodies, timeout=timeout)) for level in levels]
+    loads = None
+    if background:
+        ext = {**(background_extension or {}), "ignore_eos": True}
+        all_bodies = request_bodies(8 * background, max_tokens=256, chat=chat, extension=ext, prompts=prompts)
+        loads = [all_bodies[i::background] for i in range(background)]
+    return [
+        asyncio.run(run_level(endpoint, level, bodies, timeout=timeout, background=loads)) for level in levels
+    ]
 
 
 def format_table(results: list[dict[str, Any]]) -> str:

@@ -9,6 +9,10 @@ from s2d2 import DecodeConfig
 from s2d2.engine.llm_engine import decode
 
 
+def _ids(tokens):
+    return tokens.tolist() if isinstance(tokens, torch.Tensor) else list(tokens)
+
+
 class Spy:
     """Wraps an adapter and records every segment the engine asks for (one per row and forward)."""
 
@@ -30,7 +34,7 @@ class Spy:
         return self.inner.prefill_segment(state, ids, **kw)
 
     def draft_segment(self, state, pending, block, **kw):
-        self.calls.append(("draft", pending.tolist(), block.tolist(), kw["start"], state.length))
+        self.calls.append(("draft", _ids(pending), _ids(block), kw["start"], state.length))
         return self.inner.draft_segment(state, pending, block, **kw)
 
     def verify_segment(self, state, filled, **kw):

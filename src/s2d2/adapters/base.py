@@ -80,8 +80,8 @@ class ModelAdapter(ABC):
     def draft_segment(
         self,
         state: KVState,
-        pending: torch.Tensor,
-        block: torch.Tensor,
+        pending: torch.Tensor | Sequence[int],
+        block: torch.Tensor | Sequence[int],
         *,
         start: int,
         block_size: int,
@@ -89,7 +89,8 @@ class ModelAdapter(ABC):
         cached: int = 0,
         extend: bool = False,
     ) -> Segment:
-        """Diffusion logits ``[len(block), vocab]`` for the block at positions ``start...``.
+        """Diffusion logits ``[len(block), vocab]`` for the block at positions ``start...`` (token ids as
+        host tensors or lists).
 
         ``pending`` holds the committed tokens at positions ``start - len(pending) .. start - 1`` that
         are not cached yet; they are written to the cache (block-causally, or token-causally when

@@ -148,8 +148,8 @@ class FastDLLMv2Adapter(HFAdapter):
     def draft_segment(
         self,
         state: KVState,
-        pending: torch.Tensor,
-        block: torch.Tensor,
+        pending: torch.Tensor | Sequence[int],
+        block: torch.Tensor | Sequence[int],
         *,
         start: int,
         block_size: int,
@@ -160,7 +160,7 @@ class FastDLLMv2Adapter(HFAdapter):
         """As the same-position draft; a shifted block is never partly cached (slot 0's prediction comes
         from the position before the block), so ``cached`` must be 0 and ``extend`` is ignored."""
         assert cached == 0, "a shifted model's block is not cached in parts"
-        m, n = pending.numel(), block.numel()
+        m, n = len(pending), len(block)
         seg = super().draft_segment(state, pending, block, start=start, block_size=block_size, causal=causal)
         if m:
             # rows: [last pending | block slots 0..n-1]; the last pending row predicts slot 0.

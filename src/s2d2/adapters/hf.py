@@ -173,8 +173,8 @@ class HFAdapter(ModelAdapter):
     def draft_segment(
         self,
         state: KVState,
-        pending: torch.Tensor,
-        block: torch.Tensor,
+        pending: torch.Tensor | Sequence[int],
+        block: torch.Tensor | Sequence[int],
         *,
         start: int,
         block_size: int,
@@ -185,16 +185,18 @@ class HFAdapter(ModelAdapter):
         """A draft of ``block``; its first ``cached`` slots are in the cache already (a causal cache's
         committed prefix) and are not fed. With ``extend`` (causal cache only) the fed block's leading
         committed tokens are kept in the cache too (``keep`` grows by their number). Logits come back for
-        every slot (cached slots' rows are zeros, never read)."""
-        m, n = pending.numel(), block.numel()
+        every slot (cached slots' rows are zeros, never read). Token ids may come as host tensors or
+        lists (the engine's host bookkeeping keeps lists: one tensor is made here)."""
+        pend = pending.tolist() if isinstance(pending, torch.Tensor) else list(pending)
+        fed = (block.tolist() if isinstance(block, torch.Tensor) else list(block))[cached:]
+        m, n = len(pend), len(fed) + cached
         assert state.length + m == start + cached, (
             "pending tokens must end where the block's uncached part starts"
         )
-        fed = block[cached:]
-        flags = [t != self.info.mask_token_id for t in fed.tolist()]
+        flags = [t != self.info.mask_token_id for t in fed]
         committed = tuple(flags) if causal else (False,) * (n - cached)
         mask = _draft_mask(m, committed, block_size, causal, start % block_size)
-        ids = torch.cat([pending, fed]) if m else fed
+        ids = torch.tensor(pend + fed, dtype=torch.long)
         if cached:
             pos = torch.cat([torch.arange(start - m, start), torch.arange(start + cached, start + n)])
         else:

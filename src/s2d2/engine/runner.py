@@ -52,20 +52,18 @@ class ModelRunner:
             ids = torch.tensor(req.tokens[st.length : min(cache.prompt_blocks, st.length + chunk)])
             return ad.prefill_segment(st, ids, block_size=B, causal=causal)
         if req.action in (Action.DRAFT, Action.POST):
-            m = max(0, cur.start - st.length)  # a causal cache may already hold the block's first slots
-            both = torch.tensor(req.tokens[st.length : cur.start] + cur.ids)  # one host tensor, two views
-            pending = both[:m]
+            pending = req.tokens[st.length : cur.start]  # empty once a causal cache holds the block's start
             seg = ad.draft_segment(
                 st,
                 pending,
-                both[m:],
+                cur.ids,
                 start=cur.start,
                 block_size=B,
                 causal=causal,
                 cached=cache.block_cached,
                 extend=cache.partial,
             )
-            cache.block_extension = seg.keep - pending.numel()
+            cache.block_extension = seg.keep - len(pending)
             return seg
         if req.action == Action.VERIFY:
             p, c = req.pending, cache.block_cached

@@ -129,8 +129,9 @@ def _draw(probs: torch.Tensor, queries: list[DraftQuery], sizes: list[int]) -> t
 
 def _draft_group(
     queries: list[DraftQuery], dev: DeviceOps, fetch: _Fetch
-) -> list[tuple[DraftQuery, dict[str, int]]]:
-    """Register the device values of queries sharing sampling transforms; returns what to read back."""
+) -> list[tuple[DraftQuery, dict[str, int], int, int]]:
+    """Register the device values of queries sharing sampling transforms; returns what to read back
+    (per query: the group's keys, its first row and its number of rows)."""
     temperature, top_k, top_p = _transforms(queries[0].req)
     mask_id = queries[0].req.info.mask_token_id
     sizes = [len(q.slots) for q in queries]
@@ -158,18 +159,19 @@ def _draft_group(
         if k:
             top = torch.topk(lsm, k, dim=-1)
             keys["top_ids"], keys["top_lp"] = fetch.add(top.indices), fetch.add(top.values)
+    keys["_m"], keys["_k"] = m, k or 0
     out = []
     at = 0
     for q, n in zip(queries, sizes, strict=True):
         if q.keep_probs:
             q.result = SlotDrafts(q.slots, [], [], probs=probs[at : at + n])
-        out.append((q, {**keys, "_at": at, "_n": n, "_m": m, "_k": k or 0}))
+        out.append((q, keys, at, n))
         at += n
     return out
 
 
-def _read_draft(q: DraftQuery, keys: dict[str, int], fetch: _Fetch) -> SlotDrafts:
-    at, n = keys["_at"], keys["_n"]
+def _read_draft(q: DraftQuery, keys: dict[str, int], at: int, n: int, fetch: _Fetch) -> SlotDrafts:
+    """The host values of one draft query: its ``n`` rows from row ``at`` of its group's tensors."""
 
     def vals(name: str, width: int = 1) -> list[float]:
         return fetch.get(keys[name])[at * width : (at + n) * width]
@@ -290,7 +292,7 @@ def run_queries(
 
     Edits are drawn before drafts, so a row that edits and drafts in one step draws in that order."""
     fetch = _Fetch()
-    pending: list[tuple[DraftQuery, dict[str, int]]] = []
+    pending: list[tuple[DraftQuery, dict[str, int], int, int]] = []
     for batch in (edits, drafts):
         for group in _by_transforms(batch).values():
             pending += _draft_group(group, dev, fetch)
@@ -300,8 +302,8 @@ def run_queries(
     if not fetch.parts:
         return
     fetch.values = dev.to_host(fetch.parts)
-    for q, keys in pending:
-        q.result = _read_draft(q, keys, fetch)
+    for q, keys, at, n in pending:
+        q.result = _read_draft(q, keys, at, n, fetch)
     _read_verifications(checks, fetch)
 
 

@@ -439,3 +439,26 @@ def test_bench_serve_with_a_background_load(url):
     assert result["itl_ms_p50"] is not None
     after = sum(metric(url, f's2d2_requests_total{{status="{s}"}}') for s in ("finished", "aborted"))
     assert after >= before + 4  # the two measured requests and at least one per background client
+
+
+def test_cli_api_key_from_the_environment_and_default_hosts():
+    """``S2D2_API_KEY`` guards the /v1 routes of ``s2d2 serve``; the default hosts are the loopback names."""
+    port = free_port()
+    os.environ["S2D2_API_KEY"] = "from-env"
+    try:
+        proc = _start(port)
+    finally:
+        del os.environ["S2D2_API_KEY"]
+    base = f"http://127.0.0.1:{port}"
+    try:
+        assert httpx.get(base + "/v1/models", timeout=10).status_code == 401
+        ok = httpx.get(base + "/v1/models", headers={"Authorization": "Bearer from-env"}, timeout=10)
+        assert ok.status_code == 200 and ok.json()["data"][0]["id"] == "tiny-gsm"
+        assert httpx.get(f"http://localhost:{port}/health", timeout=10).status_code == 200
+        foreign = httpx.get(base + "/health", headers={"Host": "attacker.example"}, timeout=10)
+        assert foreign.status_code == 400
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()

@@ -9,7 +9,7 @@ import torch
 
 import emulated_device
 from s2d2 import load
-from s2d2.engine import step as step_module
+from s2d2.engine import row_queries
 from s2d2.engine.llm_engine import LLMEngine
 from s2d2.tasks.tiny_gsm.splits import load_split
 
@@ -75,7 +75,7 @@ SITES = {
     # uniforms of the probabilistic rule drawn on the host (decoding/functional.py before)
     "rand": (emulated_device.EmulatedDeviceOps, "rand", _host_rand, "met a device tensor"),
     # host index tensors selecting candidates from device logits (engine/step.py before)
-    "index": (step_module, "_rows", _host_index, "met a device tensor"),
+    "index": (row_queries, "_rows", _host_index, "met a device tensor"),
 }
 
 

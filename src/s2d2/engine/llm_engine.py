@@ -26,9 +26,10 @@ from .fault_isolation import run_isolating_failures
 from .logprobs import TokenLogprob
 from .request import Request, Status, check_prompt
 from .request_limits import check_request_limits, default_max_query_tokens_per_row, fold_limit_for
+from .row_queries import RowWork, queries
 from .runner import ModelRunner
 from .scheduler import Scheduler
-from .step import RowWork, advance, apply, queries
+from .step import advance, apply
 from .step_math import run_queries
 from .step_timing import StepTiming
 

@@ -5,7 +5,7 @@ differ only in how a step chooses what to commit. A row's S2D2 step spans two en
 verifies (its draft forward, then its verification forward); its batch-mates do not wait for it.
 
 Per row, :func:`advance` walks the block loop until the row needs a forward (``req.action``) or is
-finished. After the forward, :func:`queries` says what the row needs from its logits
+finished. After the forward, :func:`~.row_queries.queries` says what the row needs from its logits
 (:mod:`.step_math` computes every row's on the device and brings the values back in one transfer), and
 :func:`apply` consumes them: route, verify, accept, fall back, edit. All of it is host bookkeeping on
 Python lists. Forward accounting: a finished block is committed to the cache inside the next block's
@@ -15,18 +15,17 @@ first draft forward, so commits cost no forward of their own.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 
 from ..decoding import functional as F
 from ..decoding.policies import RouteFeatures, SkipCheck
-from .device import DeviceOps
 from .draft_step import DraftStep, SlotDrafts, VerifyMode
 from .fusion import pick_group, plan_groups, stale_drafts
 from .logprobs import LogprobSource, TokenLogprob
 from .request import Action, Request, Status
+from .row_queries import RowWork
 from .step_math import DraftQuery, VerifyQuery
 
 
@@ -130,91 +129,6 @@ def _take_predraft(req: Request) -> bool:
     req.stats.predraft_hits += int(hit)
     _draft_step(req, values, predrafted=hit)
     return True
-
-
-# ----------------------------------------------------------------------------- what a row asks for
-@dataclass
-class RowWork:
-    """One row's share of the step: its action and its queries to the device half."""
-
-    req: Request
-    action: Action
-    edit: DraftQuery | None = None
-    draft: DraftQuery | None = None
-    verify: VerifyQuery | None = None
-    groups: list[DraftQuery] = field(default_factory=list)
-
-    @property
-    def draft_queries(self) -> list[DraftQuery]:
-        return ([self.draft] if self.draft is not None else []) + self.groups
-
-
-def _rows(dev: DeviceOps, logits: torch.Tensor, slots: list[int]) -> torch.Tensor:
-    """``logits[slots]``: a view when the slots are consecutive, else a gather (index made on device)."""
-    if slots and slots[-1] - slots[0] == len(slots) - 1:
-        return logits[slots[0] : slots[-1] + 1]
-    return logits.index_select(0, dev.tensor(slots))
-
-
-def _prob_rows(dev: DeviceOps, drafts: SlotDrafts, lo: int, hi: int) -> torch.Tensor | None:
-    """The drafter's distributions at candidates ``lo .. hi - 1`` (None where they were not kept)."""
-    if drafts.probs is None:
-        return None
-    return _rows(dev, drafts.probs, drafts.prob_rows_of(lo, hi))
-
-
-def _edit_slots(req: Request, upto: int) -> list[int]:
-    ids, mask_id = req.cursor.ids, req.info.mask_token_id
-    return [s for s in range(req.cursor.first_generated, upto) if ids[s] != mask_id]
-
-
-def _with_context(req: Request, q: DraftQuery | VerifyQuery, slots: list[int], block_ids: list[int]) -> None:
-    """Give a query what the request's logit adjustments need (nothing when it has none). Pre-draft
-    groups stay unadjusted: they only propose, and the verification applies the adjustments exactly."""
-    if req.adjust.active:
-        q.positions = [req.cursor.start + s for s in slots]
-        q.context = req.generated_context(block_ids)
-
-
-def queries(dev: DeviceOps, req: Request, logits: torch.Tensor) -> RowWork:
-    """What ``req`` needs from the logits of its forward (``req.action``)."""
-    work = RowWork(req, req.action)
-    cfg, cur = req.config, req.cursor
-    if req.action in (Action.DRAFT, Action.POST) and cfg.editing_threshold is not None:
-        upto = cur.candidate_limit if req.action == Action.DRAFT else cur.n_valid
-        slots = _edit_slots(req, upto)
-        if slots:
-            work.edit = DraftQuery(req, _rows(dev, logits, slots), slots)
-            _with_context(req, work.edit, slots, cur.ids)
-    if req.action == Action.DRAFT:
-        pol = req.policy
-        work.draft = DraftQuery(
-            req,
-            _rows(dev, logits, cur.candidates),
-            cur.candidates,
-            entropy=req.rule == "eb",
-            norm_entropy=pol is not None and pol.reads_entropy,
-            alpha=pol is not None and (pol.reads_alpha or cfg.fuse),
-            alternatives=cfg.predraft_tokens + 1 if cfg.fuse and cfg.predraft_tokens else 0,
-            keep_probs=pol is not None and (not cfg.strict or req.tracer.steps is not None),
-        )
-        _with_context(req, work.draft, cur.candidates, cur.ids)
-    elif req.action == Action.VERIFY:
-        p = req.pending
-        span = p.span_len
-        sizes = [span] + [g.rows for g in p.groups]
-        parts = logits.split(sizes) if p.groups else (logits,)
-        p_rows = _prob_rows(dev, p.drafts, p.span_offset, p.span_offset + span)
-        span_drafts = p.drafts.drafts[p.span_offset : p.span_offset + span]
-        work.verify = VerifyQuery(req, parts[0], span_drafts, cfg.strict, p_rows)
-        _with_context(req, work.verify, p.span_slots, p.filled)
-        alts = cfg.predraft_tokens + 1 if cfg.predraft_tokens else 0
-        keep = req.tracer.steps is not None
-        for g, rows in zip(p.groups, parts[1:], strict=True):
-            work.groups.append(
-                DraftQuery(req, rows, g.row_slots(), alpha=True, alternatives=alts, keep_probs=keep)
-            )
-    return work
 
 
 # ----------------------------------------------------------------------------------- after a forward

@@ -462,3 +462,11 @@ def test_cli_api_key_from_the_environment_and_default_hosts():
     finally:
         if proc.poll() is None:
             proc.kill()
+
+
+def test_a_server_preset_over_the_bound_is_an_error_at_start(model):
+    from s2d2.engine.request_limits import RequestLimitError
+
+    with pytest.raises(RequestLimitError, match="block_size"):
+        create_app(model, preset="paper-sdar-b", max_query_tokens_per_row=16)  # block 16: 32 tokens
+    create_app(model, preset="paper-sdar-b", max_query_tokens_per_row=32)

@@ -156,6 +156,8 @@ def create_app(
         stream=True,
         max_query_tokens_per_row=limit,
     )
+    if preset is not None:  # the server's default must fit its own engine: say so now, not per request
+        engine.check_limits(model.make_config(preset=preset))
     state_file = _open_routing_state(engine, routing_state, max_routing_tables)
     thread = EngineThread(engine, max_queue=max_queue, metrics=ServerMetrics(rows))
     state = ServerState(model, thread, name=served_name or model.name, preset=preset)

@@ -14,7 +14,9 @@ import torch
 
 from .adapters import ModelAdapter, load_adapter
 from .config import DecodeConfig
+from .cost_profile import resolve_cost_profile
 from .decoding.stats import GenerationStats, StepTrace
+from .engine.cost import StepCost
 from .engine.llm_engine import DecodeOutput, LLMEngine
 from .engine.logprobs import TokenLogprob
 from .engine.request import check_prompt
@@ -88,8 +90,11 @@ class S2D2Model(Likelihoods):
         kv_budget_tokens: int | None = None,
         preset: PresetFile | None = None,
         max_query_tokens_per_row: int | None = None,
+        cost: StepCost | None = None,
     ):
         self.adapter = adapter
+        #: the engine's step-cost profile (:mod:`s2d2.engine.cost`), if any
+        self.cost = cost
         #: the checkpoint's own default decoding settings (its ``s2d2_preset.json``), if any
         self.preset = preset
         self.tokenizer = tokenizer
@@ -119,6 +124,7 @@ class S2D2Model(Likelihoods):
                 max_num_seqs=self.max_num_seqs,
                 kv_budget_tokens=self.kv_budget_tokens,
                 max_query_tokens_per_row=self.max_query_tokens_per_row,
+                cost=self.cost,
             )
         return self._engine
 
@@ -319,6 +325,7 @@ def load(
     kv_budget_tokens: int | None = None,
     use_preset: bool = True,
     max_query_tokens_per_row: int | None = None,
+    cost_profile: str | os.PathLike[str] | None = None,
     **options: Any,
 ) -> S2D2Model:
     """Load a block-diffusion model: a built-in name (``tiny-gsm``) or a local checkpoint directory.
@@ -330,7 +337,9 @@ def load(
     query tokens one row may feed to one forward (engine-wide settings; a request over it is refused);
     ``options`` go to the family's loader. A checkpoint directory holding ``s2d2_preset.json`` (a preset
     file) gets those settings as its defaults (explicit settings and ``preset=`` still win); pass
-    ``use_preset=False`` to ignore it.
+    ``use_preset=False`` to ignore it. ``cost_profile``: a measured step-cost profile file (calibrated
+    and written when missing) or ``roofline:h200`` / ``roofline:a100`` (a projection); see
+    :mod:`s2d2.engine.cost`.
     """
     path = resolve_model_path(name_or_path)
     preset_path = path / MODEL_PRESET_FILE  # read first: a broken preset file fails before the slow load
@@ -338,6 +347,7 @@ def load(
     adapter = load_adapter(path, device=device, dtype=dtype, **options)
     tokenizer = load_tokenizer(path)
     name = str(name_or_path)
+    cost = resolve_cost_profile(cost_profile, adapter, model_path=path, model_name=name)
     return S2D2Model(
         adapter,
         tokenizer,
@@ -347,4 +357,5 @@ def load(
         kv_budget_tokens=kv_budget_tokens,
         preset=preset,
         max_query_tokens_per_row=max_query_tokens_per_row,
+        cost=cost,
     )

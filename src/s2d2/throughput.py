@@ -22,6 +22,7 @@ import torch
 
 from .bench.grids import BenchConfig, get_grid
 from .bench.suites import load_problems
+from .engine.cost import StepCost
 from .engine.llm_engine import LLMEngine
 from .errors import S2D2Error
 
@@ -48,9 +49,12 @@ def pick_configs(names: Sequence[str]) -> list[BenchConfig]:
     return [grid[n] for n in names]
 
 
-def _one_cell(model: Any, prompts: list[list[int]], cfg: Any, limit: int) -> dict[str, float]:
-    """Decode every prompt on a fresh engine with ``limit`` rows; the raw counts of that run."""
-    engine = LLMEngine(model.adapter, max_num_seqs=limit)
+def _one_cell(
+    model: Any, prompts: list[list[int]], cfg: Any, limit: int, cost: StepCost | None = None
+) -> dict[str, float]:
+    """Decode every prompt on a fresh engine with ``limit`` rows; the raw counts of that run (with
+    ``cost``: each step's predicted time too)."""
+    engine = LLMEngine(model.adapter, max_num_seqs=limit, cost=cost)
     t0 = time.perf_counter()
     outs = engine.generate(prompts, [cfg] * len(prompts))
     seconds = time.perf_counter() - t0
@@ -64,6 +68,9 @@ def _one_cell(model: Any, prompts: list[list[int]], cfg: Any, limit: int) -> dic
         "host_syncs_per_step": c["host_syncs_per_step"],
         "forward_ms_per_step": c["forward_ms_per_step"],
         "other_ms_per_step": c["other_ms_per_step"],
+        "predicted_ms_per_step": c["predicted_ms_per_step"],
+        "predicted_abs_error": c["predicted_abs_error"],
+        "steps": c["steps"],
     }
 
 
@@ -99,8 +106,14 @@ def run_throughput(
     repeats: int = 1,
     split: str = "test",
     progress: bool = False,
+    cost: StepCost | None = None,
+    simulate: str | None = None,
 ) -> dict[str, Any]:
-    """Measure every (limit, configuration) cell on the same ``n`` tiny-gsm problems; see the module."""
+    """Measure every (limit, configuration) cell on the same ``n`` tiny-gsm problems; see the module.
+
+    With ``cost`` every step's predicted time is recorded beside the measured one. ``simulate`` names
+    that profile when it is a projection of another model on other hardware (``roofline:h200`` of a
+    shape): tokens/s are then also given on the simulated clock, as ``projected_tokens_per_s``."""
     if any(limit < 1 for limit in limits):
         raise S2D2Error("batch limits must be >= 1")
     if repeats < 1 or n < 1:
@@ -122,10 +135,14 @@ def run_throughput(
             for li, limit in enumerate(limits):
                 k = len(cfgs)
                 for j in [(r + li + s) % k for s in range(k)]:
-                    cells.setdefault((li, j), []).append(_one_cell(model, prompts, decode_cfgs[j], limit))
+                    cell = _one_cell(model, prompts, decode_cfgs[j], limit, cost)
+                    cells.setdefault((li, j), []).append(cell)
                     bar.update(1)
     peak_rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    return _summarize(cfgs, limits, cells, query_ceiling(model), peak_rss_mb, n, max_new_tokens, repeats)
+    out = _summarize(cfgs, limits, cells, query_ceiling(model), peak_rss_mb, n, max_new_tokens, repeats)
+    if simulate is not None:
+        out["projected"] = simulate
+    return out
 
 
 def _summarize(
@@ -165,6 +182,7 @@ def _summarize(
                     # step time split, medians over repeats: the model's forward vs everything else
                     "forward_ms_per_step": _median(runs, "forward_ms_per_step"),
                     "other_ms_per_step": _median(runs, "other_ms_per_step"),
+                    **_predicted(runs, x),
                 }
             )
     return {
@@ -176,6 +194,20 @@ def _summarize(
         "peak_rss_mb": round(peak_rss_mb, 1),
         "threads": torch.get_num_threads(),
         "rows": rows,
+    }
+
+
+def _predicted(runs: list[dict[str, float]], x: dict[str, float]) -> dict[str, float]:
+    """The cost profile's view of a cell: predicted forward ms per step, its median error against the
+    measured forwards, and tokens/s on the predicted clock: predicted forwards plus the host time
+    measured here (the same Python runs beside a GPU)."""
+    if x["predicted_ms_per_step"] is None:
+        return {}
+    seconds = (x["predicted_ms_per_step"] + _median(runs, "other_ms_per_step")) * x["steps"] / 1e3
+    return {
+        "predicted_ms_per_step": round(x["predicted_ms_per_step"], 4),
+        "predicted_abs_error": round(statistics.median(r["predicted_abs_error"] for r in runs), 3),
+        "projected_tokens_per_s": round(x["tokens"] / seconds, 1) if seconds > 0 else None,
     }
 
 
@@ -199,6 +231,14 @@ def render(results: dict[str, Any]) -> str:
         ("other_ms_per_step", "other ms/step"),
         ("host_syncs_per_step", "host syncs/step"),
     )
+    if results["rows"] and "predicted_ms_per_step" in results["rows"][0]:
+        projected = results.get("projected")
+        cols += (
+            ("predicted_ms_per_step", "PROJECTED forward ms/step" if projected else "predicted ms/step"),
+            ("projected_tokens_per_s", "PROJECTED tokens/s" if projected else "tokens/s, predicted"),
+        )
+        if not projected:
+            cols += (("predicted_abs_error", "predicted vs measured (median error)"),)
     lines = ["| " + " | ".join(h for _, h in cols) + " |", "|" + "---|" * len(cols)]
     for r in results["rows"]:
         lines.append("| " + " | ".join(str(r[k]) for k, _ in cols) + " |")
@@ -208,4 +248,9 @@ def render(results: dict[str, Any]) -> str:
         f"peak RSS {results['peak_rss_mb']:.0f} MB; {results['n']} problems, "
         f"{results['threads']} threads, median of {results['repeats']}"
     )
+    if results.get("projected"):
+        lines.append(
+            f"PROJECTED: every step charged the time {results['projected']} predicts for the step the "
+            "projected model would run (plus the host time measured here); tokens are the built-in model's."
+        )
     return "\n".join(lines)

@@ -22,6 +22,22 @@ def _int_list(text: str, flag: str) -> list[int]:
     return values
 
 
+def _cost(m, cost_profile: str | None, simulate: str | None, shape: Path | None):
+    """The step-cost profile of the run and, for a simulation, its label (figures are projected)."""
+    from ..cost_profile import resolve_cost_profile
+
+    if simulate is not None and cost_profile is not None:
+        raise S2D2Error("give --cost-profile or --simulate, not both")
+    if simulate is None:
+        if shape is not None:
+            raise S2D2Error("--shape goes with --simulate")
+        return resolve_cost_profile(cost_profile, m.adapter, model_path=m.path, model_name=m.name), None
+    if not simulate.startswith("roofline:"):
+        raise S2D2Error(f"--simulate takes roofline:NAME, got {simulate!r}")
+    cost = resolve_cost_profile(simulate, m.adapter, model_path=m.path, model_name=m.name, shape=shape)
+    return cost, f"{simulate} of {shape if shape is not None else m.name}"
+
+
 def bench_batch_command(
     model: ModelOpt = "tiny-gsm",
     n: Annotated[int, typer.Option("--n", help="Test problems decoded per cell.")] = 128,
@@ -36,6 +52,17 @@ def bench_batch_command(
     progress: ProgressOpt = True,
     device: DeviceOpt = None,
     dtype: DtypeOpt = None,
+    cost_profile: Annotated[
+        str | None,
+        typer.Option(help="A step-cost profile: a profile file (calibrated when missing) or roofline:NAME."),
+    ] = None,
+    simulate: Annotated[
+        str | None,
+        typer.Option(help="Project a model (--shape) on a GPU: roofline:h200 | h100 | a100."),
+    ] = None,
+    shape: Annotated[
+        Path | None, typer.Option(help="With --simulate: the config.json of the model to project.")
+    ] = None,
 ) -> None:
     """Decode the same N problems with every configuration at every batch limit (interleaved) and print
     output tokens/s, the speed-up against the first limit, forwards/s, rows per forward and query tokens
@@ -52,8 +79,17 @@ def bench_batch_command(
             raise S2D2Error(f"--threads must be >= 1, got {threads}")
         torch.set_num_threads(threads)
     m = load(model, device=device, dtype=dtype)
+    cost, label = _cost(m, cost_profile, simulate, shape)
     results = throughput.run_throughput(
-        m, n=n, limits=lims, configs=names, max_new_tokens=max_new_tokens, repeats=repeats, progress=progress
+        m,
+        n=n,
+        limits=lims,
+        configs=names,
+        max_new_tokens=max_new_tokens,
+        repeats=repeats,
+        progress=progress,
+        cost=cost,
+        simulate=label,
     )
     typer.echo(throughput.render(results))
     if json_out is not None:

@@ -21,6 +21,7 @@ from ..config import DecodeConfig
 from ..decoding.routing_state import EngineRoutingState
 from ..decoding.stats import GenerationStats, StepTrace
 from ..errors import ConfigError, PromptError, S2D2Error
+from .cost import StepCost, median_abs_error
 from .device import DeviceOps
 from .fault_isolation import run_isolating_failures
 from .logprobs import TokenLogprob
@@ -74,8 +75,9 @@ class LLMEngine:
     positions reserved by running rows together; a row reserves prompt + ``max_new_tokens`` + one block),
     ``prefill_chunk`` (most prompt positions a row prefills per forward), ``max_query_tokens_per_row``
     (most query tokens one row feeds to one forward; default: every shipped preset fits, see
-    :mod:`.request_limits`; it also caps the prefill chunk). Everything else is per request.
-    With ``stream=True`` every step reports each running row's newly final tokens.
+    :mod:`.request_limits`; it also caps the prefill chunk), ``cost`` (a step-cost profile,
+    :mod:`.cost`: each step's predicted time is recorded beside the measured one). Everything else is
+    per request. With ``stream=True`` every step reports each running row's newly final tokens.
     """
 
     def __init__(
@@ -87,6 +89,7 @@ class LLMEngine:
         prefill_chunk: int = 512,
         stream: bool = False,
         max_query_tokens_per_row: int | None = None,
+        cost: StepCost | None = None,
     ):
         limit = max_query_tokens_per_row
         if limit is None:
@@ -108,6 +111,7 @@ class LLMEngine:
         #: UCB statistics shared by this engine's requests with ``ucb_scope="engine"``
         self.routing = EngineRoutingState()
         self.timing = StepTiming()
+        self.cost = cost
 
     @property
     def max_num_seqs(self) -> int:
@@ -193,6 +197,8 @@ class LLMEngine:
             "host_syncs_per_step": self.device.host_transfers / steps,
             "forward_ms_per_step": fwd_ms,
             "other_ms_per_step": other_ms,
+            "predicted_ms_per_step": t.predicted_ms / steps if self.cost is not None else None,
+            "predicted_abs_error": median_abs_error(t.pairs) if self.cost is not None else None,
         }
 
     # ------------------------------------------------------------------ one step
@@ -233,7 +239,9 @@ class LLMEngine:
             outputs += [o for o in map(self._progress, self.scheduler.running) if o.new_token_ids]
         outputs += [self._finished(req) for req in self.scheduler.retire()]
         if forward is not None:
-            self.timing.add(forward, time.perf_counter() - t_begin - forward)
+            shape = self.runner.last_shape
+            predicted = None if self.cost is None or shape is None else self.cost.predict_ms(shape)
+            self.timing.add(forward, time.perf_counter() - t_begin - forward, predicted)
         return outputs
 
     def _postprocess(self, rows: list[Request], logits: Sequence[torch.Tensor]) -> None:

@@ -13,8 +13,10 @@ from dataclasses import dataclass
 
 import torch
 
+from ..adapters.attention_groups import split_by_length
 from ..adapters.base import ModelAdapter
 from ..adapters.segment import Segment
+from .cost import StepShape
 from .draft_step import VerifyMode
 from .fusion import predraft_inputs
 from .request import Action, Request
@@ -42,6 +44,7 @@ class ModelRunner:
         self.adapter = adapter
         self.prefill_chunk = prefill_chunk
         self.counters = ForwardCounters()
+        self.last_shape: StepShape | None = None
 
     def segment(self, req: Request) -> Segment:
         """The segment of ``req``'s next forward (host tensors; the adapter moves them to its device)."""
@@ -77,7 +80,11 @@ class ModelRunner:
         raise RuntimeError(f"request {req.request_id!r} needs no forward")
 
     def run(self, rows: Sequence[Request], segments: Sequence[Segment]) -> list[torch.Tensor]:
-        """One forward over ``segments`` (one per row of ``rows``); each row's logits, in order."""
+        """One forward over ``segments`` (one per row of ``rows``); each row's logits, in order. The
+        step's shape (query tokens and cached positions per row) is kept in ``last_shape``."""
+        self.last_shape = StepShape.of(
+            [s.n for s in segments], [s.state.length for s in segments], split_by_length(segments)
+        )
         logits = self.adapter.run(segments)
         for req, seg in zip(rows, segments, strict=True):
             req.stats.query_tokens += seg.n

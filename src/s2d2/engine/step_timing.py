@@ -3,7 +3,7 @@ math of the step, admission and retirement)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 @dataclass
@@ -13,11 +13,17 @@ class StepTiming:
     steps: int = 0
     forward_seconds: float = 0.0
     other_seconds: float = 0.0
+    #: with a cost profile: its predicted milliseconds summed, and (predicted, measured forward) ms per step
+    predicted_ms: float = 0.0
+    pairs: list[tuple[float, float]] = field(default_factory=list)
 
-    def add(self, forward: float, other: float) -> None:
+    def add(self, forward: float, other: float, predicted_ms: float | None = None) -> None:
         self.steps += 1
         self.forward_seconds += forward
         self.other_seconds += other
+        if predicted_ms is not None:
+            self.predicted_ms += predicted_ms
+            self.pairs.append((predicted_ms, 1e3 * forward))
 
     def per_step_ms(self) -> tuple[float, float]:
         """Mean (forward, other) milliseconds per step."""

@@ -9,6 +9,7 @@ from typing import Annotated
 
 import typer
 
+from ..engine.cost import FittedCost, profile_key
 from ..errors import S2D2Error
 from .bench_batch import _int_list
 from .options import DeviceOpt, DtypeOpt
@@ -59,7 +60,11 @@ def bench_forward_command(
     for r in rows:
         per_token_us = 1000 * r["ms"] / (r["query"] * r["batch"])
         typer.echo(f"| {r['batch']} | {r['context']} | {r['query']} | {r['ms']:.3f} | {per_token_us:.1f} |")
+    # the same format a measured step-cost profile has (engine.cost): its cells, key and fit
+    name = model if model is not None else str(config_json)
     out = {"device": str(adapter.device), "dtype": str(adapter.dtype), "cells": rows}
+    if len(rows) >= 4:
+        out.update(FittedCost.fit(rows, profile_key(adapter, name)).to_json())
     if results is not None:
         try:
             bench = json.loads(results.read_text())

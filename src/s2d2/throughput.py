@@ -203,11 +203,14 @@ def _predicted(runs: list[dict[str, float]], x: dict[str, float]) -> dict[str, f
     measured here (the same Python runs beside a GPU)."""
     if x["predicted_ms_per_step"] is None:
         return {}
-    seconds = (x["predicted_ms_per_step"] + _median(runs, "other_ms_per_step")) * x["steps"] / 1e3
+    forward = x["predicted_ms_per_step"] * x["steps"] / 1e3
+    seconds = forward + _median(runs, "other_ms_per_step") * x["steps"] / 1e3
     return {
         "predicted_ms_per_step": round(x["predicted_ms_per_step"], 4),
         "predicted_abs_error": round(statistics.median(r["predicted_abs_error"] for r in runs), 3),
         "projected_tokens_per_s": round(x["tokens"] / seconds, 1) if seconds > 0 else None,
+        # the forwards alone: what the device would do with a host that kept up
+        "projected_forward_tokens_per_s": round(x["tokens"] / forward, 1) if forward > 0 else None,
     }
 
 

@@ -14,6 +14,9 @@ from collections.abc import Sequence
 
 import torch
 
+#: Token ids travel to the host as float32 (:meth:`DeviceOps.to_host`): exact below this.
+MAX_VOCAB = 2**24
+
 
 class DeviceOps:
     """Tensor factories on one device, and the counted transfer of results to the host."""
@@ -52,13 +55,14 @@ class DeviceOps:
     def to_host(self, parts: Sequence[torch.Tensor]) -> list[list[float]]:
         """Every tensor of ``parts`` flattened, brought to the host in ONE transfer, as Python lists.
 
-        Values travel as float64, so token ids (< 2**53) come back exact (as floats: ``int()`` them).
+        Values travel as float32 (probabilities and logprobs are float32 already), so token ids come back
+        exact below 2**24 (as floats: ``int()`` them); the engine refuses larger vocabularies.
         """
         sizes = [int(p.numel()) for p in parts]
         if not parts:
             return []
         self.host_transfers += 1
-        flat = torch.cat([p.reshape(-1).to(torch.float64) for p in parts])
+        flat = torch.cat([p.reshape(-1).to(torch.float32) for p in parts])
         values = self._fetch(flat)
         out, at = [], 0
         for n in sizes:

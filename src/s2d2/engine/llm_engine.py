@@ -22,7 +22,7 @@ from ..decoding.routing_state import EngineRoutingState
 from ..decoding.stats import GenerationStats, StepTrace
 from ..errors import ConfigError, PromptError, S2D2Error
 from .cost import StepCost, median_abs_error
-from .device import DeviceOps
+from .device import MAX_VOCAB, DeviceOps
 from .fault_isolation import run_isolating_failures
 from .logprobs import TokenLogprob
 from .request import Request, Status, check_prompt
@@ -99,6 +99,8 @@ class LLMEngine:
         #: most query tokens one row may feed to one forward (:mod:`.request_limits`)
         self.max_query_tokens_per_row = limit
         self.adapter = adapter
+        if adapter.info.vocab_size > MAX_VOCAB:
+            raise ConfigError(f"vocabularies over {MAX_VOCAB} tokens are not supported")
         #: the model's device: the step's tensors are made there, and its one transfer a step is counted
         self.device = DeviceOps(adapter.device)
         self.pool = adapter.new_pool()
@@ -216,7 +218,7 @@ class LLMEngine:
     def step(self) -> list[RequestOutput]:
         """Admit, run one batched forward, postprocess, retire. Returns what changed per request."""
         t_begin = time.perf_counter()
-        forward = None
+        forward = shape = None
         for req in self.scheduler.admit():
             self._guarded(req, advance)
         rows, segments = [], []
@@ -229,6 +231,7 @@ class LLMEngine:
             except Exception as exc:
                 self._fail(req, exc)
         if rows:
+            shape = None if self.cost is None else self.runner.shape(segments)
             t0 = time.perf_counter()
             rows, logits = run_isolating_failures(self.runner.run, rows, segments, self._fail)
             forward = time.perf_counter() - t0
@@ -239,8 +242,7 @@ class LLMEngine:
             outputs += [o for o in map(self._progress, self.scheduler.running) if o.new_token_ids]
         outputs += [self._finished(req) for req in self.scheduler.retire()]
         if forward is not None:
-            shape = self.runner.last_shape
-            predicted = None if self.cost is None or shape is None else self.cost.predict_ms(shape)
+            predicted = None if shape is None else self.cost.predict_ms(shape)
             self.timing.add(forward, time.perf_counter() - t_begin - forward, predicted)
         return outputs
 

@@ -44,7 +44,12 @@ class ModelRunner:
         self.adapter = adapter
         self.prefill_chunk = prefill_chunk
         self.counters = ForwardCounters()
-        self.last_shape: StepShape | None = None
+
+    @staticmethod
+    def shape(segments: Sequence[Segment]) -> StepShape:
+        """The shape of a forward over ``segments`` (before it runs: cached lengths advance in it)."""
+        lengths = [s.state.length for s in segments]
+        return StepShape.of([s.n for s in segments], lengths, split_by_length(segments))
 
     def segment(self, req: Request) -> Segment:
         """The segment of ``req``'s next forward (host tensors; the adapter moves them to its device)."""
@@ -80,11 +85,7 @@ class ModelRunner:
         raise RuntimeError(f"request {req.request_id!r} needs no forward")
 
     def run(self, rows: Sequence[Request], segments: Sequence[Segment]) -> list[torch.Tensor]:
-        """One forward over ``segments`` (one per row of ``rows``); each row's logits, in order. The
-        step's shape (query tokens and cached positions per row) is kept in ``last_shape``."""
-        self.last_shape = StepShape.of(
-            [s.n for s in segments], [s.state.length for s in segments], split_by_length(segments)
-        )
+        """One forward over ``segments`` (one per row of ``rows``); each row's logits, in order."""
         logits = self.adapter.run(segments)
         for req, seg in zip(rows, segments, strict=True):
             req.stats.query_tokens += seg.n

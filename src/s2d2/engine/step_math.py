@@ -221,16 +221,29 @@ def _verify_strict(queries: list[VerifyQuery], dev: DeviceOps, fetch: _Fetch) ->
         row_of += [r] * len(q.drafts)
         local += range(len(q.drafts))
     drafts = dev.tensor(host_drafts)
-    index = dev.tensor([row_of, local])
-    size = dev.tensor(sizes)
-    first, correction = F.strict_acceptance(masked, drafts, index[0], index[1], size)
-    local_at = torch.minimum(first, size - 1)
+    if len(queries) == 1:  # one span: its prefix directly (no packing to undo)
+        n = sizes[0]
+        q_arg = masked.argmax(dim=-1)
+        first = (drafts == q_arg).long().cumprod(0).sum().view(1)
+        local_at = torch.clamp(first, max=n - 1)
+        correction = q_arg.index_select(0, local_at)
+        index = None
+    else:
+        index = dev.tensor([row_of, local])
+        size = dev.tensor(sizes)
+        first, correction = F.strict_acceptance(masked, drafts, index[0], index[1], size)
+        local_at = torch.minimum(first, size - 1)
     keys = {"n_acc": fetch.add(first), "correction": fetch.add(correction)}
     for r, q in enumerate(queries):
         if q.wants_p_correction():
             row = q.p_rows.index_select(0, local_at[r : r + 1])
             q._p_correction_key = fetch.add(row.gather(1, correction[r : r + 1].view(1, 1)))
-    committed = torch.where(index[1] == first[index[0]], correction[index[0]], drafts)
+
+    def committed() -> torch.Tensor:
+        if index is None:
+            return torch.where(dev.arange(sizes[0]) == first, correction, drafts)
+        return torch.where(index[1] == first[index[0]], correction[index[0]], drafts)
+
     _register_q_values(queries, logits, lambda: torch.softmax(masked.float(), dim=-1), committed, keys, fetch)
     return [keys] * len(queries)
 
@@ -239,16 +252,20 @@ def _register_q_values(
     queries: list[VerifyQuery],
     logits: torch.Tensor,
     q_dist: Callable[[], torch.Tensor],
-    committed: torch.Tensor,
+    committed_fn: Callable[[], torch.Tensor],
     keys: dict[str, int],
     fetch: _Fetch,
 ) -> None:
     """Per span position: the AR-mode probability under ``q_dist()`` (tracing) and the raw
     log-probability (``logprobs``) of the token committed there if the position is reached (the draft,
-    or the correction at the first rejection)."""
-    if any(q.req.tracer.steps is not None for q in queries):
-        keys["q_prob"] = fetch.add(q_dist().gather(-1, committed.view(-1, 1)))
+    or the correction at the first rejection). ``committed_fn`` makes those tokens only when needed."""
+    tracing = any(q.req.tracer.steps is not None for q in queries)
     k = max((q.req.config.logprobs for q in queries if q.req.config.logprobs is not None), default=None)
+    if not tracing and k is None:
+        return
+    committed = committed_fn()
+    if tracing:
+        keys["q_prob"] = fetch.add(q_dist().gather(-1, committed.view(-1, 1)))
     if k is not None:
         lsm = torch.log_softmax(logits.float(), dim=-1)
         keys["logprob"] = fetch.add(lsm.gather(-1, committed.view(-1, 1)))
@@ -277,7 +294,9 @@ def _verify_probabilistic(q: VerifyQuery, dev: DeviceOps, fetch: _Fetch) -> dict
     keys = {"n_acc": fetch.add(first), "correction": fetch.add(correction)}
     if q.wants_p_correction():
         q._p_correction_key = fetch.add(q.p_rows.index_select(0, at).gather(1, correction.view(1, 1)))
-    committed = torch.where(dev.arange(n) == first, correction, drafts)
+    def committed() -> torch.Tensor:
+        return torch.where(dev.arange(n) == first, correction, drafts)
+
     _register_q_values([q], adjusted, lambda: probs, committed, keys, fetch)
     return keys
 

@@ -37,9 +37,10 @@ def free_port() -> int:
 
 
 @contextmanager
-def running_server(app, timeout: float = 30.0):
+def running_server(app, timeout: float = 30.0, **options):
+    """A real uvicorn server for ``app`` on a free 127.0.0.1 port, in a thread: yields its URL, stops it."""
     port = free_port()
-    server = make_server(app, host="127.0.0.1", port=port, log_level="warning")
+    server = make_server(app, host="127.0.0.1", port=port, log_level="warning", **options)
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + timeout

@@ -16,7 +16,6 @@ import subprocess
 import sys
 import threading
 import time
-from contextlib import contextmanager
 
 import pytest
 
@@ -28,37 +27,14 @@ httpx = pytest.importorskip("httpx")
 import s2d2  # noqa: E402
 from s2d2.decoding.routing_state import EngineRoutingState  # noqa: E402
 from s2d2.serving.app import create_app  # noqa: E402
-from s2d2.serving.server import make_server  # noqa: E402
 from s2d2.tasks.tiny_gsm.splits import load_split  # noqa: E402
+from test_server import free_port, running_server  # noqa: E402
 
 QUESTIONS = [p["question"] for p in load_split("test")[:16]]
 #: a long request: the AR decoder past EOS, so it is still running when the test acts
 LONG = {"decoder": "ar", "ignore_eos": True}
 #: the settings of the issue's 72-second request
 SLOW_72S = {"preset": "lossless-fused", "block_size": 32, "predraft_positions": 32, "predraft_tokens": 64}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@contextmanager
-def running_server(app, timeout: float = 30.0, **options):
-    port = free_port()
-    server = make_server(app, host="127.0.0.1", port=port, log_level="warning", **options)
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + timeout
-    while not server.started:
-        assert thread.is_alive() and time.monotonic() < deadline, "the server did not start"
-        time.sleep(0.02)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(timeout)
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,302 @@
+"""Paged KV bookkeeping: a pool of fixed-size pages, per-row page tables and a prefix cache (issue 26).
+
+This module only decides WHICH page holds which positions; it owns no tensors. The engine's KV tensors
+are laid out as ``num_pages`` pages of ``page_size`` positions, and position ``p`` of a row lives in
+page ``table(row)[p // page_size]`` at offset ``p % page_size``.
+
+Every page is in exactly one of three states:
+
+- **used**: referenced by at least one row's page table (``ref > 0``); never freed or handed out;
+- **cached**: referenced by no row but holding a published prefix; reusable by :meth:`PagePool.match`,
+  evicted least recently used (the tail of a released chain before its head) when free pages run out;
+- **free**: holding nothing.
+
+So ``pages_used + pages_cached + pages_free == num_pages`` at all times.
+
+Prefix cache. Only FULL pages of committed positions (keys and values that will not change) are shared.
+A published page is indexed by its chain key ``(parent, tokens)``: ``tokens`` are the ``page_size``
+token ids it holds and ``parent`` stands for everything before it: the chain key's node id of the
+previous page, or for the first page a root made of the ``cache_key`` (any hashable naming what makes
+keys and values differ: cache kind, family, block alignment). Node ids are never reused, so keys are
+compared exactly (no hash collisions), and two equal token prefixes under different ``cache_key`` never
+share pages. A shared page is read-only: rows write only past the positions they adopted.
+
+Preemption is by recompute: :meth:`PagePool.preempt` frees a row's pages (its published pages stay
+cached while unreferenced) and returns its cached length; the scheduler keeps the tokens and later
+re-admits the row with ``match`` / ``adopt`` / ``ensure`` and prefills what was not matched.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import OrderedDict, deque
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass, field
+
+
+def _tokens(token_ids: Sequence[int], start: int, size: int) -> tuple[int, ...]:
+    """The page's token ids as plain ints (so tensors or numpy values key the same as lists)."""
+    return tuple(int(t) for t in token_ids[start:start + size])
+
+
+class OutOfPages(RuntimeError):
+    """``ensure`` needed more pages than free + cached ones; nothing was allocated."""
+
+    def __init__(self, row: Hashable, needed: int, available: int):
+        super().__init__(f"out of KV pages: row {row!r} needs {needed} more page(s), {available} available")
+        self.row, self.needed, self.available = row, needed, available
+
+
+@dataclass(frozen=True)
+class _Root:
+    """The parent of a chain's first page; distinct from every (int) node id."""
+
+    cache_key: Hashable
+
+
+@dataclass
+class _Page:
+    ref: int = 0
+    key: tuple | None = None  # chain key while published (indexed), else None
+    node: int = 0  # node id of ``key`` (0: not published)
+
+
+@dataclass
+class _Row:
+    pages: list[int] = field(default_factory=list)
+    length: int = 0  # positions the row asked for (``ensure``), never shrinks
+    n_chained: int = 0  # leading pages whose chain node is known (adopted or published)
+    node: Hashable | None = None  # chain node of page n_chained - 1 (or the root)
+    cache_key: Hashable | None = None
+
+
+@dataclass(frozen=True)
+class Preemption:
+    """What re-admitting a preempted row needs: its cached length (its tokens stay with the scheduler)."""
+
+    row: Hashable
+    n_positions: int
+    n_pages_freed: int
+
+
+class PagePool:
+    """``num_pages`` pages of ``page_size`` positions shared by rows, with a prefix cache.
+
+    Rows are any hashables (request ids). Counters: ``pages_used``, ``pages_free``, ``pages_cached``,
+    ``evictions``, ``preemptions``, ``lookup_positions`` / ``hit_positions`` (``prefix_hit_rate``).
+    """
+
+    def __init__(self, num_pages: int, page_size: int = 16):
+        if num_pages < 1:
+            raise ValueError(f"num_pages must be >= 1, got {num_pages}")
+        if page_size < 1:
+            raise ValueError(f"page_size must be >= 1, got {page_size}")
+        self.num_pages, self.page_size = num_pages, page_size
+        self._pages = [_Page() for _ in range(num_pages)]
+        self._free: deque[int] = deque(range(num_pages))
+        self._cached: OrderedDict[int, None] = OrderedDict()  # unreferenced published pages, LRU first
+        self._index: dict[tuple, int] = {}  # chain key -> page id
+        self._rows: dict[Hashable, _Row] = {}
+        self._next_node = 1
+        self.evictions = self.preemptions = 0
+        self.lookup_positions = self.hit_positions = 0
+
+    # ---- counters -------------------------------------------------------------------------------
+    @property
+    def pages_free(self) -> int:
+        return len(self._free)
+
+    @property
+    def pages_cached(self) -> int:
+        return len(self._cached)
+
+    @property
+    def pages_used(self) -> int:
+        return self.num_pages - len(self._free) - len(self._cached)
+
+    @property
+    def pages_available(self) -> int:
+        """Pages ``ensure`` can take: free ones plus cached ones it may evict."""
+        return len(self._free) + len(self._cached)
+
+    @property
+    def prefix_hit_rate(self) -> float:
+        """Positions reused / prompt positions looked up (0.0 before any lookup)."""
+        return self.hit_positions / self.lookup_positions if self.lookup_positions else 0.0
+
+    def stats(self) -> dict[str, float]:
+        return {"kv_pages_used": self.pages_used, "kv_pages_free": self.pages_free,
+                "kv_pages_cached": self.pages_cached, "prefix_hit_rate": self.prefix_hit_rate,
+                "evictions": self.evictions, "preemptions": self.preemptions}
+
+    # ---- rows -----------------------------------------------------------------------------------
+    def __contains__(self, row: Hashable) -> bool:
+        return row in self._rows
+
+    def table(self, row: Hashable) -> list[int]:
+        """A copy of ``row``'s page table (``[]`` for an unknown row)."""
+        return list(self._rows[row].pages) if row in self._rows else []
+
+    def length(self, row: Hashable) -> int:
+        """Positions ``row`` holds pages for as asked (``ensure``/``adopt``; 0 for an unknown row)."""
+        return self._rows[row].length if row in self._rows else 0
+
+    def ref_count(self, page: int) -> int:
+        return self._pages[page].ref
+
+    def pages_needed(self, row: Hashable, length: int) -> int:
+        """How many more pages ``ensure(row, length)`` would take."""
+        have = len(self._rows[row].pages) if row in self._rows else 0
+        return max(0, math.ceil(length / self.page_size) - have)
+
+    def can_ensure(self, row: Hashable, length: int) -> bool:
+        return self.pages_needed(row, length) <= self.pages_available
+
+    def ensure(self, row: Hashable, length: int) -> list[int]:
+        """Give ``row`` pages for positions ``[0, length)``; returns the pages newly taken, in order.
+
+        A new row is created on first use. All or nothing: raises :class:`OutOfPages` (and changes
+        nothing) if free + cached pages cannot cover the growth. Free pages go first, then cached
+        ones are evicted least recently used. A smaller ``length`` than before is a no-op.
+        """
+        if length < 0:
+            raise ValueError(f"length must be >= 0, got {length}")
+        need = self.pages_needed(row, length)
+        if need > self.pages_available:
+            raise OutOfPages(row, need, self.pages_available)
+        state = self._rows.setdefault(row, _Row())
+        taken = [self._take() for _ in range(need)]
+        state.pages.extend(taken)
+        state.length = max(state.length, length)
+        return taken
+
+    def release(self, row: Hashable) -> int:
+        """Drop ``row`` (finished or aborted) and unreference its pages; returns how many it held.
+
+        A page whose count reaches 0 becomes cached if published, else free. Raises KeyError for a row
+        this pool does not know.
+        """
+        state = self._rows.pop(row)
+        for pid in reversed(state.pages):  # the tail enters the LRU first, so it is evicted first
+            page = self._pages[pid]
+            page.ref -= 1
+            if page.ref == 0:
+                if page.key is not None:
+                    self._cached[pid] = None
+                else:
+                    self._free.append(pid)
+        return len(state.pages)
+
+    def preempt(self, row: Hashable) -> Preemption:
+        """Release ``row`` to make room; returns its cached length so the scheduler can recompute it."""
+        n_positions = self._rows[row].length
+        self.preemptions += 1
+        return Preemption(row, n_positions, self.release(row))
+
+    # ---- prefix cache ---------------------------------------------------------------------------
+    def match(self, cache_key: Hashable, token_ids: Sequence[int], *, max_positions: int | None = None,
+              multiple_of: int = 1, record: bool = True) -> tuple[list[int], int]:
+        """The longest chain of cached full pages that starts ``token_ids`` under ``cache_key``.
+
+        Returns ``(pages, n_positions)``, ``n_positions = len(pages) * page_size``, at most
+        ``max_positions`` (e.g. ``len(prompt) - 1`` to keep a position to compute) and a multiple of
+        ``multiple_of`` (e.g. the family's block size). Changes nothing but, with ``record``, the hit
+        counters (pass ``record=False`` for a probe that may be repeated). Pass the pages to ``adopt``
+        before any other call that may evict.
+        """
+        ps = self.page_size
+        limit = len(token_ids) if max_positions is None else max(0, min(len(token_ids), max_positions))
+        pages: list[int] = []
+        parent: Hashable = _Root(cache_key)
+        for start in range(0, limit - ps + 1, ps):
+            pid = self._index.get((parent, _tokens(token_ids, start, ps)))
+            if pid is None:
+                break
+            pages.append(pid)
+            parent = self._pages[pid].node
+        n = len(pages) * ps
+        n -= n % math.lcm(ps, max(1, multiple_of))
+        pages = pages[:n // ps]
+        if record:
+            self.lookup_positions += len(token_ids)
+            self.hit_positions += n
+        return pages, n
+
+    def adopt(self, row: Hashable, pages: Sequence[int]) -> int:
+        """Start the new (or empty) ``row`` with the matched ``pages``; returns the positions they hold.
+
+        Raises ValueError, changing nothing, if ``row`` already has pages or ``pages`` is not (any more)
+        a published chain from a root.
+        """
+        if self._rows.get(row, _Row()).pages:
+            raise ValueError(f"row {row!r} already holds pages")
+        parent: Hashable | None = None
+        for i, pid in enumerate(pages):
+            key = self._pages[pid].key
+            if key is None or self._index.get(key) != pid or (i > 0 and key[0] != parent) \
+                    or (i == 0 and not isinstance(key[0], _Root)):
+                raise ValueError(f"page {pid} is not a published continuation of the chain")
+            parent = self._pages[pid].node
+        state = self._rows.setdefault(row, _Row())
+        for pid in pages:
+            self._pages[pid].ref += 1
+            self._cached.pop(pid, None)
+        state.pages = list(pages)
+        state.length = max(state.length, len(pages) * self.page_size)
+        if pages:
+            state.n_chained, state.node = len(pages), parent
+            state.cache_key = self._pages[pages[0]].key[0].cache_key
+        return len(pages) * self.page_size
+
+    def publish(self, row: Hashable, cache_key: Hashable, token_ids: Sequence[int]) -> int:
+        """Register ``row``'s full pages of committed tokens for reuse; returns how many were new.
+
+        ``token_ids`` are the row's committed tokens from position 0, whose keys and values are final
+        in its pages; each call must extend the previous one's tokens (already chained pages are not
+        re-read). A page whose chain key is already indexed (another row computed the same prefix)
+        stays private and the chain goes on through the indexed node. Raises ValueError if
+        ``cache_key`` differs from the one the row adopted or published under.
+        """
+        state = self._rows[row]
+        if state.n_chained == 0:
+            state.node, state.cache_key = _Root(cache_key), cache_key
+        elif state.cache_key != cache_key:
+            raise ValueError(f"row {row!r} is cached under {state.cache_key!r}, not {cache_key!r}")
+        ps, new = self.page_size, 0
+        n_full = min(len(token_ids) // ps, len(state.pages), state.length // ps)
+        for i in range(state.n_chained, n_full):
+            key = (state.node, _tokens(token_ids, i * ps, ps))
+            pid = self._index.get(key)
+            if pid is None:
+                pid = state.pages[i]
+                page = self._pages[pid]
+                page.key, page.node = key, self._next_node
+                self._next_node += 1
+                self._index[key] = pid
+                new += 1
+            state.node, state.n_chained = self._pages[pid].node, i + 1
+        return new
+
+    # ---- eviction -------------------------------------------------------------------------------
+    def evict(self, n: int | None = None) -> int:
+        """Evict up to ``n`` (all if None) cached pages, least recently used first; returns how many."""
+        count = 0
+        while self._cached and (n is None or count < n):
+            self._evict_one()
+            count += 1
+        return count
+
+    def _evict_one(self) -> None:
+        pid, _ = self._cached.popitem(last=False)
+        page = self._pages[pid]
+        del self._index[page.key]
+        page.key, page.node = None, 0
+        self._free.append(pid)
+        self.evictions += 1
+
+    def _take(self) -> int:
+        if not self._free:
+            self._evict_one()
+        pid = self._free.popleft()
+        self._pages[pid].ref = 1
+        return pid

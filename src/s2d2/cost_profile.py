@@ -8,6 +8,7 @@ from typing import Any
 
 from .engine.cost import StepCost, measured_profile, profile_key, roofline
 from .errors import S2D2Error
+from .forward_cost import measure
 
 
 def resolve_cost_profile(
@@ -32,8 +33,6 @@ def resolve_cost_profile(
         if config is None:
             raise S2D2Error("a roofline profile needs the model's config.json (give --shape)")
         return roofline(text, config)
-    from .forward_cost import measure
-
     if getattr(adapter, "fast", True) is None:
         raise S2D2Error("a measured cost profile times the lean forward; this model's architecture has none")
     return measured_profile(adapter, Path(text), profile_key(adapter, model_name), measure)

@@ -28,6 +28,7 @@ from typing import Any, Protocol
 import torch
 
 from ..errors import S2D2Error
+from ..files import write_text_atomically
 
 
 @dataclass(frozen=True)
@@ -114,8 +115,6 @@ class FittedCost:
         return {"key": self.key, "fit": fit, "cells": self.cells, **extra}
 
     def save(self, path: Path) -> None:
-        from ..files import write_text_atomically
-
         write_text_atomically(path, json.dumps(self.to_json(), indent=1) + "\n")
 
     @classmethod

@@ -40,6 +40,7 @@ def test_growth_at_page_boundaries():
     second = pool.ensure("r", 5)  # one past the boundary
     assert len(second) == 1 and second != first
     assert pool.ensure("r", 8) == [] and pool.ensure("r", 3) == []  # never shrinks
+    assert pool.length("r") == 8 and len(pool.table("r")) == 2
     assert len(pool.ensure("r", 13)) == 2
     assert pool.table("r") == first + second + pool.table("r")[2:] and len(pool.table("r")) == 4
     assert len(set(pool.table("r"))) == 4 and pool.length("r") == 13
@@ -229,6 +230,23 @@ def test_duplicate_prefix_stays_private_and_the_chain_goes_on():
     assert (pool.pages_cached, pool.pages_free) == (1, 5)  # b's copies of the first two were freed
 
 
+def test_a_private_copy_takes_over_the_index():
+    pool = PagePool(6, page_size=2)
+    first = _row_with(pool, "a", "k", [1, 2, 3, 4])
+    pool.release("a")
+    copy = _row_with(pool, "b", "k", [1, 2, 3, 4])  # recomputed without adopting (e.g. a capped match)
+    assert pool.publish("b", "k", [1, 2, 3, 4]) == 0 and set(copy).isdisjoint(first)
+    assert pool.match("k", [1, 2, 3, 4]) == (copy, 4)
+    assert (pool.pages_used, pool.pages_cached, pool.pages_free) == (2, 0, 4)  # a's pages were freed
+    # a referenced holder keeps the index; the copy takes it once the holder is evicted
+    _row_with(pool, "c", "k", [1, 2, 3, 4, 5, 6])
+    pool.release("b")
+    pool.evict()
+    assert pool.match("k", [1, 2, 3, 4, 5, 6])[1] == 0
+    assert pool.publish("c", "k", [1, 2, 3, 4, 5, 6]) == 2
+    assert pool.match("k", [1, 2, 3, 4, 5, 6]) == (pool.table("c"), 6)
+
+
 def test_preempt_frees_pages_and_readmission_recomputes_the_rest():
     pool = PagePool(4, page_size=4)
     tokens = list(range(10))
@@ -269,7 +287,7 @@ class PagePoolMachine(RuleBasedStateMachine):
         self.waiting: list[_Model] = []
         self.tables: dict[int, list[int]] = {}
         self.store: dict[int, list] = {}
-        self.next_id = 0
+        self.next_id = self.looked_up = self.reused = 0
 
     # -- helpers ---------------------------------------------------------------------------------------
     def _refs(self) -> Counter:
@@ -303,6 +321,7 @@ class PagePoolMachine(RuleBasedStateMachine):
         cap_at = len(model.tokens) - 1 if cap else None
         pages, n = self.pool.match(model.key, model.tokens, max_positions=cap_at)
         assert n == len(pages) * self.ps <= len(model.tokens)
+        self.looked_up, self.reused = self.looked_up + len(model.tokens), self.reused + n
         for i, page in enumerate(pages):  # the reused pages hold exactly this prompt's prefix
             expect = [(model.key, t) for t in model.tokens[i * self.ps:(i + 1) * self.ps]]
             assert self.store[page] == expect
@@ -313,6 +332,13 @@ class PagePoolMachine(RuleBasedStateMachine):
             self._drop(row, preempted=False)
             model.written = 0
             self.waiting.append(model)
+
+    def _publish(self, row: int) -> None:
+        """Publish the row's computed tokens; at once, a lookup of them must find all its full pages."""
+        model = self.rows[row]
+        self.pool.publish(row, model.key, model.tokens[:model.written])
+        full = min(model.written // self.ps, len(self.tables[row]))
+        assert self.pool.match(model.key, model.tokens[:model.written], record=False)[1] == full * self.ps
 
     def _drop(self, row: int, preempted: bool) -> None:
         if preempted:
@@ -330,7 +356,7 @@ class PagePoolMachine(RuleBasedStateMachine):
         if tokens:
             self._admit(_Model(tokens, key), cap)
         if tokens and publish and self.next_id - 1 in self.rows:  # publish the prompt once computed
-            self.pool.publish(self.next_id - 1, key, tokens)
+            self._publish(self.next_id - 1)
 
     @precondition(lambda self: self.rows)
     @rule(data=st.data(), extra=st.lists(st.integers(0, 2), min_size=1, max_size=5))
@@ -345,9 +371,7 @@ class PagePoolMachine(RuleBasedStateMachine):
     @precondition(lambda self: self.rows)
     @rule(data=st.data())
     def publish(self, data):
-        row = data.draw(st.sampled_from(sorted(self.rows)))
-        model = self.rows[row]
-        self.pool.publish(row, model.key, model.tokens[:model.written])
+        self._publish(data.draw(st.sampled_from(sorted(self.rows))))
 
     @precondition(lambda self: self.rows)
     @rule(data=st.data(), preempted=st.booleans())
@@ -379,6 +403,7 @@ class PagePoolMachine(RuleBasedStateMachine):
         assert all(self.pool.ref_count(p) == refs[p] for p in range(self.n))
         assert self.pool.pages_used == len(refs)
         assert self.pool.pages_used + self.pool.pages_free + self.pool.pages_cached == self.n
+        assert (self.pool.lookup_positions, self.pool.hit_positions) == (self.looked_up, self.reused)
         shared = [p for p, c in refs.items() if c > 1]
         assert all(self.store.get(p) and None not in self.store[p] for p in shared), "shared a partial page"
 

@@ -14,12 +14,13 @@ Every page is in exactly one of three states:
 So ``pages_used + pages_cached + pages_free == num_pages`` at all times.
 
 Prefix cache. Only FULL pages of committed positions (keys and values that will not change) are shared.
-A published page is indexed by its chain key ``(parent, tokens)``: ``tokens`` are the ``page_size``
-token ids it holds and ``parent`` stands for everything before it: the chain key's node id of the
-previous page, or for the first page a root made of the ``cache_key`` (any hashable naming what makes
-keys and values differ: cache kind, family, block alignment). Node ids are never reused, so keys are
-compared exactly (no hash collisions), and two equal token prefixes under different ``cache_key`` never
-share pages. A shared page is read-only: rows write only past the positions they adopted.
+A published page is indexed by its chain digest, a 128-bit BLAKE2b hash of (the previous page's digest,
+its ``page_size`` token ids); the first page's parent is a root made for each ``cache_key`` (any hashable
+naming what makes keys and values differ: cache kind, family, block alignment), so equal token prefixes
+under different ``cache_key`` never share pages (roots are compared exactly; a digest collision is a
+~2**-128 event). A digest names content, not a page: when two rows computed the same prefix, one page is
+indexed and the other stays a private copy that takes over the index once the indexed page is no longer
+referenced. A shared page is read-only: rows write only past the positions they adopted.
 
 Preemption is by recompute: :meth:`PagePool.preempt` frees a row's pages (its published pages stay
 cached while unreferenced) and returns its cached length; the scheduler keeps the tokens and later
@@ -28,15 +29,18 @@ re-admits the row with ``match`` / ``adopt`` / ``ensure`` and prefills what was 
 
 from __future__ import annotations
 
+import hashlib
 import math
+from array import array
 from collections import OrderedDict, deque
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 
 
-def _tokens(token_ids: Sequence[int], start: int, size: int) -> tuple[int, ...]:
-    """The page's token ids as plain ints (so tensors or numpy values key the same as lists)."""
-    return tuple(int(t) for t in token_ids[start:start + size])
+def _chain(parent: bytes, token_ids: Sequence[int], start: int, size: int) -> bytes:
+    """The digest of the page holding ``token_ids[start:start + size]`` after ``parent``."""
+    tokens = array("q", [int(t) for t in token_ids[start:start + size]])  # tensors/numpy hash like lists
+    return hashlib.blake2b(parent + tokens.tobytes(), digest_size=16).digest()
 
 
 class OutOfPages(RuntimeError):
@@ -47,26 +51,19 @@ class OutOfPages(RuntimeError):
         self.row, self.needed, self.available = row, needed, available
 
 
-@dataclass(frozen=True)
-class _Root:
-    """The parent of a chain's first page; distinct from every (int) node id."""
-
-    cache_key: Hashable
-
-
 @dataclass
 class _Page:
     ref: int = 0
-    key: tuple | None = None  # chain key while published (indexed), else None
-    node: int = 0  # node id of ``key`` (0: not published)
+    digest: bytes | None = None  # its chain digest while published (indexed), else None
+    parent: bytes = b""  # the previous page's digest, or the root, while published
 
 
 @dataclass
 class _Row:
     pages: list[int] = field(default_factory=list)
     length: int = 0  # positions the row asked for (``ensure``), never shrinks
-    n_chained: int = 0  # leading pages whose chain node is known (adopted or published)
-    node: Hashable | None = None  # chain node of page n_chained - 1 (or the root)
+    digests: list[bytes] = field(default_factory=list)  # chain digests of its leading chained pages
+    copies: list[int] = field(default_factory=list)  # chained pages that are private copies of indexed ones
     cache_key: Hashable | None = None
 
 
@@ -95,9 +92,10 @@ class PagePool:
         self._pages = [_Page() for _ in range(num_pages)]
         self._free: deque[int] = deque(range(num_pages))
         self._cached: OrderedDict[int, None] = OrderedDict()  # unreferenced published pages, LRU first
-        self._index: dict[tuple, int] = {}  # chain key -> page id
+        self._index: dict[bytes, int] = {}  # chain digest -> page id
+        self._roots: dict[Hashable, bytes] = {}  # cache_key -> its root digest
+        self._root_keys: dict[bytes, Hashable] = {}
         self._rows: dict[Hashable, _Row] = {}
-        self._next_node = 1
         self.evictions = self.preemptions = 0
         self.lookup_positions = self.hit_positions = 0
 
@@ -181,7 +179,7 @@ class PagePool:
             page = self._pages[pid]
             page.ref -= 1
             if page.ref == 0:
-                if page.key is not None:
+                if page.digest is not None:
                     self._cached[pid] = None
                 else:
                     self._free.append(pid)
@@ -207,13 +205,13 @@ class PagePool:
         ps = self.page_size
         limit = len(token_ids) if max_positions is None else max(0, min(len(token_ids), max_positions))
         pages: list[int] = []
-        parent: Hashable = _Root(cache_key)
-        for start in range(0, limit - ps + 1, ps):
-            pid = self._index.get((parent, _tokens(token_ids, start, ps)))
+        parent = self._roots.get(cache_key)
+        for start in range(0, limit - ps + 1 if parent is not None else 0, ps):
+            parent = _chain(parent, token_ids, start, ps)
+            pid = self._index.get(parent)
             if pid is None:
                 break
             pages.append(pid)
-            parent = self._pages[pid].node
         n = len(pages) * ps
         n -= n % math.lcm(ps, max(1, multiple_of))
         pages = pages[:n // ps]
@@ -230,52 +228,63 @@ class PagePool:
         """
         if self._rows.get(row, _Row()).pages:
             raise ValueError(f"row {row!r} already holds pages")
-        parent: Hashable | None = None
-        for i, pid in enumerate(pages):
-            key = self._pages[pid].key
-            if key is None or self._index.get(key) != pid or (i > 0 and key[0] != parent) \
-                    or (i == 0 and not isinstance(key[0], _Root)):
+        chain = [self._pages[pid] for pid in pages]
+        for i, (pid, page) in enumerate(zip(pages, chain, strict=True)):
+            parent_ok = page.parent == chain[i - 1].digest if i else page.parent in self._root_keys
+            if page.digest is None or self._index.get(page.digest) != pid or not parent_ok:
                 raise ValueError(f"page {pid} is not a published continuation of the chain")
-            parent = self._pages[pid].node
         state = self._rows.setdefault(row, _Row())
-        for pid in pages:
-            self._pages[pid].ref += 1
+        for pid, page in zip(pages, chain, strict=True):
+            page.ref += 1
             self._cached.pop(pid, None)
-        state.pages = list(pages)
+        state.pages, state.digests = list(pages), [page.digest for page in chain]
         state.length = max(state.length, len(pages) * self.page_size)
         if pages:
-            state.n_chained, state.node = len(pages), parent
-            state.cache_key = self._pages[pages[0]].key[0].cache_key
+            state.cache_key = self._root_keys[chain[0].parent]
         return len(pages) * self.page_size
 
     def publish(self, row: Hashable, cache_key: Hashable, token_ids: Sequence[int]) -> int:
         """Register ``row``'s full pages of committed tokens for reuse; returns how many were new.
 
         ``token_ids`` are the row's committed tokens from position 0, whose keys and values are final
-        in its pages; each call must extend the previous one's tokens (already chained pages are not
-        re-read). A page whose chain key is already indexed (another row computed the same prefix)
-        stays private and the chain goes on through the indexed node. Raises ValueError if
-        ``cache_key`` differs from the one the row adopted or published under.
+        in its pages; each call must extend the previous one's tokens (chained pages are not re-read).
+        A page whose digest a referenced page already holds stays a private copy (and is indexed by a
+        later call once that page is unreferenced or evicted); an unreferenced holder is replaced and
+        freed. Raises ValueError if ``cache_key`` differs from the one the row adopted or published under.
         """
         state = self._rows[row]
-        if state.n_chained == 0:
-            state.node, state.cache_key = _Root(cache_key), cache_key
+        if not state.digests:
+            state.cache_key = cache_key
         elif state.cache_key != cache_key:
             raise ValueError(f"row {row!r} is cached under {state.cache_key!r}, not {cache_key!r}")
-        ps, new = self.page_size, 0
-        n_full = min(len(token_ids) // ps, len(state.pages), state.length // ps)
-        for i in range(state.n_chained, n_full):
-            key = (state.node, _tokens(token_ids, i * ps, ps))
-            pid = self._index.get(key)
-            if pid is None:
-                pid = state.pages[i]
-                page = self._pages[pid]
-                page.key, page.node = key, self._next_node
-                self._next_node += 1
-                self._index[key] = pid
+        if cache_key not in self._roots:
+            root = len(self._roots).to_bytes(16, "little")
+            self._roots[cache_key], self._root_keys[root] = root, cache_key
+        copies = [i for i in state.copies if not self._index_as(state, i)]
+        new = len(state.copies) - len(copies)
+        ps = self.page_size
+        for i in range(len(state.digests), min(len(token_ids) // ps, len(state.pages), state.length // ps)):
+            state.digests.append(_chain(state.digests[i - 1] if i else self._roots[cache_key], token_ids,
+                                        i * ps, ps))
+            if self._index_as(state, i):
                 new += 1
-            state.node, state.n_chained = self._pages[pid].node, i + 1
+            else:
+                copies.append(i)
+        state.copies = copies
         return new
+
+    def _index_as(self, state: _Row, i: int) -> bool:
+        """Index the row's chained page ``i`` under its digest unless a referenced page holds it."""
+        digest, holder = state.digests[i], self._index.get(state.digests[i])
+        if holder is not None and self._pages[holder].ref > 0:
+            return False
+        if holder is not None:  # an unreferenced copy of the same content: ours replaces it
+            del self._cached[holder]
+            self._unpublish(holder)
+        page = self._pages[state.pages[i]]
+        page.digest, page.parent = digest, state.digests[i - 1] if i else self._roots[state.cache_key]
+        self._index[digest] = state.pages[i]
+        return True
 
     # ---- eviction -------------------------------------------------------------------------------
     def evict(self, n: int | None = None) -> int:
@@ -288,11 +297,15 @@ class PagePool:
 
     def _evict_one(self) -> None:
         pid, _ = self._cached.popitem(last=False)
-        page = self._pages[pid]
-        del self._index[page.key]
-        page.key, page.node = None, 0
-        self._free.append(pid)
+        self._unpublish(pid)
         self.evictions += 1
+
+    def _unpublish(self, pid: int) -> None:
+        """Drop the unreferenced, uncached page ``pid`` from the index and free it."""
+        page = self._pages[pid]
+        del self._index[page.digest]
+        page.digest, page.parent = None, b""
+        self._free.append(pid)
 
     def _take(self) -> int:
         if not self._free:

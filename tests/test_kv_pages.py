@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from s2d2.engine.kv_pages import OutOfPages, PagePool, Preemption
+from s2d2.adapters.kv_pages import OutOfPages, PagePool, Preemption
 
 
 def _row_with(pool: PagePool, row, key, tokens) -> list[int]:

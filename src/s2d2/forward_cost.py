@@ -71,7 +71,6 @@ def time_forward(adapter: Any, batch: int, context: int, query: int, repeats: in
     cached positions (the cache holds zeros: the time does not depend on its values)."""
     pool = adapter.new_pool()
     states = [pool.new_state() for _ in range(batch)]
-    pool.ensure(batch, context + query)
     vocab = adapter.info.vocab_size
     ids = torch.randint(0, vocab, (query,))
     ids[ids == adapter.info.mask_token_id] = 0

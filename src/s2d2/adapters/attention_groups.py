@@ -3,8 +3,8 @@
 Projections and MLPs run on all tokens packed together; attention needs each row's queries padded to a
 common length. Padding a batch of one-token decode rows to the length of one prefill row would multiply
 the attention work of every row, so segments are split into groups of similar length (a long group and
-a short group at most), each padded to its own longest segment. A group whose rows are the pool's slots
-densely enough reads keys/values in place; otherwise it gathers its rows' slots.
+a short group at most), each padded to its own longest segment. A group gathers its rows' keys/values
+from the paged pool through their page tables (:mod:`~s2d2.adapters.kv_pool`).
 """
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ from .segment import Segment
 @dataclass
 class AttentionGroup:
     """Segments attended together. ``tokens`` ``[t]`` index the packed sequence; ``row`` / ``col``
-    ``[t]`` place each token in the padded ``[n_rows, n_q]`` query grid; ``slots`` ``[n_rows]`` are the
-    pool slots to gather (None: read the pool's first ``n_rows`` slots in place); ``mask`` is the float
-    ``[n_rows, 1, n_q, n_k]`` mask."""
+    ``[t]`` place each token in the padded ``[n_rows, n_q]`` query grid; ``pages`` ``[n_rows, n_pages]``
+    are the storage pages to gather, in position order (0, the zero page, past a row's own); ``mask`` is
+    the float ``[n_rows, 1, n_q, n_k]`` mask."""
 
     tokens: torch.Tensor
     row: torch.Tensor
@@ -30,7 +30,7 @@ class AttentionGroup:
     n_rows: int
     n_q: int
     n_k: int
-    slots: torch.Tensor | None
+    pages: torch.Tensor
     mask: torch.Tensor
 
 
@@ -82,27 +82,28 @@ def split_by_length(segments: Sequence[Segment]) -> list[list[int]]:
 
 
 def build_groups(
-    segments: Sequence[Segment], dtype: torch.dtype, device: torch.device
+    segments: Sequence[Segment],
+    tables: torch.Tensor,
+    page_size: int,
+    dtype: torch.dtype,
+    device: torch.device,
 ) -> list[AttentionGroup]:
-    """The attention groups of a packed batch (see the module docstring)."""
+    """The attention groups of a packed batch (see the module docstring); ``tables`` ``[rows, pages]``
+    holds each segment's storage pages (padded with the zero page)."""
     starts = [0]
     for s in segments[:-1]:
         starts.append(starts[-1] + s.n)
     groups = []
     for idx in split_by_length(segments):
         segs = [segments[i] for i in idx]
-        slots = [s.state.slot for s in segs]
-        in_place = max(slots) + 1 <= 2 * len(segs)
-        n_rows = max(slots) + 1 if in_place else len(segs)
-        rows = slots if in_place else list(range(len(segs)))
+        rows = list(range(len(segs)))
         n_q = max(s.n for s in segs)
         n_k = max(s.state.length + s.n for s in segs)
         tokens = torch.cat([torch.arange(starts[i], starts[i] + segments[i].n) for i in idx])
         row = torch.cat([torch.full((s.n,), r, dtype=torch.long) for r, s in zip(rows, segs, strict=True)])
         col = torch.cat([torch.arange(s.n) for s in segs])
-        mask = group_mask(segs, rows, n_rows, n_q, n_k).to(device=device, dtype=dtype)
-        gather = None if in_place else torch.tensor(slots, dtype=torch.long, device=device)
-        groups.append(
-            AttentionGroup(tokens.to(device), row.to(device), col.to(device), n_rows, n_q, n_k, gather, mask)
-        )
+        mask = group_mask(segs, rows, len(segs), n_q, n_k).to(device=device, dtype=dtype)
+        pages = tables[torch.tensor(idx), : -(-n_k // page_size)].to(device)
+        grid = (tokens.to(device), row.to(device), col.to(device))
+        groups.append(AttentionGroup(*grid, len(segs), n_q, n_k, pages, mask))
     return groups

@@ -6,8 +6,8 @@ and cannot give each row of a batch its own cached length. This path reuses the 
 weights and sub-modules (norms, MLP or mixture of experts, rotary embedding) and only replaces the
 attention plumbing:
 
-* keys/values live in a :class:`~s2d2.adapters.kv_pool.KVPool` with a row dimension; each row writes its
-  new keys at its own length and attends to its own slot;
+* keys/values live in the pages of a :class:`~s2d2.adapters.kv_pool.KVPool`; each row writes its new
+  keys at its own length through its page table and attention gathers each row's pages;
 * the tokens of all rows are packed into one sequence for the projections and MLPs; attention pads them
   to the longest segment, and the float mask ``[rows, 1, queries, keys]`` carries each row's own
   visibility (its cache, its segment's mask, nothing of the padding).
@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 
 from .attention_groups import AttentionGroup, build_groups
-from .kv_pool import KVPool
+from .kv_pool import DEFAULT_PAGE_SIZE, KVPool
 from .segment import Segment
 
 
@@ -89,15 +89,15 @@ class FastDecoder:
         sliding = any(t != "full_attention" for t in (getattr(cfg, "layer_types", None) or []))
         return type(model).__name__ in cls.SUPPORTED and not sliding
 
-    def new_pool(self, rows: int = 1, tokens: int = 256) -> KVPool:
+    def new_pool(self, *, page_size: int = DEFAULT_PAGE_SIZE, max_pages: int | None = None) -> KVPool:
         return KVPool(
             len(self.layers),
             self.n_kv,
             self.head_dim,
             dtype=self.dtype,
             device=self.device,
-            rows=rows,
-            tokens=tokens,
+            page_size=page_size,
+            max_pages=max_pages,
         )
 
     @torch.inference_mode()
@@ -107,20 +107,26 @@ class FastDecoder:
         Tokens of all rows are packed into one ``[T, hidden]`` sequence for the projections and MLPs (no
         padding work); only attention pads them, per group of similar lengths
         (:mod:`~s2d2.adapters.attention_groups`). Each segment's new keys/values are written at its row's
-        cached length; lengths are not advanced here.
+        cached length, through its page table (pages for ``[0, length + n)`` are taken first: a bounded
+        pool raises ``OutOfPages`` before anything runs); lengths are not advanced here.
         """
-        dev = self.device
-        slots = [s.state.slot for s in segments]
-        pool.ensure(max(slots) + 1, max(s.state.length + s.n for s in segments))
+        dev, ps = self.device, pool.page_size
+        for s in segments:
+            pool.ensure(s.state, s.state.length + s.n)
+        page_lists = [pool.table(s.state) for s in segments]
+        tables = torch.zeros(len(segments), max(map(len, page_lists)), dtype=torch.long)
+        for r, pages in enumerate(page_lists):
+            tables[r, : len(pages)] = torch.tensor(pages, dtype=torch.long)
         sizes = torch.tensor([s.n for s in segments])
         ids = torch.cat([s.ids for s in segments]).to(dev)
         pos = torch.cat([s.pos for s in segments]).to(dev)
         r_idx = torch.repeat_interleave(torch.arange(len(segments)), sizes)
         j_idx = torch.cat([torch.arange(s.n) for s in segments])
         lengths = torch.tensor([s.state.length for s in segments])
-        write_slot = torch.tensor(slots, dtype=torch.long)[r_idx].to(dev)
-        write_col = (lengths[r_idx] + j_idx).to(dev)
-        groups = build_groups(segments, self.dtype, dev)
+        col = lengths[r_idx] + j_idx
+        write_page = tables[r_idx, col // ps].to(dev)
+        write_off = (col % ps).to(dev)
+        groups = build_groups(segments, tables, ps, self.dtype, dev)
         x = self.embed(ids[None])  # [1, T, hidden]
         cos, sin = self.rotary(x, pos[None])
         cos, sin = cos[0, :, None], sin[0, :, None]  # [T, 1, rot]
@@ -134,8 +140,8 @@ class FastDecoder:
             if self.qk_norm:
                 q, k = self._norm(attn.q_norm, q), self._norm(attn.k_norm, k)
             q, k = _rope(q, cos, sin), _rope(k, cos, sin)
-            pool.k[i][write_slot, :, write_col] = k
-            pool.v[i][write_slot, :, write_col] = v
+            pool.k[i][write_page, write_off] = k
+            pool.v[i][write_page, write_off] = v
             o = self._grouped_attention(pool, i, q, groups, attn.scaling)
             x = x + attn.o_proj(o.reshape(1, T, H * hd))
             x = x + layer.mlp(self._norm(layer.post_attention_layernorm, x))
@@ -156,11 +162,7 @@ class FastDecoder:
         single = len(groups) == 1  # then its tokens are the whole packed sequence, in order
         out = None if single else q.new_empty(q.shape)
         for g in groups:
-            if g.slots is None:
-                keys, values = pk[: g.n_rows, :, : g.n_k], pv[: g.n_rows, :, : g.n_k]
-            else:
-                keys = pk[:, :, : g.n_k].index_select(0, g.slots)
-                values = pv[:, :, : g.n_k].index_select(0, g.slots)
+            keys, values = self._gather(pk, g), self._gather(pv, g)
             q_pad = q.new_zeros(g.n_rows, g.n_q, self.n_heads, self.head_dim)
             q_pad[g.row, g.col] = q if single else q[g.tokens]
             o = self._attend(q_pad.transpose(1, 2), keys, values, g.mask, scale).transpose(1, 2)[g.row, g.col]
@@ -168,3 +170,10 @@ class FastDecoder:
                 return o
             out[g.tokens] = o
         return out
+
+    @staticmethod
+    def _gather(pages: torch.Tensor, g: AttentionGroup) -> torch.Tensor:
+        """The group's keys (or values) ``[n_rows, kv_heads, n_k, hd]`` from the paged layer buffer
+        ``[num_pages + 1, page_size, kv_heads, hd]``: one gather of its page tables."""
+        rows = pages[g.pages]  # [n_rows, n_pages, page_size, kv_heads, hd]
+        return rows.flatten(1, 2)[:, : g.n_k].transpose(1, 2)

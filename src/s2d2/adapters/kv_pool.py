@@ -1,16 +1,29 @@
-"""Key/value memory with a row dimension: one pool per engine, one slot per running row.
+"""Key/value memory in fixed-size pages: one pool per engine, a page table per row.
 
-:class:`KVPool` holds per-layer buffers ``[row_capacity, kv_heads, token_capacity, head_dim]`` that grow
-on demand (doubling). A row takes a slot when it is admitted and gives it back when it retires; a
-:class:`KVState` is a row's view of the pool: its slot and how many positions of it are filled.
+:class:`KVPool` holds per-layer buffers ``[num_pages + 1, page_size, kv_heads, head_dim]``. Position
+``p`` of a row lives in page ``table[p // page_size]`` at offset ``p % page_size``; storage page 0 is a
+page of zeros that no row owns (padding reads it, so every key a padded query sees is finite). Which
+page holds what is decided by a :class:`~s2d2.adapters.kv_pages.PagePool` (page tables, reference
+counts, the prefix cache); a row takes pages as it grows and gives them back when it retires.
+
+A pool is either bounded (``max_pages``: the engine's KV budget, ``ensure`` raises
+:class:`~s2d2.adapters.kv_pages.OutOfPages` when it is spent) or grows on demand by doubling.
+A :class:`KVState` is a row's view of the pool: its key in the page pool and its cached length.
 """
 
 from __future__ import annotations
 
+import itertools
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+
+from .kv_pages import PagePool
+
+#: positions a page holds unless the engine says otherwise (divides every family's block size)
+DEFAULT_PAGE_SIZE = 16
 
 
 @dataclass
@@ -18,7 +31,7 @@ class KVState:
     """One row's decoding state owned by an adapter: its cache, the cached length, family extras.
 
     ``cache`` is the :class:`KVPool` the row lives in (lean forward) or a transformers ``DynamicCache``
-    (transformers' own forward); ``slot`` is the row's index in the pool.
+    (transformers' own forward); ``slot`` is the row's key in the pool's page tables.
     """
 
     cache: Any
@@ -32,7 +45,7 @@ class KVState:
 
 
 class KVPool:
-    """Per-layer key/value buffers with a row (slot) dimension and per-row lengths."""
+    """Paged per-layer key/value buffers shared by the rows of one engine (see the module docstring)."""
 
     def __init__(
         self,
@@ -42,65 +55,92 @@ class KVPool:
         *,
         dtype: torch.dtype,
         device: torch.device,
-        rows: int = 1,
+        page_size: int = DEFAULT_PAGE_SIZE,
+        max_pages: int | None = None,
         tokens: int = 256,
     ):
+        if page_size < 1:
+            raise ValueError(f"kv_page_size must be >= 1, got {page_size}")
+        if max_pages is not None and max_pages < 1:
+            raise ValueError(f"a KV pool needs at least one page, got {max_pages}")
         self.shape = (n_layers, n_kv, head_dim)
         self.dtype, self.device = dtype, device
-        self.row_capacity = 0
-        self.capacity = 0
+        self.page_size = page_size
+        self.max_pages = max_pages
+        first = max_pages if max_pages is not None else max(4, math.ceil(tokens / page_size))
+        self.pages = PagePool(first, page_size)
         self.k: list[torch.Tensor] = []
         self.v: list[torch.Tensor] = []
-        self._free: list[int] = []
-        self._used: set[int] = set()
-        self.ensure(rows, tokens)
+        self._allocate(first)
+        self._slots = itertools.count()
+        self._live: set[int] = set()
 
-    # ------------------------------------------------------------------ memory
-    def ensure(self, rows: int, tokens: int) -> None:
-        """Grow (by doubling) to hold at least ``rows`` slots of ``tokens`` positions each."""
-        if rows <= self.row_capacity and tokens <= self.capacity:
-            return
-        new_rows = self.row_capacity if rows <= self.row_capacity else max(rows, 2 * self.row_capacity)
-        new_cap = self.capacity if tokens <= self.capacity else max(tokens, 2 * self.capacity)
-        n_layers, n_kv, hd = self.shape
-
-        def grow(old: list[torch.Tensor]) -> list[torch.Tensor]:
-            # zeros, not empty: a padded query may look at a slot's first key, which must be finite
-            new = [
-                torch.zeros(new_rows, n_kv, new_cap, hd, dtype=self.dtype, device=self.device)
-                for _ in range(n_layers)
-            ]
-            for dst, src in zip(new, old, strict=False):
-                dst[: self.row_capacity, :, : self.capacity] = src
-            return new
-
-        self.k, self.v = grow(self.k), grow(self.v)
-        self._free += list(range(self.row_capacity, new_rows))
-        self.row_capacity, self.capacity = new_rows, new_cap
-
-    def reserve_rows(self, rows: int) -> None:
-        """Make room for ``rows`` rows at once (one growth for a burst of admissions, not one a doubling)."""
-        if rows > self.row_capacity:
-            self.ensure(rows, self.capacity)
+    @property
+    def bounded(self) -> bool:
+        return self.max_pages is not None
 
     @property
     def rows_in_use(self) -> int:
-        return len(self._used)
+        return len(self._live)
 
-    # ------------------------------------------------------------------ slots
+    def _allocate(self, num_pages: int) -> None:
+        """Storage for ``num_pages`` pages (plus the zero page), keeping what the old storage held."""
+        n_layers, n_kv, hd = self.shape
+        old = len(self.k[0]) if self.k else 0
+
+        def grow(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
+            new = [
+                torch.zeros(num_pages + 1, self.page_size, n_kv, hd, dtype=self.dtype, device=self.device)
+                for _ in range(n_layers)
+            ]
+            for dst, src in zip(new, tensors, strict=False):
+                dst[:old] = src
+            return new
+
+        self.k, self.v = grow(self.k), grow(self.v)
+
+    # ------------------------------------------------------------------ rows
     def new_state(self) -> KVState:
-        """Take a free slot (growing the pool if none is free) for a new row."""
-        if not self._free:
-            self.ensure(self.row_capacity + 1, self.capacity)
-        slot = min(self._free)
-        self._free.remove(slot)
-        self._used.add(slot)
+        """A new, empty row (it takes pages as it grows)."""
+        slot = next(self._slots)
+        self._live.add(slot)
         return KVState(cache=self, length=0, slot=slot)
 
     def release(self, state: KVState) -> None:
-        """Give a retired row's slot back."""
-        if state.slot in self._used:
-            self._used.discard(state.slot)
-            self._free.append(state.slot)
+        """Give a retired (or preempted) row's pages back; its state is emptied."""
+        if state.slot in self.pages:
+            self.pages.release(state.slot)
+        self._live.discard(state.slot)
         state.length = 0
         state.extra.clear()
+
+    def reserve_rows(self, rows: int) -> None:
+        """Nothing to reserve per row: rows take pages as they grow."""
+
+    def pages_needed(self, state: KVState, length: int) -> int:
+        """How many more pages ``state``'s row needs to hold ``[0, length)``."""
+        return self.pages.pages_needed(state.slot, length)
+
+    def can_hold(self, state: KVState, length: int) -> bool:
+        return not self.bounded or self.pages.can_ensure(state.slot, length)
+
+    def ensure(self, state: KVState, length: int) -> None:
+        """Pages for positions ``[0, length)`` of ``state``'s row: a bounded pool raises
+        :class:`~s2d2.adapters.kv_pages.OutOfPages` (taking nothing) when its budget cannot cover
+        them; an unbounded one grows."""
+        need = self.pages.pages_needed(state.slot, length)
+        if need > self.pages.pages_available and not self.bounded:
+            target = max(2 * self.pages.num_pages, self.pages.num_pages + need)
+            self.pages.grow(target)
+            self._allocate(target)
+        self.pages.ensure(state.slot, length)
+
+    def table(self, state: KVState) -> list[int]:
+        """The row's storage pages in order (page ``i`` holds positions ``[i * page_size, ...)``)."""
+        return [p + 1 for p in self.pages.table(state.slot)]
+
+    def stats(self) -> dict[str, float]:
+        """Page counters of the pool (:meth:`PagePool.stats`) and its size."""
+        return {**self.pages.stats(), "kv_pages_total": self.pages.num_pages, "kv_page_size": self.page_size}
+
+

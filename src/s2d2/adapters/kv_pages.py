@@ -25,6 +25,9 @@ referenced. A shared page is read-only: rows write only past the positions they 
 Preemption is by recompute: :meth:`PagePool.preempt` frees a row's pages (its published pages stay
 cached while unreferenced) and returns its cached length; the scheduler keeps the tokens and later
 re-admits the row with ``match`` / ``adopt`` / ``ensure`` and prefills what was not matched.
+
+The tensors live in :class:`~s2d2.adapters.kv_pool.KVPool`; the engine's scheduler decides admission,
+preemption and publishing with this bookkeeping.
 """
 
 from __future__ import annotations
@@ -98,6 +101,13 @@ class PagePool:
         self._rows: dict[Hashable, _Row] = {}
         self.evictions = self.preemptions = 0
         self.lookup_positions = self.hit_positions = 0
+
+    def grow(self, num_pages: int) -> None:
+        """Hold ``num_pages`` pages in all (the new ones are free); a smaller number is a no-op."""
+        if num_pages > self.num_pages:
+            self._pages += [_Page() for _ in range(num_pages - self.num_pages)]
+            self._free.extend(range(self.num_pages, num_pages))
+            self.num_pages = num_pages
 
     # ---- counters -------------------------------------------------------------------------------
     @property

@@ -186,17 +186,28 @@ def test_bad_requests_fail_alone(tiny, questions, alone):
         tiny.generate_batch(prompts, per_request=per, max_new_tokens=48, **kw)
 
 
-def test_kv_budget_bounds_admission(tiny, questions, alone):
+def test_kv_budget_bounds_pages_not_rows(tiny, questions, alone):
+    """The budget bounds the pages rows hold now, not their worst case: more rows decode together than
+    whole reservations would allow, never over the budget, with the same tokens."""
     kw = DECODERS["dynamic"]
     need = len(tiny.encode(questions[0])) + 48 + 8
-    engine = LLMEngine(tiny.adapter, max_num_seqs=8, kv_budget_tokens=2 * need + 20)
+    budget = 2 * need + 20  # two worst-case reservations
+    engine = LLMEngine(tiny.adapter, max_num_seqs=8, kv_budget_tokens=budget)
     cfg = tiny.make_config(max_new_tokens=48, **kw)
-    outs = engine.generate([tiny.encode(q) for q in questions[:5]], [cfg] * 5)
-    assert engine.stats()["mean_rows_per_forward"] <= 3
-    for q, out in zip(questions[:5], outs, strict=True):
-        assert signature(out) == alone(q, kw)
+    for i, q in enumerate(questions[:5]):
+        engine.add_request(tiny.encode(q), cfg, i)
+    outs, most = {}, 0
+    while engine.has_unfinished():
+        outs.update({o.request_id: o.output for o in engine.step() if o.finished})
+        most = max(most, engine.stats()["kv_pages_used"])
+    assert most <= budget // 16
+    assert engine.stats()["mean_rows_per_forward"] > 2
+    for i, q in enumerate(questions[:5]):
+        assert signature(outs[i]) == alone(q, kw)
     with pytest.raises(s2d2.PromptError, match="KV budget"):
-        LLMEngine(tiny.adapter, kv_budget_tokens=10).add_request([5, 6, 7], cfg)
+        LLMEngine(tiny.adapter, kv_budget_tokens=16).add_request([5, 6, 7], cfg)
+    with pytest.raises(s2d2.ConfigError, match="one page"):
+        LLMEngine(tiny.adapter, kv_budget_tokens=10)
 
 
 # ---------------------------------------------------------------------------------------------- fixtures

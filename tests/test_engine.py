@@ -23,8 +23,8 @@ class Spy:
         self.caches_partial_blocks = adapter.caches_partial_blocks
         self.calls: list[tuple] = []
 
-    def new_pool(self):
-        return self.inner.new_pool()
+    def new_pool(self, **kw):
+        return self.inner.new_pool(**kw)
 
     def can_fold_prefill(self, causal):
         return self.inner.can_fold_prefill(causal)

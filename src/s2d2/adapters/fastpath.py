@@ -114,9 +114,8 @@ class FastDecoder:
         for s in segments:
             pool.ensure(s.state, s.state.length + s.n)
         page_lists = [pool.table(s.state) for s in segments]
-        tables = torch.zeros(len(segments), max(map(len, page_lists)), dtype=torch.long)
-        for r, pages in enumerate(page_lists):
-            tables[r, : len(pages)] = torch.tensor(pages, dtype=torch.long)
+        width = max(map(len, page_lists))
+        tables = torch.tensor([p + [0] * (width - len(p)) for p in page_lists], dtype=torch.long)
         sizes = torch.tensor([s.n for s in segments])
         ids = torch.cat([s.ids for s in segments]).to(dev)
         pos = torch.cat([s.pos for s in segments]).to(dev)
@@ -140,8 +139,8 @@ class FastDecoder:
             if self.qk_norm:
                 q, k = self._norm(attn.q_norm, q), self._norm(attn.k_norm, k)
             q, k = _rope(q, cos, sin), _rope(k, cos, sin)
-            pool.k[i][write_page, write_off] = k
-            pool.v[i][write_page, write_off] = v
+            pool.k[i][write_page, :, write_off] = k
+            pool.v[i][write_page, :, write_off] = v
             o = self._grouped_attention(pool, i, q, groups, attn.scaling)
             x = x + attn.o_proj(o.reshape(1, T, H * hd))
             x = x + layer.mlp(self._norm(layer.post_attention_layernorm, x))
@@ -174,6 +173,8 @@ class FastDecoder:
     @staticmethod
     def _gather(pages: torch.Tensor, g: AttentionGroup) -> torch.Tensor:
         """The group's keys (or values) ``[n_rows, kv_heads, n_k, hd]`` from the paged layer buffer
-        ``[num_pages + 1, page_size, kv_heads, hd]``: one gather of its page tables."""
-        rows = pages[g.pages]  # [n_rows, n_pages, page_size, kv_heads, hd]
-        return rows.flatten(1, 2)[:, : g.n_k].transpose(1, 2)
+        ``[num_pages + 1, kv_heads, page_size, hd]``: one gather of its page tables, one copy into
+        position order."""
+        (n_rows, n_pages), (_, kv, ps, hd) = g.pages.shape, pages.shape
+        rows = pages.index_select(0, g.pages.view(-1)).view(n_rows, n_pages, kv, ps, hd)
+        return rows.transpose(1, 2).reshape(n_rows, kv, n_pages * ps, hd)[:, :, : g.n_k]

@@ -1,6 +1,6 @@
 """Key/value memory in fixed-size pages: one pool per engine, a page table per row.
 
-:class:`KVPool` holds per-layer buffers ``[num_pages + 1, page_size, kv_heads, head_dim]``. Position
+:class:`KVPool` holds per-layer buffers ``[num_pages + 1, kv_heads, page_size, head_dim]``. Position
 ``p`` of a row lives in page ``table[p // page_size]`` at offset ``p % page_size``; storage page 0 is a
 page of zeros that no row owns (padding reads it, so every key a padded query sees is finite). Which
 page holds what is decided by a :class:`~s2d2.adapters.kv_pages.PagePool` (page tables, reference
@@ -90,7 +90,7 @@ class KVPool:
 
         def grow(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
             new = [
-                torch.zeros(num_pages + 1, self.page_size, n_kv, hd, dtype=self.dtype, device=self.device)
+                torch.zeros(num_pages + 1, n_kv, self.page_size, hd, dtype=self.dtype, device=self.device)
                 for _ in range(n_layers)
             ]
             for dst, src in zip(new, tensors, strict=False):

@@ -225,6 +225,12 @@ class LLaDA2Adapter(HFAdapter):
         return seg
 
 
+    def commit_segment(self, state: KVState, ids: torch.Tensor, *, block_size: int, causal: bool) -> Segment:
+        """Committed output is cached as a draft's pending tokens were: the plain mask, never the
+        official prefill's."""
+        return HFAdapter.prefill_segment(self, state, ids, block_size=block_size, causal=causal)
+
+
 def load(
     path: Path,
     config: dict[str, Any],

@@ -26,12 +26,21 @@ class StepTrace:
 
 @dataclass
 class GenerationStats:
-    """Counters of one generation. ``nfe`` counts every model forward."""
+    """Counters of one generation. ``nfe`` counts the forwards of its decoding: prefill (fewer where a
+    prefix came from the cache), draft, verify, commit; forwards that only recompute the cache after a
+    preemption are counted apart (``nfe_recompute``), so a preempted request reports the NFE it would
+    have reported without the preemption."""
 
     nfe_prefill: int = 0
     nfe_draft: int = 0
     nfe_verify: int = 0
     nfe_commit: int = 0
+    #: forwards recomputing the cache after a preemption (not in ``nfe``)
+    nfe_recompute: int = 0
+    #: times the request was preempted (its pages taken back while it decoded)
+    preemptions: int = 0
+    #: prompt positions whose keys/values came from the prefix cache (not prefilled)
+    cached_prompt_tokens: int = 0
     generated_tokens: int = 0
     verify_steps: int = 0
     drafted: int = 0

@@ -17,6 +17,7 @@ from typing import Any
 import torch
 
 from ..adapters.base import ModelAdapter
+from ..adapters.kv_pool import DEFAULT_PAGE_SIZE
 from ..config import DecodeConfig
 from ..decoding.routing_state import EngineRoutingState
 from ..decoding.stats import GenerationStats, StepTrace
@@ -72,7 +73,9 @@ class LLMEngine:
     """Continuous batching over one model adapter (see the module docstring).
 
     Engine-wide settings: ``max_num_seqs`` (rows decoding together), ``kv_budget_tokens`` (most cached
-    positions reserved by running rows together; a row reserves prompt + ``max_new_tokens`` + one block),
+    positions the rows hold together: a budget of ``kv_budget_tokens // kv_page_size`` pages, taken as rows
+    grow, with preemption when they run out; see :mod:`.scheduler`), ``kv_page_size`` (positions a page),
+    ``prefix_cache`` (reuse the cached pages of equal prompt prefixes across requests),
     ``prefill_chunk`` (most prompt positions a row prefills per forward), ``max_query_tokens_per_row``
     (most query tokens one row feeds to one forward; default: every shipped preset fits, see
     :mod:`.request_limits`; it also caps the prefill chunk), ``cost`` (a step-cost profile,
@@ -90,6 +93,8 @@ class LLMEngine:
         stream: bool = False,
         max_query_tokens_per_row: int | None = None,
         cost: StepCost | None = None,
+        prefix_cache: bool = True,
+        kv_page_size: int = DEFAULT_PAGE_SIZE,
     ):
         limit = max_query_tokens_per_row
         if limit is None:
@@ -103,10 +108,23 @@ class LLMEngine:
             raise ConfigError(f"vocabularies over {MAX_VOCAB} tokens are not supported")
         #: the model's device: the step's tensors are made there, and its one transfer a step is counted
         self.device = DeviceOps(adapter.device)
-        self.pool = adapter.new_pool()
-        self.pool.reserve_rows(max_num_seqs)  # taken once, as a server reserves its cache at start
-        self.scheduler = Scheduler(self.pool, max_num_seqs=max_num_seqs, kv_budget_tokens=kv_budget_tokens)
+        if kv_page_size < 1:
+            raise ConfigError(f"kv_page_size must be >= 1, got {kv_page_size}")
+        if kv_budget_tokens is not None and kv_budget_tokens < kv_page_size:
+            raise ConfigError(
+                f"kv_budget_tokens must hold at least one page of {kv_page_size} positions, "
+                f"got {kv_budget_tokens}"
+            )
+        pages = None if kv_budget_tokens is None else kv_budget_tokens // kv_page_size
+        self.pool = adapter.new_pool(page_size=kv_page_size, max_pages=pages)
+        self.prefix_cache = prefix_cache
         self.runner = ModelRunner(adapter, prefill_chunk=min(prefill_chunk, limit))
+        self.scheduler = Scheduler(
+            self.pool,
+            max_num_seqs=max_num_seqs,
+            kv_budget_tokens=kv_budget_tokens,
+            prefill_chunk=self.runner.prefill_chunk,
+        )
         self.stream = stream
         self._ids = itertools.count()
         self._emitted: dict[Any, int] = {}
@@ -135,6 +153,7 @@ class LLMEngine:
         req.cache.partial = (
             self.adapter.caches_partial_blocks and config.causal_cache and config.editing_threshold is None
         )
+        req.cache.prefix_key = self._prefix_key(config)
         if config.fuse and self.adapter.info.shifted:
             raise ConfigError(
                 "fuse is not available for shifted-prediction models (Fast-dLLM v2): their verification "
@@ -148,6 +167,16 @@ class LLMEngine:
         self.scheduler.add(req)
         self._emitted[rid] = 0
         return rid
+
+    def _prefix_key(self, config: DecodeConfig) -> tuple | None:
+        """What a row's cached keys/values depend on besides its tokens: token-causal caches depend on
+        nothing else, block-causal ones on the block size. None (no sharing) where the prefix cache is
+        off or the family's prefill computes keys unlike its decoding forwards (LLaDA2's official
+        prefill mask, where a chunk's keys depend on the chunk)."""
+        causal = config.causal_cache
+        if not self.prefix_cache or not self.adapter.can_fold_prefill(causal):
+            return None
+        return ("token-causal",) if causal else ("block-causal", config.block_size)
 
     def check_limits(self, config: DecodeConfig) -> int:
         """Raise a :class:`~.request_limits.RequestLimitError` if ``config``'s requests could feed one
@@ -201,6 +230,7 @@ class LLMEngine:
             "other_ms_per_step": other_ms,
             "predicted_ms_per_step": t.predicted_ms / steps if self.cost is not None else None,
             "predicted_abs_error": median_abs_error(t.pairs) if self.cost is not None else None,
+            **self.scheduler.memory_stats(),
         }
 
     # ------------------------------------------------------------------ one step
@@ -223,20 +253,26 @@ class LLMEngine:
             self._guarded(req, advance)
         rows, segments = [], []
         for req in self.scheduler.running:
-            if req.action is None or req.abort_requested or req.status.done:
+            idle = req.action is None and req.cache.recompute_left == 0
+            if idle or req.abort_requested or req.status.done:
                 continue
             try:
                 segments.append(self.runner.segment(req))
                 rows.append(req)
             except Exception as exc:
                 self._fail(req, exc)
+        rows, segments = self.scheduler.allocate(rows, segments)
         if rows:
             shape = None if self.cost is None else self.runner.shape(segments)
+            recomputing = {id(r) for r in rows if r.cache.recompute_left > 0}
             t0 = time.perf_counter()
             rows, logits = run_isolating_failures(self.runner.run, rows, segments, self._fail)
             forward = time.perf_counter() - t0
+            decoding = [(r, lg) for r, lg in zip(rows, logits, strict=True) if id(r) not in recomputing]
             with self.device.phase():
-                self._postprocess(rows, logits)
+                self._postprocess([r for r, _ in decoding], [lg for _, lg in decoding])
+            self._recomputed([r for r in rows if id(r) in recomputing])
+            self.scheduler.publish(rows)
         outputs = []
         if self.stream:
             outputs += [o for o in map(self._progress, self.scheduler.running) if o.new_token_ids]
@@ -269,6 +305,14 @@ class LLMEngine:
                 apply(w)
             except Exception as exc:  # one request's failure must not stop its batch-mates
                 self._fail(w.req, exc)
+
+    @staticmethod
+    def _recomputed(rows: list[Request]) -> None:
+        """Preempted rows whose forward rewrote part of their cache: once it is whole, they resume."""
+        for req in rows:
+            req.stats.nfe_recompute += 1
+            if req.cache.recompute_left == 0:
+                req.cache.restore_to = None
 
     def _run_queries_alone(self, works: list[RowWork]) -> None:
         for w in works:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -97,6 +97,21 @@ class CacheProgress:
     block_extension: int = 0
     #: whether this row caches blocks in parts at all (the engine decides from its adapter)
     partial: bool = False
+    #: what the row's cached keys/values depend on besides its tokens (prefix-cache pages are shared only
+    #: under an equal key); None: the row neither reuses nor publishes cached pages
+    prefix_key: Hashable | None = None
+    #: positions offered to the prefix cache so far
+    published: int = 0
+    #: after a preemption: the cached length to recompute before the row resumes (None: never preempted,
+    #: or recomputed)
+    restore_to: int | None = None
+
+    @property
+    def recompute_left(self) -> int:
+        """Positions still to recompute after a preemption (0 once the row may resume)."""
+        if self.restore_to is None or self.state is None:
+            return 0
+        return self.restore_to - self.state.length
 
     @property
     def prefill_left(self) -> int:
@@ -198,6 +213,14 @@ class Request:
             if t in self.stop_set:
                 return out[: i + 1]
         return out
+
+    def cached_tokens(self, n: int) -> list[int]:
+        """The token ids of positions ``[0, n)``, all committed (closed blocks, then the open block's
+        committed slots): what the first ``n`` cached positions were computed from."""
+        cur = self.cursor
+        if n <= cur.start or cur.ids is None:
+            return self.tokens[:n]
+        return self.tokens[: cur.start] + list(cur.ids[: n - cur.start])
 
     def generated_context(self, block_ids: list[int]) -> list[int]:
         """The generated tokens up to the end of the open block, ``block_ids`` standing for its slots."""

@@ -55,6 +55,8 @@ class ModelRunner:
         """The segment of ``req``'s next forward (host tensors; the adapter moves them to its device)."""
         st, cfg, ad, cur, cache = req.state, req.config, self.adapter, req.cursor, req.cache
         B, causal = cfg.block_size, cfg.causal_cache
+        if cache.recompute_left > 0:
+            return self.recompute_segment(req)
         if req.action == Action.PREFILL:
             chunk = max(B, self.prefill_chunk // B * B)  # whole blocks: the block-causal mask stays exact
             ids = torch.tensor(req.tokens[st.length : min(cache.prompt_blocks, st.length + chunk)])
@@ -83,6 +85,18 @@ class ModelRunner:
                 )
             return ad.verify_segment(st, filled, start=cur.start, slots=p.span_slots, cached=c)
         raise RuntimeError(f"request {req.request_id!r} needs no forward")
+
+    def recompute_segment(self, req: Request) -> Segment:
+        """The next chunk of a preempted row's cache, rewritten as it was first computed: prompt blocks
+        as a prefill (in the same whole-block chunks from position 0), committed output as a commit."""
+        st, cfg, cache = req.state, req.config, req.cache
+        B = cfg.block_size
+        end = min(cache.restore_to, st.length + max(B, self.prefill_chunk // B * B))
+        make = self.adapter.commit_segment
+        if st.length < cache.prompt_blocks:
+            end, make = min(end, cache.prompt_blocks), self.adapter.prefill_segment
+        ids = torch.tensor(req.cached_tokens(end)[st.length :], dtype=torch.long)
+        return make(st, ids, block_size=B, causal=cfg.causal_cache)
 
     def run(self, rows: Sequence[Request], segments: Sequence[Segment]) -> list[torch.Tensor]:
         """One forward over ``segments`` (one per row of ``rows``); each row's logits, in order."""

@@ -1,60 +1,187 @@
-"""Waiting and running queues: admission bounded by ``max_num_seqs`` and a KV budget, retirement.
+"""Waiting and running queues, key/value memory, admission, preemption and retirement.
 
-Only the scheduler moves a request between queues and frees its memory. Admission is first come, first
-served; a request that does not fit waits until enough rows retire (rows leave as soon as they finish,
-whatever their batch-mates do).
+Only the scheduler moves a request between queues and gives it memory or takes it back.
+
+With a paged pool (:class:`~s2d2.adapters.kv_pool.KVPool`, the lean forward) a row holds pages for
+what it has cached plus its next forward, nothing more:
+
+- **admission** is first come, first served, by what the request needs now: the longest cached prefix
+  of its prompt is adopted from the prefix cache (:meth:`~s2d2.adapters.kv_pages.PagePool.match`), and
+  the pages of its first forward must be free (or evictable);
+- **each step**, before the forward, every row gets the pages its segment writes
+  (:meth:`Scheduler.allocate`); when they run out, the most recently admitted row is **preempted**: its
+  pages go back, it keeps its tokens and decoding state and returns to the head of the queue, and when
+  re-admitted its cache is recomputed (``CacheProgress.restore_to``) before it resumes exactly where it
+  stopped;
+- **after the step**, full pages of committed positions are published to the prefix cache.
+
+transformers' own forward (one ``DynamicCache`` a row) is not paged: there a request reserves its worst
+case (prompt + ``max_new_tokens`` + one block) against ``kv_budget_tokens`` and is never preempted.
 """
 
 from __future__ import annotations
 
+import math
 from collections import deque
+from collections.abc import Sequence
 from typing import Any
 
+from ..adapters.kv_pages import OutOfPages
+from ..adapters.kv_pool import KVPool
+from ..adapters.segment import Segment
 from .request import Request, Status
 
 
 class Scheduler:
-    """Admits waiting requests into the running batch and retires finished ones."""
+    """Admits waiting requests into the running batch, pages their memory, retires finished ones."""
 
-    def __init__(self, pool: Any, *, max_num_seqs: int, kv_budget_tokens: int | None = None):
+    def __init__(
+        self,
+        pool: Any,
+        *,
+        max_num_seqs: int,
+        kv_budget_tokens: int | None = None,
+        prefill_chunk: int = 512,
+    ):
         if max_num_seqs < 1:
             raise ValueError(f"max_num_seqs must be >= 1, got {max_num_seqs}")
         if kv_budget_tokens is not None and kv_budget_tokens < 1:
             raise ValueError(f"kv_budget_tokens must be >= 1, got {kv_budget_tokens}")
         self.pool = pool
+        self.paged = isinstance(pool, KVPool)
         self.max_num_seqs = max_num_seqs
         self.kv_budget_tokens = kv_budget_tokens
+        self.prefill_chunk = prefill_chunk
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
+        #: positions reserved by running rows (unpaged pools only)
         self.reserved = 0
-        #: waiting requests aborted since the last retirement (reported by the next one)
+        self.preemptions = 0
+        #: waiting requests aborted (or failed) since the last retirement (reported by the next one)
         self._aborted_waiting: list[Request] = []
 
+    # ------------------------------------------------------------------ queues
     def fits_alone(self, req: Request) -> bool:
-        return self.kv_budget_tokens is None or req.kv_need <= self.kv_budget_tokens
+        """Whether ``req`` could decode with the whole budget to itself (else it can never run)."""
+        if self.kv_budget_tokens is None:
+            return True
+        if self.paged:
+            return math.ceil(req.kv_need / self.pool.page_size) <= self.pool.max_pages
+        return req.kv_need <= self.kv_budget_tokens
 
     def add(self, req: Request) -> None:
         self.waiting.append(req)
 
     def admit(self) -> list[Request]:
-        """Move waiting requests into the running batch while rows and KV budget allow."""
-        admitted = []
-        room = min(len(self.waiting), self.max_num_seqs - len(self.running))
-        if room > 0:
-            self.pool.reserve_rows(len(self.running) + room)
+        """Move waiting requests into the running batch while rows and memory allow; returns the newly
+        started ones (re-admitted preempted rows resume the forward they were waiting for)."""
+        started = []
         while self.waiting and len(self.running) < self.max_num_seqs:
             req = self.waiting[0]
-            budget = self.kv_budget_tokens
-            if budget is not None and self.reserved + req.kv_need > budget and self.running:
+            fresh = req.cache.restore_to is None
+            if not (self._take_pages(req, fresh) if self.paged else self._reserve(req)):
+                if not self.running:  # nothing to wait for: it can never fit (fits_alone rules this out)
+                    self.waiting.popleft()
+                    req.status, req.action = Status.FAILED, None
+                    req.error = "the request does not fit the KV budget even alone"
+                    self._aborted_waiting.append(req)
+                    continue
                 break
             self.waiting.popleft()
-            req.cache.state = self.pool.new_state()
-            self.reserved += req.kv_need
-            req.mark_started()
             self.running.append(req)
-            admitted.append(req)
-        return admitted
+            if fresh:
+                req.mark_started()
+                started.append(req)
+            else:
+                req.status = Status.RUNNING
+        return started
 
+    def _reserve(self, req: Request) -> bool:
+        budget = self.kv_budget_tokens
+        if budget is not None and self.reserved + req.kv_need > budget and self.running:
+            return False
+        req.cache.state = self.pool.new_state()
+        self.reserved += req.kv_need
+        return True
+
+    def _take_pages(self, req: Request, fresh: bool) -> bool:
+        """Give ``req`` a row: the cached prefix it can reuse, and pages for its first forward."""
+        pool, cache = self.pool, req.cache
+        state = pool.new_state()
+        target = cache.prompt_blocks if fresh else cache.restore_to
+        matched = 0
+        if cache.prefix_key is not None and target > 0:
+            known = req.cached_tokens(target)
+            # keep one position to compute: its forward gives what comes next (a shifted model's slot 0)
+            pages, matched = pool.pages.match(
+                cache.prefix_key,
+                known,
+                max_positions=target - 1,
+                multiple_of=req.config.block_size,
+                record=fresh,
+            )
+            pool.pages.adopt(state.slot, pages)
+            state.advance(matched)
+        need = min(target, matched + self.prefill_chunk) + req.config.block_size
+        if not pool.can_hold(state, need):
+            pool.release(state)
+            return False
+        pool.ensure(state, need)
+        cache.state, cache.published = state, matched
+        if fresh:
+            req.stats.cached_prompt_tokens += matched
+        return True
+
+    # ------------------------------------------------------------------ one step
+    def allocate(self, rows: Sequence[Request], segments: Sequence[Segment]) -> tuple[list, list]:
+        """Pages for every row's segment (``[0, length + n)``), oldest rows first; when pages run out the
+        newest running row is preempted (it may be one of ``rows``). Returns the rows and segments that
+        run this step."""
+        if not self.paged:
+            return list(rows), list(segments)
+        kept: list[tuple[Request, Segment]] = []
+        for req, seg in zip(rows, segments, strict=True):
+            while req.status == Status.RUNNING:
+                try:
+                    self.pool.ensure(req.state, req.state.length + seg.n)
+                    kept.append((req, seg))
+                    break
+                except OutOfPages:
+                    victim = next(r for r in reversed(self.running) if r.status == Status.RUNNING)
+                    self.preempt(victim)
+                    kept = [(r, s) for r, s in kept if r is not victim]
+        return [r for r, _ in kept], [s for _, s in kept]
+
+    def preempt(self, req: Request) -> None:
+        """Take ``req``'s pages back and queue it first; it keeps its tokens and decoding state, and its
+        cache is recomputed up to its current length when it is re-admitted."""
+        cache = req.cache
+        length = cache.state.length
+        cache.restore_to = length if cache.restore_to is None else max(cache.restore_to, length)
+        if cache.state.slot in self.pool.pages:
+            self.pool.pages.preempt(cache.state.slot)
+        self.pool.release(cache.state)
+        cache.state = None
+        self.running.remove(req)
+        self.waiting.appendleft(req)
+        req.status = Status.WAITING
+        req.stats.preemptions += 1
+        self.preemptions += 1
+
+    def publish(self, rows: Sequence[Request]) -> None:
+        """Offer each row's newly cached full pages of committed positions to the prefix cache."""
+        if not self.paged:
+            return
+        ps = self.pool.page_size
+        for req in rows:
+            cache, state = req.cache, req.state
+            if cache.prefix_key is None or state is None or req.status != Status.RUNNING:
+                continue
+            if state.length // ps > cache.published // ps:
+                self.pool.pages.publish(state.slot, cache.prefix_key, req.cached_tokens(state.length))
+                cache.published = state.length
+
+    # ------------------------------------------------------------------ leaving
     def abort(self, request_id: Any) -> bool:
         """Abort a request: a waiting one leaves at once, a running one at the next retirement."""
         for req in list(self.waiting):
@@ -79,10 +206,18 @@ class Scheduler:
             if req.status.done:
                 self.running.remove(req)
                 self.pool.release(req.state)
-                self.reserved -= req.kv_need
+                if not self.paged:
+                    self.reserved -= req.kv_need
                 out.append(req)
         return out
 
     @property
     def occupancy(self) -> float:
         return len(self.running) / self.max_num_seqs
+
+    def memory_stats(self) -> dict[str, float]:
+        """Page counters (paged pools) and preemptions."""
+        out: dict[str, float] = {"preemptions": self.preemptions}
+        if self.paged:
+            out = {**self.pool.stats(), **out}
+        return out

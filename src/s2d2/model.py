@@ -13,6 +13,7 @@ from typing import Any
 import torch
 
 from .adapters import ModelAdapter, load_adapter
+from .adapters.kv_pool import DEFAULT_PAGE_SIZE
 from .config import DecodeConfig
 from .cost_profile import resolve_cost_profile
 from .decoding.stats import GenerationStats, StepTrace
@@ -91,8 +92,12 @@ class S2D2Model(Likelihoods):
         preset: PresetFile | None = None,
         max_query_tokens_per_row: int | None = None,
         cost: StepCost | None = None,
+        prefix_cache: bool = True,
+        kv_page_size: int = DEFAULT_PAGE_SIZE,
     ):
         self.adapter = adapter
+        #: KV memory: reuse cached prompt prefixes across requests; positions a page
+        self.prefix_cache, self.kv_page_size = prefix_cache, kv_page_size
         #: the engine's step-cost profile (:mod:`s2d2.engine.cost`), if any
         self.cost = cost
         #: the checkpoint's own default decoding settings (its ``s2d2_preset.json``), if any
@@ -125,8 +130,16 @@ class S2D2Model(Likelihoods):
                 kv_budget_tokens=self.kv_budget_tokens,
                 max_query_tokens_per_row=self.max_query_tokens_per_row,
                 cost=self.cost,
+                prefix_cache=self.prefix_cache,
+                kv_page_size=self.kv_page_size,
             )
         return self._engine
+
+    def engine_stats(self) -> dict[str, float]:
+        """The engine's counters (:meth:`~s2d2.engine.llm_engine.LLMEngine.stats`): forwards, rows and
+        step times, and its KV memory: ``kv_pages_used``, ``kv_pages_free``, ``kv_pages_cached``,
+        ``prefix_hit_rate`` (prompt positions reused / looked up), ``preemptions``."""
+        return self.engine.stats()
 
     @property
     def info(self):
@@ -326,6 +339,8 @@ def load(
     use_preset: bool = True,
     max_query_tokens_per_row: int | None = None,
     cost_profile: str | os.PathLike[str] | None = None,
+    prefix_cache: bool = True,
+    kv_page_size: int = DEFAULT_PAGE_SIZE,
     **options: Any,
 ) -> S2D2Model:
     """Load a block-diffusion model: a built-in name (``tiny-gsm``) or a local checkpoint directory.
@@ -333,7 +348,10 @@ def load(
     The family is detected from ``config.json``; no remote code is executed; weights are read from
     safetensors. ``device``: cpu | cuda (default: cuda if available); ``dtype``: bf16 | fp16 | fp32
     (default: fp32 on CPU, bf16 on CUDA). ``max_num_seqs`` bounds the rows the batched engine decodes
-    together, ``kv_budget_tokens`` the cached positions they reserve and ``max_query_tokens_per_row`` the
+    together, ``kv_budget_tokens`` the cached positions they hold together (a budget of pages of
+    ``kv_page_size`` positions; rows take pages as they grow and the newest is preempted, then resumed,
+    when they run out), ``prefix_cache`` whether requests reuse the cached pages of an equal prompt
+    prefix, and ``max_query_tokens_per_row`` the
     query tokens one row may feed to one forward (engine-wide settings; a request over it is refused);
     ``options`` go to the family's loader. A checkpoint directory holding ``s2d2_preset.json`` (a preset
     file) gets those settings as its defaults (explicit settings and ``preset=`` still win); pass
@@ -358,4 +376,6 @@ def load(
         preset=preset,
         max_query_tokens_per_row=max_query_tokens_per_row,
         cost=cost,
+        prefix_cache=prefix_cache,
+        kv_page_size=kv_page_size,
     )

@@ -21,6 +21,7 @@ from typing import Any
 import torch
 
 from .bench.grids import BenchConfig, get_grid
+from .bench.shared_prefix import shared_prefix_ids
 from .bench.suites import load_problems
 from .engine.cost import StepCost
 from .engine.llm_engine import LLMEngine
@@ -50,16 +51,27 @@ def pick_configs(names: Sequence[str]) -> list[BenchConfig]:
 
 
 def _one_cell(
-    model: Any, prompts: list[list[int]], cfg: Any, limit: int, cost: StepCost | None = None
+    model: Any,
+    prompts: list[list[int]],
+    cfg: Any,
+    limit: int,
+    cost: StepCost | None = None,
+    memory: dict[str, Any] | None = None,
+    ttft: bool = False,
 ) -> dict[str, float]:
     """Decode every prompt on a fresh engine with ``limit`` rows; the raw counts of that run (with
-    ``cost``: each step's predicted time too)."""
-    engine = LLMEngine(model.adapter, max_num_seqs=limit, cost=cost)
+    ``cost``: each step's predicted time too; ``memory``: the engine's KV settings; with ``ttft`` the
+    engine streams and each request's time to its first final token is measured)."""
+    engine = LLMEngine(model.adapter, max_num_seqs=limit, cost=cost, stream=ttft, **(memory or {}))
     t0 = time.perf_counter()
-    outs = engine.generate(prompts, [cfg] * len(prompts))
+    if ttft:
+        outs, first = _streamed(engine, prompts, cfg, t0)
+    else:
+        outs, first = engine.generate(prompts, [cfg] * len(prompts)), []
     seconds = time.perf_counter() - t0
     c = engine.stats()
     return {
+        **_memory_counts(outs, c, first),
         "seconds": seconds,
         "tokens": sum(o.stats.generated_tokens for o in outs),
         "forwards": c["forwards"],
@@ -96,6 +108,34 @@ def query_ceiling(model: Any, rows: int = 64, tokens: int = 32, repeats: int = 5
     return rows * tokens / statistics.median(times[1:])
 
 
+def _streamed(engine: LLMEngine, prompts: list[list[int]], cfg: Any, t0: float) -> tuple[list, list[float]]:
+    """Decode on a streaming engine; the outputs and each request's seconds to its first final token."""
+    for i, p in enumerate(prompts):
+        engine.add_request(p, cfg, i)
+    outs: dict[int, Any] = {}
+    first: dict[int, float] = {}
+    while engine.has_unfinished():
+        for o in engine.step():
+            if o.new_token_ids and o.request_id not in first:
+                first[o.request_id] = time.perf_counter() - t0
+            if o.finished:
+                outs[o.request_id] = o.output
+    return [outs[i] for i in range(len(prompts))], list(first.values())
+
+
+def _memory_counts(outs: list, stats: dict[str, Any], first: list[float]) -> dict[str, float]:
+    """Prefill forwards per request, time to first token (p50, ms), prefix reuse and preemptions."""
+    out = {
+        "prefill_forwards_per_request": statistics.mean(o.stats.nfe_prefill for o in outs),
+        "prefix_hit_rate": stats.get("prefix_hit_rate", 0.0),
+        "preemptions": stats.get("preemptions", 0),
+    }
+    if first:
+        out["ttft_p50_ms"] = 1e3 * statistics.median(first)
+        out["ttft_admitted_p50_ms"] = 1e3 * statistics.median(o.stats.first_token_seconds for o in outs)
+    return out
+
+
 def run_throughput(
     model: Any,
     *,
@@ -108,12 +148,20 @@ def run_throughput(
     progress: bool = False,
     cost: StepCost | None = None,
     simulate: str | None = None,
+    prefix_cache: Sequence[bool] = (True,),
+    kv_page_size: int = 16,
+    kv_budget_tokens: int | None = None,
+    shared_prefix: int = 0,
 ) -> dict[str, Any]:
     """Measure every (limit, configuration) cell on the same ``n`` tiny-gsm problems; see the module.
 
     With ``cost`` every step's predicted time is recorded beside the measured one. ``simulate`` names
     that profile when it is a projection of another model on other hardware (``roofline:h200`` of a
-    shape): tokens/s are then also given on the simulated clock, as ``projected_tokens_per_s``."""
+    shape): tokens/s are then also given on the simulated clock, as ``projected_tokens_per_s``.
+    KV memory: every cell runs once per ``prefix_cache`` setting (interleaved), on pages of
+    ``kv_page_size`` positions within ``kv_budget_tokens``; ``shared_prefix`` puts the same N-token
+    prefix of worked dev examples before every problem (:mod:`s2d2.bench.shared_prefix`) and measures
+    each request's time to first token."""
     if any(limit < 1 for limit in limits):
         raise S2D2Error("batch limits must be >= 1")
     if repeats < 1 or n < 1:
@@ -124,22 +172,33 @@ def run_throughput(
     decode_cfgs = [
         model.make_config(base, **c.expanded(), max_new_tokens=max_new_tokens, seed=0) for c in cfgs
     ]
-    prompts = [model.encode(p["question"]) for p in load_problems("tiny-gsm", split, n)]
+    prefix = shared_prefix_ids(model.encode, shared_prefix)
+    prompts = [prefix + model.encode(p["question"]) for p in load_problems("tiny-gsm", split, n)]
     _one_cell(model, prompts[:4], decode_cfgs[0], 4)  # warm-up, untimed
-    cells: dict[tuple[int, int], list[dict[str, float]]] = {}
+    memories = [
+        dict(prefix_cache=on, kv_page_size=kv_page_size, kv_budget_tokens=kv_budget_tokens)
+        for on in prefix_cache
+    ]
+    cells: dict[tuple[int, int, int], list[dict[str, float]]] = {}
     from tqdm.auto import tqdm
 
-    total = repeats * len(limits) * len(cfgs)
+    total = repeats * len(limits) * len(cfgs) * len(memories)
     with tqdm(total=total, desc="bench-batch", file=sys.stderr, disable=not progress) as bar:
         for r in range(repeats):
             for li, limit in enumerate(limits):
                 k = len(cfgs)
                 for j in [(r + li + s) % k for s in range(k)]:
-                    cell = _one_cell(model, prompts, decode_cfgs[j], limit, cost)
-                    cells.setdefault((li, j), []).append(cell)
-                    bar.update(1)
+                    for mi in [(r + s) % len(memories) for s in range(len(memories))]:
+                        cell = _one_cell(
+                            model, prompts, decode_cfgs[j], limit, cost, memories[mi], ttft=shared_prefix > 0
+                        )
+                        cells.setdefault((li, j, mi), []).append(cell)
+                        bar.update(1)
     peak_rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    out = _summarize(cfgs, limits, cells, query_ceiling(model), peak_rss_mb, n, max_new_tokens, repeats)
+    out = _summarize(
+        cfgs, limits, cells, query_ceiling(model), peak_rss_mb, n, max_new_tokens, repeats, list(prefix_cache)
+    )
+    out.update(shared_prefix=shared_prefix, kv_budget_tokens=kv_budget_tokens, kv_page_size=kv_page_size)
     if simulate is not None:
         out["projected"] = simulate
     return out
@@ -148,42 +207,19 @@ def run_throughput(
 def _summarize(
     cfgs: list[BenchConfig],
     limits: Sequence[int],
-    cells: dict[tuple[int, int], list[dict[str, float]]],
+    cells: dict[tuple[int, int, int], list[dict[str, float]]],
     ceiling: float,
     peak_rss_mb: float,
     n: int,
     max_new_tokens: int,
     repeats: int,
+    prefix_cache: list[bool],
 ) -> dict[str, Any]:
     rows = []
     for j, c in enumerate(cfgs):
-        base = None
-        for li, limit in enumerate(limits):
-            runs = cells[(li, j)]
-            sec = statistics.median(x["seconds"] for x in runs)
-            x = runs[0]  # counts are the same in every repeat (greedy, batch invariant)
-            tps = x["tokens"] / sec
-            base = tps if limit == limits[0] else base
-            rows.append(
-                {
-                    "config": c.name,
-                    "max_num_seqs": limit,
-                    "tokens_per_s": round(tps, 1),
-                    "speedup_vs_first_limit": round(tps / base, 2),
-                    "forwards_per_s": round(x["forwards"] / sec, 1),
-                    "mean_rows_per_forward": round(x["rows"] / x["forwards"], 2),
-                    "query_tokens_per_forward": round(x["query_tokens"] / x["forwards"], 1),
-                    "query_tokens_per_s": round(x["query_tokens"] / sec, 1),
-                    "query_tokens_per_token": round(x["query_tokens"] / x["tokens"], 2),
-                    "ceiling_fraction": round(x["query_tokens"] / sec / ceiling, 3),
-                    "seconds": round(sec, 3),
-                    "tokens": int(x["tokens"]),
-                    "host_syncs_per_step": round(x["host_syncs_per_step"], 3),
-                    # step time split, medians over repeats: the model's forward vs everything else
-                    "forward_ms_per_step": _median(runs, "forward_ms_per_step"),
-                    "other_ms_per_step": _median(runs, "other_ms_per_step"),
-                    **_predicted(runs, x),
-                }
+        for mi, cache_on in enumerate(prefix_cache):
+            rows += _config_rows(
+                c, limits, [cells[(li, j, mi)] for li in range(len(limits))], ceiling, cache_on
             )
     return {
         "n": n,
@@ -195,6 +231,51 @@ def _summarize(
         "threads": torch.get_num_threads(),
         "rows": rows,
     }
+
+
+def _config_rows(
+    c: BenchConfig, limits: Sequence[int], by_limit: list[list[dict]], ceiling: float, cache_on: bool
+) -> list[dict[str, Any]]:
+    """One table row per batch limit of configuration ``c`` (one prefix-cache setting)."""
+    rows, base = [], None
+    for limit, runs in zip(limits, by_limit, strict=True):
+        sec = statistics.median(x["seconds"] for x in runs)
+        x = runs[0]  # counts are the same in every repeat (greedy, batch invariant)
+        tps = x["tokens"] / sec
+        base = tps if limit == limits[0] else base
+        rows.append(
+            {
+                "config": c.name,
+                "max_num_seqs": limit,
+                "tokens_per_s": round(tps, 1),
+                "speedup_vs_first_limit": round(tps / base, 2),
+                "forwards_per_s": round(x["forwards"] / sec, 1),
+                "mean_rows_per_forward": round(x["rows"] / x["forwards"], 2),
+                "query_tokens_per_forward": round(x["query_tokens"] / x["forwards"], 1),
+                "query_tokens_per_s": round(x["query_tokens"] / sec, 1),
+                "query_tokens_per_token": round(x["query_tokens"] / x["tokens"], 2),
+                "ceiling_fraction": round(x["query_tokens"] / sec / ceiling, 3),
+                "seconds": round(sec, 3),
+                "tokens": int(x["tokens"]),
+                "host_syncs_per_step": round(x["host_syncs_per_step"], 3),
+                # step time split, medians over repeats: the model's forward vs everything else
+                "forward_ms_per_step": _median(runs, "forward_ms_per_step"),
+                "other_ms_per_step": _median(runs, "other_ms_per_step"),
+                **_predicted(runs, x),
+                "prefix_cache": cache_on,
+                "prefill_forwards_per_request": round(x["prefill_forwards_per_request"], 2),
+                "prefix_hit_rate": round(x["prefix_hit_rate"], 3),
+                "preemptions": int(x["preemptions"]),
+                **(_ttft(runs) if "ttft_p50_ms" in x else {}),
+            }
+        )
+    return rows
+
+
+def _ttft(runs: list[dict[str, float]]) -> dict[str, float]:
+    """Time to first token, p50 over requests (median over repeats): from arrival (every request
+    arrives at the start, so it includes waiting for a row) and from admission."""
+    return {k: _median(runs, k) for k in ("ttft_p50_ms", "ttft_admitted_p50_ms")}
 
 
 def _predicted(runs: list[dict[str, float]], x: dict[str, float]) -> dict[str, float]:
@@ -234,6 +315,13 @@ def render(results: dict[str, Any]) -> str:
         ("other_ms_per_step", "other ms/step"),
         ("host_syncs_per_step", "host syncs/step"),
     )
+    if len({r["prefix_cache"] for r in results["rows"]}) > 1 or results.get("shared_prefix"):
+        cols += (("prefix_cache", "prefix cache"), ("prefill_forwards_per_request", "prefill fwd/request"))
+        cols += (("prefix_hit_rate", "prefix hit rate"),)
+        if results.get("shared_prefix"):
+            cols += (("ttft_p50_ms", "TTFT p50 ms"), ("ttft_admitted_p50_ms", "TTFT from admission p50 ms"))
+    if results.get("kv_budget_tokens"):
+        cols += (("preemptions", "preemptions"),)
     if results["rows"] and "predicted_ms_per_step" in results["rows"][0]:
         projected = results.get("projected")
         cols += (

@@ -38,6 +38,8 @@ class KVState:
     length: int = 0
     slot: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
+    #: positions the row's pages cover (paged pools; kept by :meth:`KVPool.ensure`)
+    capacity: int = 0
 
     def advance(self, n: int) -> None:
         """``n`` more positions are cached: the one place a row's cached length grows."""
@@ -111,7 +113,7 @@ class KVPool:
         if state.slot in self.pages:
             self.pages.release(state.slot)
         self._live.discard(state.slot)
-        state.length = 0
+        state.length = state.capacity = 0
         state.extra.clear()
 
     def reserve_rows(self, rows: int) -> None:
@@ -122,18 +124,28 @@ class KVPool:
         return self.pages.pages_needed(state.slot, length)
 
     def can_hold(self, state: KVState, length: int) -> bool:
-        return not self.bounded or self.pages.can_ensure(state.slot, length)
+        return length <= state.capacity or not self.bounded or self.pages.can_ensure(state.slot, length)
 
     def ensure(self, state: KVState, length: int) -> None:
         """Pages for positions ``[0, length)`` of ``state``'s row: a bounded pool raises
         :class:`~s2d2.adapters.kv_pages.OutOfPages` (taking nothing) when its budget cannot cover
         them; an unbounded one grows."""
+        if length <= state.capacity:
+            return
         need = self.pages.pages_needed(state.slot, length)
         if need > self.pages.pages_available and not self.bounded:
             target = max(2 * self.pages.num_pages, self.pages.num_pages + need)
             self.pages.grow(target)
             self._allocate(target)
         self.pages.ensure(state.slot, length)
+        state.capacity = len(self.pages.table(state.slot)) * self.page_size
+
+    def adopt(self, state: KVState, pages: list[int]) -> None:
+        """Start the empty row ``state`` with the prefix-cache ``pages`` (from ``pages.match``); its
+        cached length advances over them."""
+        n = self.pages.adopt(state.slot, pages)
+        state.capacity = n
+        state.advance(n)
 
     def table(self, state: KVState) -> list[int]:
         """The row's storage pages in order (page ``i`` holds positions ``[i * page_size, ...)``)."""

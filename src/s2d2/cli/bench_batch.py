@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 
 from ..errors import S2D2Error
-from .options import DeviceOpt, DtypeOpt, ModelOpt, ProgressOpt
+from .options import DeviceOpt, DtypeOpt, ModelOpt, ProgressOpt, check_kv_options
 
 
 def _int_list(text: str, flag: str) -> list[int]:
@@ -63,16 +63,44 @@ def bench_batch_command(
     shape: Annotated[
         Path | None, typer.Option(help="With --simulate: the config.json of the model to project.")
     ] = None,
+    prefix_cache: Annotated[
+        str,
+        typer.Option("--prefix-cache", help="Reuse cached prompt prefixes: on | off | both (side by side)."),
+    ] = "on",
+    kv_page_size: Annotated[int, typer.Option("--kv-page-size", help="Positions one KV page holds.")] = 16,
+    kv_budget_tokens: Annotated[
+        int | None,
+        typer.Option(
+            "--kv-budget-tokens",
+            help="Most cached positions the rows hold together (rows are preempted past it).",
+            show_default=False,
+        ),
+    ] = None,
+    shared_prefix: Annotated[
+        int,
+        typer.Option(
+            "--shared-prefix",
+            help="Put the same N-token prefix (worked dev examples) before every problem and measure "
+            "time to first token.",
+        ),
+    ] = 0,
 ) -> None:
     """Decode the same N problems with every configuration at every batch limit (interleaved) and print
     output tokens/s, the speed-up against the first limit, forwards/s, rows per forward and query tokens
-    against the model's measured query-token ceiling."""
+    against the model's measured query-token ceiling; with --shared-prefix, also prefill forwards per
+    request and time to first token (p50), with the prefix cache on, off or both."""
     import torch
 
     from .. import throughput
     from ..model import load
 
     lims = _int_list(limits, "--limits")
+    check_kv_options(kv_page_size, kv_budget_tokens)
+    caches = {"on": [True], "off": [False], "both": [False, True]}.get(prefix_cache)
+    if caches is None:
+        raise S2D2Error(f"--prefix-cache takes on, off or both, got {prefix_cache!r}")
+    if shared_prefix < 0:
+        raise S2D2Error(f"--shared-prefix must be >= 0, got {shared_prefix}")
     names = [c for c in configs.split(",") if c] if configs else list(throughput.DEFAULT_CONFIGS)
     if threads is not None:
         if threads < 1:
@@ -90,6 +118,10 @@ def bench_batch_command(
         progress=progress,
         cost=cost,
         simulate=label,
+        prefix_cache=caches,
+        kv_page_size=kv_page_size,
+        kv_budget_tokens=kv_budget_tokens,
+        shared_prefix=shared_prefix,
     )
     typer.echo(throughput.render(results))
     if json_out is not None:

@@ -64,6 +64,16 @@ MaxNumSeqsOpt = Annotated[
 ]
 
 
+def check_kv_options(page_size: int, budget: int | None) -> None:
+    """``--kv-page-size`` >= 1 and ``--kv-budget-tokens`` (when given) at least one page."""
+    if page_size < 1:
+        raise S2D2Error(f"--kv-page-size must be >= 1, got {page_size}")
+    if budget is not None and budget < page_size:
+        raise S2D2Error(
+            f"--kv-budget-tokens must hold at least one page ({page_size} positions), got {budget}"
+        )
+
+
 def check_max_num_seqs(value: int | None) -> int | None:
     """``--max-num-seqs`` must be an integer >= 1 (None = not given)."""
     if value is not None and value < 1:

@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 
 from ..errors import S2D2Error
-from .options import DeviceOpt, DtypeOpt, ModelOpt, PresetOpt
+from .options import DeviceOpt, DtypeOpt, ModelOpt, PresetOpt, check_kv_options
 
 HostOpt = Annotated[str, typer.Option(help="Address to listen on.")]
 PortOpt = Annotated[int, typer.Option(help="Port to listen on.")]
@@ -89,6 +89,26 @@ def _need_serve_extra() -> None:
         raise S2D2Error("s2d2 serve needs FastAPI and uvicorn: pip install 's2d2[serve]'") from None
 
 
+PrefixCacheOpt = Annotated[
+    bool,
+    typer.Option(
+        "--prefix-cache/--no-prefix-cache",
+        help="Reuse the cached keys/values of equal prompt prefixes across requests (system prompts, "
+        "few-shot examples, earlier chat turns).",
+    ),
+]
+PageSizeOpt = Annotated[int, typer.Option("--kv-page-size", help="Positions one KV page holds.")]
+KVBudgetOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--kv-budget-tokens",
+        help="Most cached positions all rows hold together (a budget of pages; rows take pages as they "
+        "grow, and the newest row is preempted and later resumed when they run out). Default: no bound.",
+        show_default=False,
+    ),
+]
+
+
 def serve_command(
     model: ModelOpt = "tiny-gsm",
     host: HostOpt = "127.0.0.1",
@@ -111,6 +131,9 @@ def serve_command(
     body_timeout: BodyTimeoutOpt = 30.0,
     api_key: ApiKeyOpt = None,
     allowed_hosts: HostsOpt = None,
+    prefix_cache: PrefixCacheOpt = True,
+    kv_page_size: PageSizeOpt = 16,
+    kv_budget_tokens: KVBudgetOpt = None,
 ) -> None:
     """Serve MODEL over an OpenAI-compatible HTTP API (completions, chat completions, streaming)."""
     _need_serve_extra()
@@ -120,6 +143,8 @@ def serve_command(
     _check_robustness_options(max_query_tokens_per_row, max_routing_tables, timeout_keep_alive, body_timeout)
     if api_key is not None and not api_key.strip():
         raise S2D2Error("--api-key (or S2D2_API_KEY) must not be empty")
+    check_kv_options(kv_page_size, kv_budget_tokens)
+    memory = dict(prefix_cache=prefix_cache, kv_page_size=kv_page_size, kv_budget_tokens=kv_budget_tokens)
     hosts = [h.strip() for h in allowed_hosts.split(",") if h.strip()] if allowed_hosts else None
     options = dict(
         preset=preset,
@@ -138,13 +163,22 @@ def serve_command(
             raise S2D2Error("--routing-state does not apply with --ray (each replica learns on its own)")
         from ..serving.ray import serve_ray
 
-        serve_ray(model, host=host, port=port, replicas=replicas, device=device, dtype=dtype, **options)
+        serve_ray(
+            model,
+            host=host,
+            port=port,
+            replicas=replicas,
+            device=device,
+            dtype=dtype,
+            load_options=memory,
+            **options,
+        )
         return
     from ..model import load
     from ..serving.app import create_app
     from ..serving.server import serve
 
-    m = load(model, device=device, dtype=dtype, max_num_seqs=max_num_seqs)
+    m = load(model, device=device, dtype=dtype, max_num_seqs=max_num_seqs, **memory)
     app = create_app(m, routing_state=routing_state, **options)
     status = serve(
         app, host=host, port=port, grace=grace, log_level=log_level, timeout_keep_alive=timeout_keep_alive

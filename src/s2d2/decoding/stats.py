@@ -41,6 +41,8 @@ class GenerationStats:
     preemptions: int = 0
     #: prompt positions whose keys/values came from the prefix cache (not prefilled)
     cached_prompt_tokens: int = 0
+    #: seconds from admission to the first final token (measured where the engine streams)
+    first_token_seconds: float = 0.0
     generated_tokens: int = 0
     verify_steps: int = 0
     drafted: int = 0

@@ -325,6 +325,8 @@ class LLMEngine:
     def _progress(self, req: Request) -> RequestOutput:
         ids = req.final_ids() if req.status == Status.RUNNING else []
         sent = self._emitted.get(req.request_id, 0)
+        if ids and not sent:
+            req.stats.first_token_seconds = time.perf_counter() - req.t_start
         self._emitted[req.request_id] = max(sent, len(ids))
         lps = req.final_logprobs(len(ids))
         new_lp = None if lps is None else lps[sent:]

@@ -79,6 +79,8 @@ class Scheduler:
         while self.waiting and len(self.running) < self.max_num_seqs:
             req = self.waiting[0]
             fresh = req.cache.restore_to is None
+            if fresh and self._prefix_in_flight(req):
+                break  # a running row is computing this prompt's prefix: reuse it in a step or two
             if not (self._take_pages(req, fresh) if self.paged else self._reserve(req)):
                 if not self.running:  # nothing to wait for: it can never fit (fits_alone rules this out)
                     self.waiting.popleft()
@@ -95,6 +97,20 @@ class Scheduler:
             else:
                 req.status = Status.RUNNING
         return started
+
+    def _prefix_in_flight(self, req: Request) -> bool:
+        """Whether a running row still prefilling its prompt starts with the same page as ``req`` (under
+        the same key): admitting ``req`` now would compute that prefix twice."""
+        cache, ps = req.cache, getattr(self.pool, "page_size", 0)
+        if not self.paged or cache.prefix_key is None or cache.prompt_blocks <= ps:
+            return False
+        head = req.tokens[:ps]
+        return any(
+            r.cache.prefix_key == cache.prefix_key
+            and r.cache.published + ps < r.cache.prompt_blocks
+            and r.tokens[:ps] == head
+            for r in self.running
+        )
 
     def _reserve(self, req: Request) -> bool:
         budget = self.kv_budget_tokens
@@ -120,8 +136,7 @@ class Scheduler:
                 multiple_of=req.config.block_size,
                 record=fresh,
             )
-            pool.pages.adopt(state.slot, pages)
-            state.advance(matched)
+            pool.adopt(state, pages)
         need = min(target, matched + self.prefill_chunk) + req.config.block_size
         if not pool.can_hold(state, need):
             pool.release(state)

@@ -155,6 +155,9 @@ def create_app(
         kv_budget_tokens=model.kv_budget_tokens,
         stream=True,
         max_query_tokens_per_row=limit,
+        cost=model.cost,
+        prefix_cache=model.prefix_cache,
+        kv_page_size=model.kv_page_size,
     )
     if preset is not None:  # the server's default must fit its own engine: say so now, not per request
         engine.check_limits(model.make_config(preset=preset))

@@ -12,6 +12,10 @@ from typing import Any
 
 #: Request outcomes counted by ``s2d2_requests_total{status=...}``.
 STATUSES = ("finished", "aborted", "failed", "rejected", "invalid")
+#: engine counters of its KV memory mirrored in /metrics
+MEMORY_KEYS = (
+    "kv_pages_used", "kv_pages_free", "kv_pages_cached", "prefix_hit_rate", "preemptions", "evictions"
+)
 
 
 class ServerMetrics:
@@ -39,6 +43,9 @@ class ServerMetrics:
         # engine-scope routing statistics (ucb_scope=engine): tables kept, least recently used evicted
         self.routing_tables = 0
         self.routing_evictions = 0
+        # paged KV memory (lean forward only): pages now, prefix reuse, preemptions
+        self.memory: dict[str, float] = {}
+        self.cached_prompt_tokens = 0
 
     # ------------------------------------------------------------------ recording
     def record_status(self, status: str) -> None:
@@ -55,6 +62,7 @@ class ServerMetrics:
         with self._lock:
             self.requests[output.status] += 1
             self.prompt_tokens += prompt_tokens
+            self.cached_prompt_tokens += s.cached_prompt_tokens
             if output.status == "finished":
                 self.finished_tokens += s.generated_tokens
                 self.nfe += s.nfe
@@ -71,6 +79,7 @@ class ServerMetrics:
             self.max_num_seqs = engine.max_num_seqs
             self.routing_tables = len(engine.routing.tables)
             self.routing_evictions = engine.routing.evictions
+            self.memory = {k: c[k] for k in MEMORY_KEYS if k in c}
 
     # ------------------------------------------------------------------ exposition
     def snapshot(self) -> dict[str, Any]:
@@ -98,6 +107,17 @@ class ServerMetrics:
                 "s2d2_routing_table_evictions_total",
                 "Engine-scope routing tables evicted (least recently used, past --max-routing-tables).",
                 self.routing_evictions,
+            ),
+            (
+                "s2d2_cached_prompt_tokens_total",
+                "Prompt positions whose keys and values came from the prefix cache.",
+                self.cached_prompt_tokens,
+            ),
+            ("s2d2_preemptions_total", "Rows preempted to free KV pages.", self.memory.get("preemptions", 0)),
+            (
+                "s2d2_kv_page_evictions_total",
+                "Cached prefix pages evicted (least recently used).",
+                self.memory.get("evictions", 0),
             ),
         ]
 
@@ -128,6 +148,18 @@ class ServerMetrics:
                 ratio(self.running, self.max_num_seqs),
             ),
             ("s2d2_mean_batch_occupancy", "Rows per forward / max_num_seqs, since start.", mean),
+            ("s2d2_kv_pages_used", "KV pages rows hold now.", self.memory.get("kv_pages_used", 0)),
+            ("s2d2_kv_pages_free", "KV pages holding nothing.", self.memory.get("kv_pages_free", 0)),
+            (
+                "s2d2_kv_pages_cached",
+                "KV pages no row holds that keep a reusable prefix.",
+                self.memory.get("kv_pages_cached", 0),
+            ),
+            (
+                "s2d2_prefix_hit_rate",
+                "Prompt positions reused from the prefix cache / prompt positions looked up.",
+                float(self.memory.get("prefix_hit_rate", 0.0)),
+            ),
         ]
 
     def render(self) -> str:

@@ -32,9 +32,11 @@ def build_deployment(
     device: str | None = None,
     dtype: str | None = None,
     num_cpus: float = 1.0,
+    load_options: dict[str, Any] | None = None,
     **app_options: Any,
 ) -> Any:
-    """A bound Ray Serve application serving ``model`` (``app_options`` go to ``create_app``)."""
+    """A bound Ray Serve application serving ``model`` (``load_options`` go to ``s2d2.load``, e.g. the KV
+    memory settings; ``app_options`` to ``create_app``)."""
     serve = _ray_serve()
     rows = app_options.get("max_num_seqs") or 16
 
@@ -42,7 +44,8 @@ def build_deployment(
         from ..model import load
         from .app import create_app
 
-        return create_app(load(model, device=device, dtype=dtype, max_num_seqs=rows), **app_options)
+        m = load(model, device=device, dtype=dtype, max_num_seqs=rows, **(load_options or {}))
+        return create_app(m, **app_options)
 
     scaling: dict[str, Any] = {"num_replicas": replicas}
     if autoscale_max is not None and autoscale_max > replicas:

@@ -73,7 +73,11 @@ def budget_forcing_preemption(prompts, cfg, page: int = 16) -> int:
     return max(math.ceil(need / page), 2 * now) * page
 
 
-CASES = {**DECODERS, "sampled": dict(SAMPLED, seed=3)}
+CASES = {
+    **DECODERS,
+    "lossless-fused": dict(preset="lossless-fused", block_size=8),
+    "sampled": dict(SAMPLED, seed=3),
+}
 
 
 @pytest.mark.parametrize("name", list(CASES))

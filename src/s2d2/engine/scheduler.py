@@ -127,7 +127,7 @@ class Scheduler:
         target = cache.prompt_blocks if fresh else cache.restore_to
         matched = 0
         if cache.prefix_key is not None and target > 0:
-            known = req.cached_tokens(target)
+            known = req.tokens[: req.n_prompt] if fresh else req.cached_tokens(target)
             # keep one position to compute: its forward gives what comes next (a shifted model's slot 0)
             pages, matched = pool.pages.match(
                 cache.prefix_key,

@@ -154,10 +154,19 @@ class ChatCompletionRequest(_Sampling):
 
 
 # ---------------------------------------------------------------------------------------------- responses
+class PromptTokensDetails(BaseModel):
+    cached_tokens: int = Field(
+        0,
+        description="Prompt positions whose keys and values came from the prefix cache (summed over the "
+        "choices; 0 with --no-prefix-cache).",
+    )
+
+
 class Usage(BaseModel):
     prompt_tokens: int
     completion_tokens: int
     total_tokens: int
+    prompt_tokens_details: PromptTokensDetails | None = None
 
 
 class S2D2Stats(BaseModel):

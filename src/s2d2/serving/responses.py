@@ -165,11 +165,19 @@ def acceptance_of(config: Any) -> str:
     return "strict" if config.strict else "probabilistic"
 
 
-def usage(prep: Prepared, outcomes: Sequence[Outcome]) -> dict[str, int]:
-    """Each prompt counted once, each choice's returned tokens."""
+def usage(prep: Prepared, outcomes: Sequence[Outcome]) -> dict[str, Any]:
+    """Each prompt counted once, each choice's returned tokens; ``prompt_tokens_details.cached_tokens``:
+    the prompt positions whose keys and values came from the prefix cache, summed over the choices
+    (each choice is an engine request of its own, so ``n`` > 1 choices of one prompt each count theirs)."""
     prompt = sum(len(p) for p in prep.prompts)
     completion = sum(o.completion_tokens for o in outcomes)
-    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+    cached = sum(getattr(o.stats, "cached_prompt_tokens", 0) for o in outcomes if o.stats is not None)
+    return {
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": prompt + completion,
+        "prompt_tokens_details": {"cached_tokens": cached},
+    }
 
 
 def s2d2_stats(prep: Prepared, outcomes: Sequence[Outcome]) -> dict[str, Any]:

@@ -1,6 +1,7 @@
 """`s2d2 serve` on paged KV memory (issue 26): real HTTP, a real server, the official openai client.
 
 - ``usage.prompt_tokens_details.cached_tokens`` (completions and chat, streamed with ``include_usage``);
+- ``s2d2 bench-serve --shared-prefix N`` and the KV gauges and counters of ``/metrics``.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ openai = pytest.importorskip("openai")
 httpx = pytest.importorskip("httpx")
 
 import s2d2  # noqa: E402
+from conftest import assert_one_line_error, run_cli  # noqa: E402
 from s2d2.serving.app import create_app  # noqa: E402
 from s2d2.tasks.tiny_gsm.splits import load_split  # noqa: E402
 from test_server import metric, running_server  # noqa: E402
@@ -113,3 +115,46 @@ def test_usage_reports_cached_prompt_tokens(cached_url, ref):
     # exceed prompt_tokens, which counts the prompt once)
     two = client.completions.create(model="tiny-gsm", prompt=prompt, max_tokens=8, temperature=0, n=2)
     assert two.usage.prompt_tokens == n_prompt and two.usage.prompt_tokens_details.cached_tokens == 2 * cached
+
+
+# ---------------------------------------------------------------------------------------------- bench-serve
+def test_bench_serve_shared_prefix_and_kv_metrics(cached_url, ref):
+    """``bench-serve --shared-prefix N``: every prompt starts with the same N tokens; the server's cache
+    serves them after the first request. /metrics then shows the KV gauges and counters: no page used
+    when idle, cached pages kept, a hit rate above 0, the cached prompt tokens the answers reported."""
+    from s2d2.serving.load import run_levels, shared_prefix
+
+    n, tokens = 8, 64
+    prefix = shared_prefix(tokens)
+    tok = ref
+    for q in QUESTIONS[:n]:  # the prefix text re-encodes to exactly N tokens, then the question's own
+        assert tok.encode(prefix + q)[tokens:] == tok.encode(q)
+        assert len(tok.encode(prefix)) == tokens
+    before = metric(cached_url, "s2d2_cached_prompt_tokens_total")
+    prompts = [len(tok.encode(prefix + q)) for q in QUESTIONS[:n]]
+    (result,) = run_levels(
+        cached_url, [4], n=n, max_tokens=16, shared_prefix_tokens=tokens, prompts=QUESTIONS
+    )
+    assert result["errors"] == 0 and result["shared_prefix"] == tokens
+    assert result["ttft_ms_p50"] is not None
+    assert result["prompt_tokens"] == sum(prompts)
+    # all but the first request adopt the whole prefix (the others wait for it rather than compute it)
+    assert result["cached_prompt_tokens"] >= (n - 1) * tokens
+    _wait_idle(cached_url)
+    text = httpx.get(cached_url + "/metrics").text
+    for name in ("kv_pages_used", "kv_pages_free", "kv_pages_cached", "prefix_hit_rate"):
+        assert f"# TYPE s2d2_{name} gauge" in text
+    for name in ("preemptions_total", "kv_page_evictions_total", "cached_prompt_tokens_total"):
+        assert f"# TYPE s2d2_{name} counter" in text
+    assert metric(cached_url, "s2d2_kv_pages_used") == 0
+    assert metric(cached_url, "s2d2_kv_pages_cached") > 0
+    assert metric(cached_url, "s2d2_prefix_hit_rate") > 0
+    assert metric(cached_url, "s2d2_preemptions_total") == 0  # no budget: nothing to preempt for
+    assert metric(cached_url, "s2d2_cached_prompt_tokens_total") - before == result["cached_prompt_tokens"]
+
+
+def test_bench_serve_shared_prefix_options(capsys, tmp_path):
+    code, _, err = run_cli(capsys, "bench-serve", "--shared-prefix", "-1")
+    assert_one_line_error(code, err, "--shared-prefix")
+    code, _, err = run_cli(capsys, "bench-serve", "--shared-prefix", "8", "--tokenizer", str(tmp_path))
+    assert_one_line_error(code, err, "--tokenizer", "no tokenizer")

@@ -219,6 +219,22 @@ BackgroundOpt = Annotated[
         "measure what that load does to the measured ones.",
     ),
 ]
+SharedPrefixOpt = Annotated[
+    int,
+    typer.Option(
+        "--shared-prefix",
+        help="Start every prompt with the same N tokens (worked tiny-gsm dev examples, counted by "
+        "--tokenizer): what a server's prefix cache saves shows in TTFT and cached_prompt_tokens.",
+    ),
+]
+TokenizerOpt = Annotated[
+    str,
+    typer.Option(
+        "--tokenizer",
+        help="Built-in model name or local checkpoint directory whose tokenizer counts --shared-prefix "
+        "(read locally, nothing is fetched).",
+    ),
+]
 BackgroundSetsOpt = Annotated[
     str | None,
     typer.Option("--background-s2d2", help="The background requests' s2d2 extension object, as JSON."),
@@ -236,13 +252,15 @@ def bench_serve_command(
     as_json: JsonOpt = False,
     background: BackgroundOpt = 0,
     background_s2d2: BackgroundSetsOpt = None,
+    shared_prefix: SharedPrefixOpt = 0,
+    tokenizer: TokenizerOpt = "tiny-gsm",
 ) -> None:
     """Load a running server with streaming requests: tokens/s, TTFT and inter-token latency per level."""
     from ..serving.load import format_table, parse_levels, run_levels
 
     levels = parse_levels(concurrency)
-    if n < 1 or max_tokens < 1 or background < 0:
-        raise S2D2Error("--n and --max-tokens must be >= 1, --background >= 0")
+    if n < 1 or max_tokens < 1 or background < 0 or shared_prefix < 0:
+        raise S2D2Error("--n and --max-tokens must be >= 1, --background and --shared-prefix >= 0")
     extension = _json_object("--s2d2", s2d2)
     results = run_levels(
         url,
@@ -254,6 +272,8 @@ def bench_serve_command(
         timeout=timeout,
         background=background,
         background_extension=_json_object("--background-s2d2", background_s2d2),
+        shared_prefix_tokens=shared_prefix,
+        tokenizer=tokenizer,
     )
     typer.echo(json.dumps(results, indent=2) if as_json else format_table(results))
 

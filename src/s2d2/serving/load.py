@@ -10,6 +10,15 @@ With a background (``--background N``), N more clients stream long requests (``-
 settings, ``ignore_eos``, 256 tokens, over and over) for the whole level, started 2 s before it: the
 level's figures then say what that load does to the measured clients (``s2d2 serve``'s robustness
 check, BENCHMARKS.md "Server robustness").
+
+With a shared prefix (``--shared-prefix N``), every prompt (the user message, with ``--chat``) starts
+with the same N tokens: worked examples of tiny-gsm's dev split cut to N tokens
+(:func:`s2d2.bench.shared_prefix.shared_prefix_text`), counted by the tokenizer of ``--tokenizer`` (the
+built-in tiny-gsm model's by default, read from the installed package: nothing is fetched; a local
+checkpoint directory's for another model). A server with its prefix cache on then computes the prefix
+once and every later request adopts its pages: the level's TTFT shows it, and ``prompt_tokens`` /
+``cached_prompt_tokens`` (the sums of the answers' ``usage.prompt_tokens`` and
+``usage.prompt_tokens_details.cached_tokens``) say how much of the prompts the cache served.
 """
 
 from __future__ import annotations
@@ -30,6 +39,8 @@ class Sample:
     ttft: float | None = None
     gaps: list[float] = field(default_factory=list)
     tokens: int = 0
+    prompt_tokens: int = 0
+    cached_tokens: int = 0
     error: str | None = None
 
 
@@ -71,7 +82,9 @@ async def _one(client: Any, url: str, body: dict[str, Any]) -> Sample:
                     s.error = data["error"].get("message", "error")
                     return s
                 if data.get("usage"):
-                    s.tokens = data["usage"]["completion_tokens"]
+                    u = data["usage"]
+                    s.tokens, s.prompt_tokens = u["completion_tokens"], u.get("prompt_tokens", 0)
+                    s.cached_tokens = (u.get("prompt_tokens_details") or {}).get("cached_tokens") or 0
                 for c in data.get("choices", []):
                     if c.get("text") or c.get("delta", {}).get("content"):
                         now = time.perf_counter()
@@ -116,6 +129,8 @@ def summarize(level: int, samples: list[Sample], seconds: float) -> dict[str, An
         "ttft_ms_p99": p(ttfts, 99),
         "itl_ms_p50": p(gaps, 50),
         "itl_ms_p99": p(gaps, 99),
+        "prompt_tokens": sum(s.prompt_tokens for s in ok),
+        "cached_prompt_tokens": sum(s.cached_tokens for s in ok),
         "first_error": next((s.error for s in samples if s.error), None),
     }
 
@@ -174,13 +189,39 @@ async def run_level(
     return result
 
 
+def shared_prefix(n_tokens: int, tokenizer: str = "tiny-gsm") -> str:
+    """The ``--shared-prefix`` text: ``n_tokens`` tokens of worked tiny-gsm dev examples, as counted by
+    ``tokenizer`` (a built-in model's name or a local checkpoint directory; see the module docstring)."""
+    if n_tokens < 0:
+        raise S2D2Error(f"--shared-prefix must be >= 0, got {n_tokens}")
+    if n_tokens == 0:
+        return ""
+    from ..bench.shared_prefix import shared_prefix_text
+    from ..model import load_tokenizer, resolve_model_path
+
+    tok = load_tokenizer(resolve_model_path(tokenizer))
+    if tok is None:
+        raise S2D2Error(f"--tokenizer {tokenizer}: no tokenizer files there")
+
+    def encode(text: str) -> list[int]:
+        return [int(i) for i in tok(text, add_special_tokens=False)["input_ids"]]
+
+    return shared_prefix_text(encode, lambda ids: tok.decode(ids, skip_special_tokens=True), n_tokens)
+
+
 def request_bodies(
-    n: int, *, max_tokens: int, chat: bool, extension: dict[str, Any] | None, prompts: list[str] | None = None
+    n: int,
+    *,
+    max_tokens: int,
+    chat: bool,
+    extension: dict[str, Any] | None,
+    prompts: list[str] | None = None,
+    prefix: str = "",
 ) -> list[dict[str, Any]]:
     prompts = prompts or default_prompts()
     bodies = []
     for i in range(n):
-        q = prompts[i % len(prompts)]
+        q = prefix + prompts[i % len(prompts)]
         body: dict[str, Any] = {
             "max_tokens": max_tokens,
             "stream": True,
@@ -205,19 +246,30 @@ def run_levels(
     prompts: list[str] | None = None,
     background: int = 0,
     background_extension: dict[str, Any] | None = None,
+    shared_prefix_tokens: int = 0,
+    tokenizer: str = "tiny-gsm",
 ) -> list[dict[str, Any]]:
     """One result per level (see :func:`summarize`), the levels one after another; ``background``
-    clients stream ``background_extension`` requests meanwhile (see the module docstring)."""
+    clients stream ``background_extension`` requests meanwhile; every measured prompt starts with the
+    same ``shared_prefix_tokens`` tokens of ``tokenizer`` (:func:`shared_prefix`; see the module
+    docstring), and each level's result then says ``shared_prefix``."""
     endpoint = _base(url) + ("/chat/completions" if chat else "/completions")
-    bodies = request_bodies(n, max_tokens=max_tokens, chat=chat, extension=extension, prompts=prompts)
+    prefix = shared_prefix(shared_prefix_tokens, tokenizer)
+    bodies = request_bodies(
+        n, max_tokens=max_tokens, chat=chat, extension=extension, prompts=prompts, prefix=prefix
+    )
     loads = None
     if background:
         ext = {**(background_extension or {}), "ignore_eos": True}
         all_bodies = request_bodies(8 * background, max_tokens=256, chat=chat, extension=ext, prompts=prompts)
         loads = [all_bodies[i::background] for i in range(background)]
-    return [
+    results = [
         asyncio.run(run_level(endpoint, level, bodies, timeout=timeout, background=loads)) for level in levels
     ]
+    if shared_prefix_tokens:
+        for r in results:
+            r["shared_prefix"] = shared_prefix_tokens
+    return results
 
 
 def format_table(results: list[dict[str, Any]]) -> str:

@@ -241,8 +241,7 @@ def test_multi_turn_chat_reuses_earlier_turns(cached_url, ref):
     no-cache server answers the same texts with 0 cached tokens.
     """
     turns = _conversation(cached_url, 4)
-    model = s2d2.load("tiny-gsm", max_num_seqs=1, prefix_cache=False)
-    with running_server(create_app(model, max_num_seqs=1, max_queue=4)) as url:
+    with serve_cli("--max-num-seqs", "1", "--no-prefix-cache") as url:
         plain = _conversation(url, 4)
     assert [t[1] for t in plain] == [t[1] for t in turns]  # the same answers with and without the cache
     assert all(t[3] == 0 for t in plain)

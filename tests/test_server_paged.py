@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import subprocess
 import sys
@@ -313,6 +314,20 @@ def test_bench_serve_shared_prefix_and_kv_metrics(cached_url, ref):
     assert metric(cached_url, "s2d2_prefix_hit_rate") > 0
     assert metric(cached_url, "s2d2_preemptions_total") == 0  # no budget: nothing to preempt for
     assert metric(cached_url, "s2d2_cached_prompt_tokens_total") - before == result["cached_prompt_tokens"]
+
+
+def test_bench_serve_shared_prefix_cli(cached_url, capsys, tmp_path):
+    """The CLI: ``--json`` levels carry ``shared_prefix`` and the usage sums; the table keeps its columns."""
+    args = ["bench-serve", "--url", cached_url, "--concurrency", "2", "--n", "2", "--max-tokens", "4"]
+    code, out, _ = run_cli(capsys, *args, "--shared-prefix", "32", "--json")
+    assert code == 0
+    (level,) = json.loads(out)
+    assert level["shared_prefix"] == 32 and level["errors"] == 0 and level["cached_prompt_tokens"] >= 32
+    code, out, _ = run_cli(capsys, *args, "--shared-prefix", "32")
+    assert code == 0 and out.splitlines()[0].split() == [
+        "conc", "reqs", "errors", "tok/s", "TTFT", "p50", "ms", "TTFT", "p99", "ms", "ITL", "p50", "ms",
+        "ITL", "p99", "ms",
+    ]  # fmt: skip
 
 
 def test_bench_serve_shared_prefix_options(capsys, tmp_path):

@@ -128,11 +128,11 @@ class Scheduler:
         matched = 0
         if cache.prefix_key is not None and target > 0:
             known = req.tokens[: req.n_prompt] if fresh else req.cached_tokens(target)
-            # keep one position to compute: its forward gives what comes next (a shifted model's slot 0)
+            # a shifted model keeps one position to compute: its forward predicts the next block's slot 0
             pages, matched = pool.pages.match(
                 cache.prefix_key,
                 known,
-                max_positions=target - 1,
+                max_positions=target - 1 if req.info.shifted else target,
                 multiple_of=req.config.block_size,
                 record=fresh,
             )

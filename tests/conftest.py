@@ -122,6 +122,17 @@ def tiny_model_path() -> Path | None:
     return path if (path / "config.json").is_file() else None
 
 
+def load_tiny_fp32():
+    """The built-in tiny-gsm model on the CPU in float32 with one engine row (the test is skipped if it
+    is not installed)."""
+    import s2d2
+
+    path = tiny_model_path()
+    if path is None:
+        pytest.skip("the built-in tiny-gsm model is not installed")
+    return s2d2.load(path, device="cpu", dtype="fp32", max_num_seqs=1)
+
+
 def run_cli(capsys, *args: str) -> tuple[int, str, str]:
     """Run the ``s2d2`` CLI in-process; return (exit code, stdout, stderr)."""
     from s2d2.cli import main

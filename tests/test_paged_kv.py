@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import s2d2
-from conftest import FIXTURES, tiny_model_path
+from conftest import FIXTURES, load_tiny_fp32
 from s2d2.engine.llm_engine import LLMEngine
 from test_batch_invariance import DECODERS, FIXTURE_DECODERS, SAMPLED, GapRecorder
 
@@ -48,10 +48,7 @@ def assert_same(ref, outs, *, prefill_equal: bool) -> None:
 
 @pytest.fixture(scope="module")
 def tiny():
-    path = tiny_model_path()
-    if path is None:
-        pytest.skip("the built-in tiny-gsm model is not installed")
-    return s2d2.load(path, device="cpu", dtype="fp32", max_num_seqs=1)
+    return load_tiny_fp32()
 
 
 @pytest.fixture(scope="module")

@@ -99,18 +99,23 @@ class Scheduler:
         return started
 
     def _prefix_in_flight(self, req: Request) -> bool:
-        """Whether a running row still prefilling its prompt starts with the same page as ``req`` (under
-        the same key): admitting ``req`` now would compute that prefix twice."""
+        """Whether a running row is still prefilling prompt pages ``req`` shares (under the same key: the
+        first page and the next page the row will publish are equal): admitting ``req`` now would
+        compute them twice."""
         cache, ps = req.cache, getattr(self.pool, "page_size", 0)
         if not self.paged or cache.prefix_key is None or cache.prompt_blocks <= ps:
             return False
         head = req.tokens[:ps]
-        return any(
-            r.cache.prefix_key == cache.prefix_key
-            and r.cache.published + ps < r.cache.prompt_blocks
-            and r.tokens[:ps] == head
-            for r in self.running
-        )
+        for r in self.running:
+            at = r.cache.published // ps * ps
+            if (
+                r.cache.prefix_key == cache.prefix_key
+                and at + ps <= min(r.cache.prompt_blocks, cache.prompt_blocks)
+                and r.tokens[:ps] == head
+                and r.tokens[at : at + ps] == req.tokens[at : at + ps]
+            ):
+                return True
+        return False
 
     def _reserve(self, req: Request) -> bool:
         budget = self.kv_budget_tokens

@@ -4,7 +4,8 @@ Projections and MLPs run on all tokens packed together; attention needs each row
 common length. Padding a batch of one-token decode rows to the length of one prefill row would multiply
 the attention work of every row, so segments are split into groups of similar length (a long group and
 a short group at most), each padded to its own longest segment. A group gathers its rows' keys/values
-from the paged pool through their page tables (:mod:`~s2d2.adapters.kv_pool`).
+from the paged pool (:mod:`~s2d2.adapters.kv_pool`) with one index of every (row, head, position) into
+the pool's rows of ``head_dim`` values, built once a step from the page tables and used by every layer.
 """
 
 from __future__ import annotations
@@ -20,9 +21,10 @@ from .segment import Segment
 @dataclass
 class AttentionGroup:
     """Segments attended together. ``tokens`` ``[t]`` index the packed sequence; ``row`` / ``col``
-    ``[t]`` place each token in the padded ``[n_rows, n_q]`` query grid; ``pages`` ``[n_rows, n_pages]``
-    are the storage pages to gather, in position order (0, the zero page, past a row's own); ``mask`` is
-    the float ``[n_rows, 1, n_q, n_k]`` mask."""
+    ``[t]`` place each token in the padded ``[n_rows, n_q]`` query grid; ``index`` ``[n_rows * kv_heads *
+    n_k]`` picks, for each row, head and key position in order, its vector in a layer buffer viewed as
+    ``[(num_pages + 1) * kv_heads * page_size, head_dim]`` (the zero page past a row's own pages);
+    ``mask`` is the float ``[n_rows, 1, n_q, n_k]`` mask."""
 
     tokens: torch.Tensor
     row: torch.Tensor
@@ -30,7 +32,7 @@ class AttentionGroup:
     n_rows: int
     n_q: int
     n_k: int
-    pages: torch.Tensor
+    index: torch.Tensor
     mask: torch.Tensor
 
 
@@ -81,15 +83,25 @@ def split_by_length(segments: Sequence[Segment]) -> list[list[int]]:
     return [short, [i for i, s in enumerate(segments) if s.n > cut]]
 
 
+def key_index(tables: torch.Tensor, n_k: int, n_kv: int, page_size: int) -> torch.Tensor:
+    """The flat gather index ``[rows * n_kv * n_k]`` of the first ``n_k`` positions of every head of the
+    rows whose storage pages are ``tables`` ``[rows, pages]`` (on the tables' device)."""
+    j = torch.arange(n_k, device=tables.device)
+    pages = tables[:, j // page_size]  # [rows, n_k]
+    heads = torch.arange(n_kv, device=tables.device)[None, :, None]
+    return ((pages[:, None, :] * n_kv + heads) * page_size + j % page_size).reshape(-1)
+
+
 def build_groups(
     segments: Sequence[Segment],
     tables: torch.Tensor,
     page_size: int,
+    n_kv: int,
     dtype: torch.dtype,
     device: torch.device,
 ) -> list[AttentionGroup]:
     """The attention groups of a packed batch (see the module docstring); ``tables`` ``[rows, pages]``
-    holds each segment's storage pages (padded with the zero page)."""
+    (on ``device``) holds each segment's storage pages, padded with the zero page."""
     starts = [0]
     for s in segments[:-1]:
         starts.append(starts[-1] + s.n)
@@ -103,7 +115,8 @@ def build_groups(
         row = torch.cat([torch.full((s.n,), r, dtype=torch.long) for r, s in zip(rows, segs, strict=True)])
         col = torch.cat([torch.arange(s.n) for s in segs])
         mask = group_mask(segs, rows, len(segs), n_q, n_k).to(device=device, dtype=dtype)
-        pages = tables[torch.tensor(idx), : -(-n_k // page_size)].to(device)
+        rows_tables = tables if len(idx) == len(segments) else tables[torch.tensor(idx, device=device)]
+        index = key_index(rows_tables, n_k, n_kv, page_size)
         grid = (tokens.to(device), row.to(device), col.to(device))
-        groups.append(AttentionGroup(*grid, len(segs), n_q, n_k, pages, mask))
+        groups.append(AttentionGroup(*grid, len(segs), n_q, n_k, index, mask))
     return groups

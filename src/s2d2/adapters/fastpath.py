@@ -125,7 +125,7 @@ class FastDecoder:
         col = lengths[r_idx] + j_idx
         write_page = tables[r_idx, col // ps].to(dev)
         write_off = (col % ps).to(dev)
-        groups = build_groups(segments, tables, ps, self.dtype, dev)
+        groups = build_groups(segments, tables.to(dev), ps, self.n_kv, self.dtype, dev)
         x = self.embed(ids[None])  # [1, T, hidden]
         cos, sin = self.rotary(x, pos[None])
         cos, sin = cos[0, :, None], sin[0, :, None]  # [T, 1, rot]
@@ -173,8 +173,6 @@ class FastDecoder:
     @staticmethod
     def _gather(pages: torch.Tensor, g: AttentionGroup) -> torch.Tensor:
         """The group's keys (or values) ``[n_rows, kv_heads, n_k, hd]`` from the paged layer buffer
-        ``[num_pages + 1, kv_heads, page_size, hd]``: one gather of its page tables, one copy into
-        position order."""
-        (n_rows, n_pages), (_, kv, ps, hd) = g.pages.shape, pages.shape
-        rows = pages.index_select(0, g.pages.view(-1)).view(n_rows, n_pages, kv, ps, hd)
-        return rows.transpose(1, 2).reshape(n_rows, kv, n_pages * ps, hd)[:, :, : g.n_k]
+        ``[num_pages + 1, kv_heads, page_size, hd]``: one gather, in position order."""
+        kv, hd = pages.shape[1], pages.shape[3]
+        return pages.view(-1, hd).index_select(0, g.index).view(g.n_rows, kv, g.n_k, hd)

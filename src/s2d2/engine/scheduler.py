@@ -161,7 +161,12 @@ class Scheduler:
             return list(rows), list(segments)
         kept: list[tuple[Request, Segment]] = []
         for req, seg in zip(rows, segments, strict=True):
-            while req.status == Status.RUNNING:
+            if req.status is not Status.RUNNING:  # preempted for an older row's pages this step
+                continue
+            if req.state.length + seg.n <= req.state.capacity:  # its pages hold the segment already
+                kept.append((req, seg))
+                continue
+            while req.status is Status.RUNNING:
                 try:
                     self.pool.ensure(req.state, req.state.length + seg.n)
                     kept.append((req, seg))

@@ -162,7 +162,7 @@ class LLMEngine:
         if not self.scheduler.fits_alone(req):
             raise PromptError(
                 f"the request needs {req.kv_need} cached positions (prompt + max_new_tokens + one block), "
-                f"more than the engine's KV budget of {self.scheduler.kv_budget_tokens}"
+                f"more than the engine's KV budget holds ({self.scheduler.budget_text()})"
             )
         self.scheduler.add(req)
         self._emitted[rid] = 0

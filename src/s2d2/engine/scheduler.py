@@ -69,6 +69,13 @@ class Scheduler:
             return math.ceil(req.kv_need / self.pool.page_size) <= self.pool.max_pages
         return req.kv_need <= self.kv_budget_tokens
 
+    def budget_text(self) -> str:
+        """The KV budget in words (for errors)."""
+        if self.paged and self.kv_budget_tokens is not None:
+            ps = self.pool.page_size
+            return f"{self.pool.max_pages} pages of {ps} positions, {self.pool.max_pages * ps} in all"
+        return f"{self.kv_budget_tokens} positions"
+
     def add(self, req: Request) -> None:
         self.waiting.append(req)
 

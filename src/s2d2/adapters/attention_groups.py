@@ -83,6 +83,17 @@ def split_by_length(segments: Sequence[Segment]) -> list[list[int]]:
     return [short, [i for i, s in enumerate(segments) if s.n > cut]]
 
 
+def query_grid(
+    starts: Sequence[int], sizes: Sequence[int]
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """For segments at packed offsets ``starts`` of ``sizes`` tokens: every token's packed index, its
+    row (the segment's place in the group) and its column in the row, each ``[sum(sizes)]``."""
+    n = torch.tensor(list(sizes))
+    row = torch.repeat_interleave(torch.arange(len(n)), n)
+    col = torch.arange(int(n.sum())) - (n.cumsum(0) - n)[row]
+    return torch.tensor(list(starts))[row] + col, row, col
+
+
 def key_index(tables: torch.Tensor, n_k: int, n_kv: int, page_size: int) -> torch.Tensor:
     """The flat gather index ``[rows * n_kv * n_k]`` of the first ``n_k`` positions of every head of the
     rows whose storage pages are ``tables`` ``[rows, pages]`` (on the tables' device)."""
@@ -111,9 +122,7 @@ def build_groups(
         rows = list(range(len(segs)))
         n_q = max(s.n for s in segs)
         n_k = max(s.state.length + s.n for s in segs)
-        tokens = torch.cat([torch.arange(starts[i], starts[i] + segments[i].n) for i in idx])
-        row = torch.cat([torch.full((s.n,), r, dtype=torch.long) for r, s in zip(rows, segs, strict=True)])
-        col = torch.cat([torch.arange(s.n) for s in segs])
+        tokens, row, col = query_grid([starts[i] for i in idx], [s.n for s in segs])
         mask = group_mask(segs, rows, len(segs), n_q, n_k).to(device=device, dtype=dtype)
         rows_tables = tables if len(idx) == len(segments) else tables[torch.tensor(idx, device=device)]
         index = key_index(rows_tables, n_k, n_kv, page_size)

@@ -120,7 +120,7 @@ class FastDecoder:
         ids = torch.cat([s.ids for s in segments]).to(dev)
         pos = torch.cat([s.pos for s in segments]).to(dev)
         r_idx = torch.repeat_interleave(torch.arange(len(segments)), sizes)
-        j_idx = torch.cat([torch.arange(s.n) for s in segments])
+        j_idx = torch.arange(int(sizes.sum())) - (sizes.cumsum(0) - sizes)[r_idx]
         lengths = torch.tensor([s.state.length for s in segments])
         col = lengths[r_idx] + j_idx
         write_page = tables[r_idx, col // ps].to(dev)

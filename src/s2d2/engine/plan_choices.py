@@ -1,0 +1,230 @@
+"""The step planner's arithmetic: every planned row's choices as matrices, and the search over them.
+
+For R planned rows the choices are columns of ``[R, C]`` matrices (``C = n_max + P + 1``): columns
+``0 .. n_max - 1`` verify the span's first k = column + 1 positions (plain 2L layout), columns
+``n_max + g`` a fused forward over the whole span with g rejection groups; a choice a row does not have
+is marked in :attr:`Choices.valid`.
+
+Every choice of a row commits, now or in its next verification, the same expected tokens
+``E_n = sum_j r_j`` (``r_j``: the probability that span position j is reached, the product of the
+acceptance estimates before it), so a row's choices differ in what they cost, in milliseconds of the
+step's cost profile: this step's query tokens (``m`` ms each at the step's shape); for a prefix of
+k < n positions, the later verification of the rest: two query tokens per position it reaches
+(``2 (E_n - E_k)``) and, with probability ``r_k`` (all k accepted), a step's fixed share ``F / R``;
+for a fused forward, its groups' host work, minus, with each group's hit probability, the draft step
+the hit saves (``m`` x a draft's tokens plus ``F / R``, times :data:`HIT_WORTH`). The search picks,
+per row, the cheapest choice, under each of a few caps on one row's query tokens (the padded attention
+grows with the longest row), and keeps the picks of the best predicted ratio ``sum E / ms``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from .cost import StepCost
+
+#: Caps tried on the query tokens of one row (besides none), for batches of at least :data:`CAP_ROWS`.
+CAPS = (8, 16)
+CAP_ROWS = 8
+#: A pre-draft hit's worth, as a share of the draft forward it saves: a group's drafts see the rejected
+#: slot masked (or an assumed correction), so the step after a hit commits fewer tokens than one after a
+#: fresh draft (lossless-fused B8 on tiny-gsm: 0.88 of steps hit, 3.9 tokens per verification against
+#: 4.4 unfused).
+HIT_WORTH = 0.7
+
+
+@dataclass
+class RowSpan:
+    """What the planner reads of one verifying row (host values): acceptance estimates over its routed
+    span, the span's first slot minus the cached slots (``off``), the slot of its first position, the
+    block length, the next-block group's rows (0: none), the fused groups' most positions (-1:
+    unfused), correction branches per position, its cached context and a draft forward's tokens."""
+
+    alpha: Sequence[float]
+    off: int
+    span0: int
+    length: int
+    next_rows: int
+    positions: int
+    branches: int
+    context: int
+    draft_tokens: int
+
+
+@dataclass
+class Choices:
+    """``[R, C]`` matrices: ``valid``; ``tokens`` (this step's query tokens); ``cont`` (probability of a
+    later verification of the rest) and ``rest`` (its expected tokens); ``hit`` (probability that a group
+    saves the next draft forward); ``groups``; ``expected`` (tokens committed this step). ``total``
+    ``[R]``: E_n; ``draft`` ``[R]``: a draft forward's tokens."""
+
+    valid: np.ndarray
+    tokens: np.ndarray
+    cont: np.ndarray
+    rest: np.ndarray
+    hit: np.ndarray
+    groups: np.ndarray
+    expected: np.ndarray
+    total: np.ndarray
+    draft: np.ndarray
+    n_max: int
+
+
+def build(rows: Sequence[RowSpan]) -> Choices:
+    """The choice matrices of ``rows`` (see the module docstring), vectorised over rows."""
+    R = len(rows)
+    n = np.array([len(r.alpha) for r in rows])
+    n_max = int(n.max())
+    P = max(r.positions for r in rows)
+    P = -1 if P < 0 else min(P, n_max)
+    alpha = np.zeros((R, n_max))
+    for i, r in enumerate(rows):
+        alpha[i, : n[i]] = r.alpha
+    np.clip(alpha, 0.0, 1.0, out=alpha)
+    reach = np.ones((R, n_max + 1))
+    np.cumprod(alpha, axis=1, out=reach[:, 1:])
+    expected = np.cumsum(reach[:, :-1], axis=1)  # E_k at column k - 1
+    k = np.arange(1, n_max + 1)[None, :]
+    n_col = n[:, None]
+    valid = k <= n_col
+    off = np.array([r.off for r in rows])[:, None]
+    rix = np.arange(R)
+    total = expected[rix, n - 1]
+    cont = np.where(k < n_col, reach[:, 1:], 0.0)
+    rest = np.where(k < n_col, 2 * (total[:, None] - expected), 0.0)
+    plain = (valid, off + 2 * k - 1, cont, rest, np.zeros((R, n_max)), np.zeros((R, n_max)))
+    draft = np.array([r.draft_tokens for r in rows])
+    if P < 0:
+        return Choices(*plain, np.where(valid, expected, 0.0), total, draft, n_max)
+    span0 = np.array([r.span0 for r in rows])[:, None]
+    L = np.array([r.length for r in rows])[:, None]
+    j = np.arange(n_max)[None, :]
+    first_reject = np.where((j < n_col) & (span0 + j != L - 1), reach[:, :-1] - reach[:, 1:], -1.0)
+    order = np.argsort(-first_reject, axis=1, kind="stable")[:, :P]
+    fr = np.take_along_axis(first_reject, order, axis=1)
+    ok = fr >= 0
+    branches = np.array([r.branches for r in rows])[:, None]
+    zero = np.zeros((R, 1))
+    g_rows = np.hstack([zero, np.cumsum(np.where(ok, branches * (L - span0 - order), 0), axis=1)])
+    next_rows = np.array([r.next_rows for r in rows])
+    hit = np.where(next_rows > 0, reach[rix, n], 0.0)[:, None] + np.hstack(
+        [zero, np.cumsum(np.where(ok, fr, 0.0), axis=1)]
+    )
+    positions = np.array([r.positions for r in rows])[:, None]
+    g = np.arange(P + 1)[None, :]
+    f_valid = (positions >= 0) & (g <= positions) & np.hstack([np.ones((R, 1), bool), ok])
+    f_tokens = (off[:, 0] + 2 * n + next_rows)[:, None] + g_rows
+    f_groups = (next_rows > 0)[:, None] + g * branches
+    fz = np.zeros((R, P + 1))
+    return Choices(
+        np.hstack([valid, f_valid]),
+        np.hstack([plain[1], f_tokens]).astype(np.int64),
+        np.hstack([cont, fz]),
+        np.hstack([plain[3], fz]),
+        np.hstack([plain[4], hit]),
+        np.hstack([plain[5], f_groups]),
+        np.hstack([np.where(valid, expected, 0.0), np.repeat(total[:, None], P + 1, axis=1)]),
+        total,
+        draft,
+        n_max,
+    )
+
+
+@dataclass
+class Fixed:
+    """The step's rows the planner does not choose for: their query tokens, contexts and expected
+    committed tokens."""
+
+    tokens: np.ndarray
+    contexts: np.ndarray
+    value: float
+
+
+def predict(cost: StepCost, tokens: np.ndarray, contexts: np.ndarray) -> float:
+    """Predicted ms of a step whose rows feed ``tokens`` after ``contexts`` (one attention group)."""
+    if tokens.size == 0:
+        return 0.0
+    keys = tokens + contexts
+    attention = float((tokens * keys).sum())
+    padded = float(tokens.size * tokens.max() * keys.max())
+    return cost.predict_totals(int(tokens.size), int(tokens.sum()), attention, int(keys.sum()), padded)
+
+
+def search(
+    cost: StepCost, ch: Choices, contexts: np.ndarray, fixed: Fixed, start: np.ndarray, host: float
+) -> tuple[np.ndarray, float]:
+    """The picks (a column per planned row) and their predicted ms (see the module docstring).
+    ``start``: the picks the settings would make; ``host``: host ms per pre-draft group."""
+    R = ch.valid.shape[0]
+    rix = np.arange(R)
+    all_ctx = np.concatenate([contexts, fixed.contexts])
+    value = float(ch.total.sum()) + fixed.value
+
+    def step_ms(picks: np.ndarray, extra: int = 0) -> float:
+        return predict(cost, np.concatenate([ch.tokens[rix, picks], fixed.tokens]) + extra, all_ctx)
+
+    def effective(picks: np.ndarray, ms: float, m: float, share: float) -> float:
+        """This step's ms plus the rows' expected later costs, minus the draft forwards hits save."""
+        c = rix, picks
+        later = m * ch.rest[c] + ch.cont[c] * share - ch.hit[c] * HIT_WORTH * (m * ch.draft + share)
+        return ms + float(later.sum()) + host * float(ch.groups[c].sum())
+
+    ms0 = step_ms(start)
+    m = max(step_ms(start, 2) - ms0, 0.0) / (2 * (R + fixed.tokens.size))
+    rows = R + fixed.tokens.size
+    share = max(ms0 - m * (int(ch.tokens[rix, start].sum()) + int(fixed.tokens.sum())), 0.0) / rows
+    best, best_ms = start, ms0
+    best_ratio = value / max(effective(start, ms0, m, share), 1e-9)
+    cost_ms = m * (ch.tokens + ch.rest) + ch.cont * share + host * ch.groups
+    cost_ms = cost_ms - ch.hit * (HIT_WORTH * (m * ch.draft + share))[:, None]
+    cost_ms = np.where(ch.valid, cost_ms, np.inf)
+    floor = int(fixed.tokens.max()) if fixed.tokens.size else 0
+    caps = [1 << 30] + ([c for c in CAPS if c > floor] if rows >= CAP_ROWS else [])
+    smallest = np.argmin(np.where(ch.valid, ch.tokens, 1 << 30), axis=1)
+    for cap in caps:
+        capped = np.where(ch.tokens <= cap, cost_ms, np.inf)
+        capped[rix, smallest] = cost_ms[rix, smallest]
+        picks = np.argmin(capped, axis=1)
+        ms = step_ms(picks)
+        ratio = value / max(effective(picks, ms, m, share), 1e-9)
+        if ratio > best_ratio:
+            best, best_ratio, best_ms = picks, ratio, ms
+    return best, best_ms
+
+
+def row_costs(r: RowSpan, m: float, share: float, host: float) -> list[tuple[float, int, int, float]]:
+    """One row's choices without numpy (small batches): ``(cost ms, column, tokens, expected now)``
+    per valid choice, the costs :func:`search` computes (column: k - 1 for a prefix of k, ``n + g`` for
+    fused with g groups)."""
+    n = len(r.alpha)
+    reach = [1.0]
+    for a in r.alpha:
+        reach.append(reach[-1] * min(1.0, max(0.0, a)))
+    total = sum(reach[:n])
+    out, e = [], 0.0
+    for k in range(1, n + 1):
+        e += reach[k - 1]
+        tokens = r.off + 2 * k - 1
+        later = m * 2 * (total - e) + reach[k] * share if k < n else 0.0
+        out.append((m * tokens + later, k - 1, tokens, e))
+    if r.positions < 0:
+        return out
+    L = r.length
+    first = sorted(
+        (j for j in range(n) if r.span0 + j != L - 1), key=lambda j: -(reach[j] - reach[j + 1])
+    )
+    saved = HIT_WORTH * (m * r.draft_tokens + share)
+    hit = reach[n] if r.next_rows else 0.0
+    rows, groups = r.next_rows, int(r.next_rows > 0)
+    for g in range(min(r.positions, n, len(first)) + 1):
+        if g:
+            j = first[g - 1]
+            hit += reach[j] - reach[j + 1]
+            rows += r.branches * (L - r.span0 - j)
+            groups += r.branches
+        tokens = r.off + 2 * n + rows
+        out.append((m * tokens + host * groups - hit * saved, n + g, tokens, e))
+    return out

@@ -1,0 +1,340 @@
+"""The cost-aware step planner (``plan=auto``): each step, choose every verifying row's verification.
+
+Runs in :meth:`~.llm_engine.LLMEngine.step` after admission and before the segments are built, on the
+host values the previous step brought back (no device work, no host sync). For every row about to
+verify whose settings are the lossless family (strict acceptance, verification on every step, one-token
+quota, causal cache; a same-position model) and ask for ``plan="auto"``, it chooses one of
+
+* ``PLAIN``: the 2L verification of the whole routed span;
+* ``FUSED``: the same forward carrying pre-draft groups for 0..``predraft_positions`` rejection
+  positions (and the next block when the span reaches the block's end), when the settings fuse;
+* ``PREFIX_K``: the 2L verification of only the span's first k positions;
+* ``AR_ONLY``: k = 1, the smallest forward: the AR prediction at the first undecided position.
+
+Every choice commits AR greedy's tokens (strict acceptance: accepted drafts equal the AR argmax, the
+correction is the AR argmax), so the planner changes speed only. The drafts a verification leaves
+unverified or unused are verified by the next step (stale reuse) instead of drafting afresh.
+
+Objective: the batch's expected committed tokens per predicted millisecond, ``sum(v_r) / T(shape)``,
+maximised by Dinkelbach iterations: with ``lam`` the current ratio and ``m`` the step's marginal
+milliseconds per query token (a secant of the cost profile at the current shape), each row takes the
+choice maximising ``v - lam * m * tokens``; a few passes, the best ratio seen is kept. A row's value
+``v``: with ``a_i`` the drafter's acceptance estimates over the span and ``r_j = prod_{i<j} a_i`` the
+probability that position j is reached, ``E_k = sum_{j<k} r_j`` tokens for a verification of k
+positions (accepted drafts plus the correction); a fused forward adds, per group, its hit probability
+times the tokens it saves (a next-block group: the row's next step needs no draft forward, worth
+``E_n``; a rejection group: fresh drafts instead of stale ones, worth
+:data:`~.plan_choices.FRESH_GAIN` x ``E_n``). The choices and the search are :mod:`.plan_choices`.
+
+``max_num_batched_tokens`` (as vLLM's): the step's query tokens are kept within it by degrading planned
+rows to ``AR_ONLY`` (least value per saved token first), then deferring prefill chunks, then other rows
+(the last admitted first); one row always runs.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .cost import FittedCost, StepCost
+from .draft_step import DraftStep, Plan, VerifyMode
+from .fusion import plan_groups
+from .plan_choices import Choices, Fixed, RowSpan, build, predict, row_costs, search
+from .request import Action, Request
+from .step_timing import StepTiming
+
+#: The profile used without one (``ms = a + b rows + c tokens + d padded attention / 1000``): the
+#: built-in tiny-gsm model on one thread of this project's 2-core CPU; only speed depends on it.
+GENERIC_COST = FittedCost((0.926, 0.0561, 0.0197, 0.0552), {"model": "generic-cpu"})
+#: Host milliseconds a pre-draft group adds to a step (its device math, on a CPU); charged with a
+#: measured profile (:class:`~.cost.FittedCost`), whose forwards run on the same host.
+HOST_MS_PER_GROUP = 0.08
+#: Up to this many planned rows the choices are computed in plain Python (numpy's per-call cost would
+#: dominate), beyond it as matrices (:mod:`.plan_choices`).
+SMALL_ROWS = 4
+
+
+def plannable(req: Request) -> bool:
+    """Whether the planner chooses this row's verification (see the module docstring)."""
+    p = req.pending
+    return req.auto_plan and req.action == Action.VERIFY and p is not None and p.mode is not None and (
+        req.cache.partial
+    )
+
+
+def _alpha(p: DraftStep, n: int) -> list[float]:
+    a = p.drafts.alpha
+    return [0.5] * n if a is None else a[p.span_offset : p.span_offset + n]
+
+
+def expected_tokens(alpha: Sequence[float]) -> float:
+    """Committed tokens a strict verification of a span with these acceptance estimates expects: the
+    sum over positions of the probability that every earlier draft is accepted."""
+    total, r = 0.0, 1.0
+    for a in alpha:
+        total += r
+        r *= a
+    return total
+
+
+def fixed_tokens(req: Request, prefill_chunk: int) -> int:
+    """Query tokens ``req``'s next forward feeds as its settings (or an earlier plan) say (as
+    :meth:`~.runner.ModelRunner.segment` builds it)."""
+    cur, cache, st = req.cursor, req.cache, req.state
+    if req.action == Action.PREFILL:
+        B = req.config.block_size
+        return max(0, min(cache.prompt_blocks, st.length + max(B, prefill_chunk // B * B)) - st.length)
+    if req.action in (Action.DRAFT, Action.POST):
+        return max(0, cur.start - st.length) + cur.length - cache.block_cached
+    p = req.pending
+    off = p.span_slots[0] - cache.block_cached
+    if p.mode == VerifyMode.FUSED:
+        return off + 2 * p.span_len + sum(g.rows for g in p.groups)
+    return off + 2 * p.span_len - 1
+
+
+def row_span(req: Request) -> RowSpan:
+    """The planner's view of a plannable row, its pending step restored to the routed span."""
+    p, cfg, cur = req.pending, req.config, req.cursor
+    if p.plan is not None:
+        p.span_len = p.plan.full_span
+    n, slots, L = p.span_len, p.span_slots, cur.length
+    next_start = cur.start + L
+    nxt = 0
+    if cfg.fuse and slots[-1] == L - 1 and next_start < req.limit and req.end is None:
+        nxt = min(cfg.block_size, req.info.max_length - next_start)
+    return RowSpan(
+        alpha=_alpha(p, n),
+        off=slots[0] - req.cache.block_cached,
+        span0=slots[0],
+        length=L,
+        next_rows=nxt,
+        positions=min(cfg.predraft_positions, n) if cfg.fuse else -1,
+        branches=max(1, cfg.predraft_tokens),
+        context=req.state.length,
+        draft_tokens=L + 1,
+    )
+
+
+def plan_of(ch: Choices, row: int, col: int, full_span: int) -> Plan:
+    """The :class:`Plan` of column ``col`` of planned row ``row`` of the matrices."""
+    tokens, expected = int(ch.tokens[row, col]), float(ch.expected[row, col])
+    return _plan(full_span + col - ch.n_max if col >= ch.n_max else col, full_span, tokens, expected)
+
+
+def _plan(col: int, n: int, tokens: int, expected: float) -> Plan:
+    """Column ``col`` of a row of span ``n`` (k - 1 for a prefix of k; ``n + g``: fused, g groups)."""
+    if col >= n:
+        return Plan(VerifyMode.FUSED, n, col - n, expected, tokens, n)
+    k = col + 1
+    mode = VerifyMode.PLAIN if k == n else VerifyMode.AR_ONLY if k == 1 else VerifyMode.PREFIX_K
+    return Plan(mode, k, 0, expected, tokens, n)
+
+
+@dataclass
+class PlannerStats:
+    """Planner counters over an engine's steps."""
+
+    steps: int = 0
+    rows: int = 0
+    modes: dict[str, int] = field(default_factory=lambda: {m.value: 0 for m in VerifyMode})
+    k_sum: int = 0
+    seconds: float = 0.0
+    predicted_ms: float = 0.0
+    degraded: int = 0
+    deferred: int = 0
+    over_budget_steps: int = 0
+
+    def to_dict(self, engine_steps: int) -> dict[str, Any]:
+        n = max(engine_steps, 1)
+        return {
+            "plan_steps": self.steps,
+            "plan_rows": self.rows,
+            **{f"plan_{m.replace('-', '_')}": c for m, c in self.modes.items()},
+            "plan_mean_k": self.k_sum / self.rows if self.rows else None,
+            "plan_ms_per_step": 1e3 * self.seconds / n,
+            "plan_predicted_ms_per_step": self.predicted_ms / self.steps if self.steps else None,
+            "plan_over_budget_steps": self.over_budget_steps,
+            "plan_degraded_rows": self.degraded,
+            "plan_deferred_rows": self.deferred,
+        }
+
+
+class StepPlanner:
+    """The planning phase of an engine step (see the module docstring)."""
+
+    def __init__(
+        self,
+        cost: StepCost | None,
+        *,
+        prefill_chunk: int,
+        timing: StepTiming,
+        max_num_batched_tokens: int | None = None,
+    ):
+        self.cost = cost if cost is not None else GENERIC_COST
+        self.host_ms_per_group = HOST_MS_PER_GROUP if isinstance(self.cost, FittedCost) else 0.0
+        self.prefill_chunk = prefill_chunk
+        self.max_num_batched_tokens = max_num_batched_tokens
+        self.timing = timing
+        self.stats = PlannerStats()
+        self._traced: list[dict[str, Any]] = []
+        self._seen = (timing.steps, timing.forward_seconds)
+        self._deferred_others: set[int] = set()
+        #: tests: ``force(req, columns)`` picks each planned row's choice among its valid columns (k - 1
+        #: for a prefix of k positions, span + g for fused with g groups) instead of the cost model
+        self.force: Callable[[Request, list[int]], int] | None = None
+
+    def plan(self, running: Sequence[Request]) -> set[int]:
+        """Choose each planned row's verification (set on its pending step); returns the ids
+        (``id(req)``) of rows deferred to a later step by the token budget."""
+        t0 = time.perf_counter()
+        self._fill_measured()
+        live = [r for r in running if r.action is not None and not r.abort_requested and not r.status.done]
+        planned, others = [], []
+        for r in live:
+            (planned if plannable(r) else others).append(r)
+        if not planned and self.max_num_batched_tokens is None:
+            return set()
+        fixed = Fixed(
+            np.array([fixed_tokens(r, self.prefill_chunk) for r in others], dtype=np.int64),
+            np.array([r.state.length if r.state is not None else 0 for r in others], dtype=np.int64),
+            sum(expected_tokens(_alpha(r.pending, r.pending.span_len)) for r in others if _verifying(r)),
+        )
+        spans = [row_span(r) for r in planned]
+        if self.force is not None:
+            plans, ms = self._forced(planned, spans), 0.0
+        elif len(planned) <= SMALL_ROWS and self.max_num_batched_tokens is None:
+            plans, ms = self._small(spans, fixed)
+        else:
+            plans, ms = self._matrices(planned, spans, others, fixed)
+        deferred = {id(r) for r, plan in zip(planned, plans, strict=True) if plan is None}
+        deferred |= self._deferred_others
+        if planned:
+            self._apply(planned, plans, ms)
+        self.stats.seconds += time.perf_counter() - t0
+        return deferred
+
+    def _forced(self, planned: list[Request], spans: list[RowSpan]) -> list[Plan]:
+        """Each row's choice from :attr:`force` (tests: any mix of modes, changing every step)."""
+        self._deferred_others = set()
+        plans = []
+        for req, s in zip(planned, spans, strict=True):
+            options = {col: (tokens, e) for _, col, tokens, e in row_costs(s, 0.0, 0.0, 0.0)}
+            col = self.force(req, sorted(options))
+            plans.append(_plan(col, len(s.alpha), *options[col]))
+        return plans
+
+    def _small(self, spans: list[RowSpan], fixed: Fixed) -> tuple[list[Plan], float]:
+        """A few planned rows: each one's cheapest choice at the step's default shape (plain Python)."""
+        self._deferred_others = set()
+        defaults = [row_costs(s, 0.0, 0.0, 0.0)[-1][2] for s in spans]
+        toks = np.array(defaults + fixed.tokens.tolist(), dtype=np.int64)
+        ctx = np.array([s.context for s in spans] + fixed.contexts.tolist(), dtype=np.int64)
+        ms0 = predict(self.cost, toks, ctx)
+        m = max(predict(self.cost, toks + 2, ctx) - ms0, 0.0) / (2 * toks.size)
+        share = max(ms0 - m * int(toks.sum()), 0.0) / toks.size
+        plans = []
+        for i, s in enumerate(spans):
+            _, col, tokens, expected = min(row_costs(s, m, share, self.host_ms_per_group))
+            n = len(s.alpha)
+            plans.append(_plan(col, n, tokens, expected))
+            toks[i] = tokens
+        return plans, predict(self.cost, toks, ctx)
+
+    def _matrices(
+        self, planned: list[Request], spans: list[RowSpan], others: list[Request], fixed: Fixed
+    ) -> tuple[list[Plan | None], float]:
+        """Many planned rows, or a token budget: the matrix search, then the budget."""
+        picks, ms, ch = None, 0.0, None
+        if planned:
+            ch = build(spans)
+            ctx = np.array([s.context for s in spans], dtype=np.int64)
+            start = np.argmax(np.where(ch.valid, np.arange(ch.valid.shape[1]), -1), axis=1)
+            picks, ms = search(self.cost, ch, ctx, fixed, start, self.host_ms_per_group)
+        deferred: set[int] = set()
+        if self.max_num_batched_tokens is not None:
+            picks, deferred = self._fit_budget(planned, others, ch, picks, fixed)
+        self._deferred_others = {d for d in deferred if d not in {id(r) for r in planned}}
+        plans = [
+            None if id(r) in deferred else plan_of(ch, i, int(picks[i]), len(spans[i].alpha))
+            for i, r in enumerate(planned)
+        ]
+        return plans, ms
+
+    # ------------------------------------------------------------------ the budget
+    def _fit_budget(
+        self, planned: list[Request], others: list[Request], ch: Choices | None, picks: Any, fixed: Fixed
+    ) -> tuple[Any, set[int]]:
+        """Degrade planned rows to their smallest choice (least value lost per saved token first), then
+        defer prefill rows, then the others (last admitted first), until the step fits the budget."""
+        budget = self.max_num_batched_tokens
+        rix = np.arange(len(planned))
+        tok = ch.tokens[rix, picks].copy() if planned else np.zeros(0, dtype=np.int64)
+        total = int(tok.sum()) + int(fixed.tokens.sum())
+        if total <= budget:
+            return picks, set()
+        self.stats.over_budget_steps += 1
+        if planned:
+            small = np.argmin(np.where(ch.valid, ch.tokens, 1 << 30), axis=1)
+            saved = tok - ch.tokens[rix, small]
+            lost = ch.expected[rix, picks] - ch.expected[rix, small]
+            picks = picks.copy()
+            for i in np.argsort(np.where(saved > 0, lost / np.maximum(saved, 1), np.inf), kind="stable"):
+                if total <= budget or saved[i] <= 0:
+                    break
+                picks[i], total = small[i], total - int(saved[i])
+                tok[i] = ch.tokens[i, small[i]]
+                self.stats.degraded += 1
+        sizes = {id(r): int(t) for r, t in zip(planned, tok, strict=True)}
+        sizes |= {id(r): int(t) for r, t in zip(others, fixed.tokens, strict=True)}
+        rows = planned + others
+        order = [r for r in reversed(rows) if r.action == Action.PREFILL]
+        order += [r for r in reversed(rows) if r.action != Action.PREFILL]
+        deferred: set[int] = set()
+        for r in order:
+            if total <= budget or len(deferred) == len(rows) - 1:
+                break
+            deferred.add(id(r))
+            total -= sizes[id(r)]
+        self.stats.deferred += len(deferred)
+        return picks, deferred
+
+    # ------------------------------------------------------------------ the choice, applied
+    def _apply(self, planned: list[Request], plans: list[Plan | None], predicted_ms: float) -> None:
+        st = self.stats
+        st.steps += 1
+        st.predicted_ms += predicted_ms
+        for req, plan in zip(planned, plans, strict=True):
+            if plan is None:
+                continue
+            p = req.pending
+            p.plan, p.span_len, p.mode = plan, plan.k, plan.mode
+            p.groups = plan_groups(req, p, positions=plan.positions) if plan.mode == VerifyMode.FUSED else []
+            st.rows += 1
+            st.modes[plan.mode.value] += 1
+            st.k_sum += plan.k
+            if req.tracer.steps:
+                rec = {"mode": plan.mode.value, "k": plan.k, "positions": plan.positions,
+                       "expected": round(plan.expected, 3), "predicted_ms": round(predicted_ms, 4),
+                       "measured_ms": None}  # fmt: skip
+                req.tracer.steps[-1].plan = rec
+                self._traced.append(rec)
+
+    def _fill_measured(self) -> None:
+        """The previous step's measured forward ms into its trace records (known once it ran)."""
+        t = self.timing
+        steps, seconds = self._seen
+        if self._traced and t.steps == steps + 1:
+            ms = round(1e3 * (t.forward_seconds - seconds), 4)
+            for rec in self._traced:
+                rec["measured_ms"] = ms
+        self._traced = []
+        self._seen = (t.steps, t.forward_seconds)
+
+
+def _verifying(req: Request) -> bool:
+    return req.action == Action.VERIFY and req.pending is not None

@@ -228,3 +228,28 @@ def test_the_trace_shows_each_plan(tiny):
     assert plans and all(p["mode"] in {m.value for m in VerifyMode} and p["k"] >= 1 for p in plans)
     assert all(p["predicted_ms"] > 0 for p in plans)
     assert all(p["measured_ms"] is not None for p in plans[:-1])
+
+
+def test_the_trace_views_show_the_plans(tiny):
+    from s2d2.tracing.render_html import render_html
+    from s2d2.tracing.view import build_view
+
+    q = load_problems("tiny-gsm", "test", 2)[1]["question"]
+    out = tiny.generate(q, preset="lossless-auto", block_size=8, trace=True, max_new_tokens=24)
+    view = build_view(out.trace, tiny.encode(q), 8, str, stats=out.stats)
+    labels = [s.plan for s in view.steps if s.plan]
+    assert labels and all(lb.startswith("plan ") and "ms predicted" in lb for lb in labels)
+    assert labels[0] in render_html(view)
+
+
+def test_metrics_expose_the_planner_counters(tiny):
+    from s2d2.serving.metrics import ServerMetrics
+
+    engine = LLMEngine(tiny.adapter, max_num_seqs=2)
+    q = load_problems("tiny-gsm", "test", 1)[0]["question"]
+    engine.generate([tiny.encode(q)], [tiny.make_config(preset="lossless-auto", max_new_tokens=16)])
+    metrics = ServerMetrics(2)
+    metrics.record_engine(engine)
+    text = metrics.render()
+    rows = engine.stats()["plan_rows"]
+    assert rows > 0 and f"s2d2_plan_rows_total {rows}" in text and "s2d2_plan_ar_only_total" in text

@@ -91,8 +91,11 @@ class S2D2Model(Likelihoods):
         preset: PresetFile | None = None,
         max_query_tokens_per_row: int | None = None,
         cost: StepCost | None = None,
+        max_num_batched_tokens: int | None = None,
     ):
         self.adapter = adapter
+        #: most query tokens of one engine step, all rows together (the step planner keeps it)
+        self.max_num_batched_tokens = max_num_batched_tokens
         #: the engine's step-cost profile (:mod:`s2d2.engine.cost`), if any
         self.cost = cost
         #: the checkpoint's own default decoding settings (its ``s2d2_preset.json``), if any
@@ -125,6 +128,7 @@ class S2D2Model(Likelihoods):
                 kv_budget_tokens=self.kv_budget_tokens,
                 max_query_tokens_per_row=self.max_query_tokens_per_row,
                 cost=self.cost,
+                max_num_batched_tokens=self.max_num_batched_tokens,
             )
         return self._engine
 
@@ -326,6 +330,7 @@ def load(
     use_preset: bool = True,
     max_query_tokens_per_row: int | None = None,
     cost_profile: str | os.PathLike[str] | None = None,
+    max_num_batched_tokens: int | None = None,
     **options: Any,
 ) -> S2D2Model:
     """Load a block-diffusion model: a built-in name (``tiny-gsm``) or a local checkpoint directory.
@@ -339,7 +344,11 @@ def load(
     file) gets those settings as its defaults (explicit settings and ``preset=`` still win); pass
     ``use_preset=False`` to ignore it. ``cost_profile``: a measured step-cost profile file (calibrated
     and written when missing) or ``roofline:h200`` / ``roofline:a100`` (a projection); see
-    :mod:`s2d2.engine.cost`.
+    :mod:`s2d2.engine.cost`; the step planner of ``plan="auto"`` requests plans with it (without one,
+    with :data:`s2d2.engine.planner.GENERIC_COST`, the built-in model's CPU profile).
+    ``max_num_batched_tokens``: most query tokens of one engine step over all rows (as vLLM's; the
+    planner degrades planned verifications and defers prefill chunks to keep it; at least
+    ``max_query_tokens_per_row``).
     """
     path = resolve_model_path(name_or_path)
     preset_path = path / MODEL_PRESET_FILE  # read first: a broken preset file fails before the slow load
@@ -358,4 +367,5 @@ def load(
         preset=preset,
         max_query_tokens_per_row=max_query_tokens_per_row,
         cost=cost,
+        max_num_batched_tokens=max_num_batched_tokens,
     )

@@ -34,7 +34,9 @@ class Plan:
 
     ``k``: span positions verified (the span's first k); ``positions``: rejection groups of a fused
     verification; ``expected``: expected committed tokens (the survival sum of the acceptance estimates);
-    ``tokens``: query tokens the row feeds; ``full_span``: the routed span's length before the choice."""
+    ``tokens``: query tokens the row feeds; ``full_span``: the routed span's length before the choice;
+    ``drafted``: False for an AR-only step that replaced a draft forward (its one "draft" is a
+    placeholder, not counted as drafted)."""
 
     mode: VerifyMode
     k: int
@@ -42,6 +44,7 @@ class Plan:
     expected: float = 0.0
     tokens: int = 0
     full_span: int = 0
+    drafted: bool = True
 
 
 @dataclass

@@ -153,6 +153,16 @@ def predict(cost: StepCost, tokens: np.ndarray, contexts: np.ndarray) -> float:
     return cost.predict_totals(int(tokens.size), int(tokens.sum()), attention, int(keys.sum()), padded)
 
 
+def marginal(cost: StepCost, tokens: np.ndarray, contexts: np.ndarray) -> tuple[float, float]:
+    """At a step of this shape: the marginal ms of one more query token (a secant over two more per
+    row) and the fixed ms per row (what the step costs beyond its tokens, shared by its rows)."""
+    if tokens.size == 0:
+        return 0.0, 0.0
+    ms = predict(cost, tokens, contexts)
+    m = max(predict(cost, tokens + 2, contexts) - ms, 0.0) / (2 * tokens.size)
+    return m, max(ms - m * int(tokens.sum()), 0.0) / tokens.size
+
+
 def search(
     cost: StepCost, ch: Choices, contexts: np.ndarray, fixed: Fixed, start: np.ndarray, host: float
 ) -> tuple[np.ndarray, float]:
@@ -163,8 +173,8 @@ def search(
     all_ctx = np.concatenate([contexts, fixed.contexts])
     value = float(ch.total.sum()) + fixed.value
 
-    def step_ms(picks: np.ndarray, extra: int = 0) -> float:
-        return predict(cost, np.concatenate([ch.tokens[rix, picks], fixed.tokens]) + extra, all_ctx)
+    def step_ms(picks: np.ndarray) -> float:
+        return predict(cost, np.concatenate([ch.tokens[rix, picks], fixed.tokens]), all_ctx)
 
     def effective(picks: np.ndarray, ms: float, m: float, share: float) -> float:
         """This step's ms plus the rows' expected later costs, minus the draft forwards hits save."""
@@ -173,9 +183,8 @@ def search(
         return ms + float(later.sum()) + host * float(ch.groups[c].sum())
 
     ms0 = step_ms(start)
-    m = max(step_ms(start, 2) - ms0, 0.0) / (2 * (R + fixed.tokens.size))
     rows = R + fixed.tokens.size
-    share = max(ms0 - m * (int(ch.tokens[rix, start].sum()) + int(fixed.tokens.sum())), 0.0) / rows
+    m, share = marginal(cost, np.concatenate([ch.tokens[rix, start], fixed.tokens]), all_ctx)
     best, best_ms = start, ms0
     best_ratio = value / max(effective(start, ms0, m, share), 1e-9)
     cost_ms = m * (ch.tokens + ch.rest) + ch.cont * share + host * ch.groups

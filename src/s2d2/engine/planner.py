@@ -43,7 +43,8 @@ import numpy as np
 from .cost import FittedCost, StepCost
 from .draft_step import DraftStep, Plan, VerifyMode
 from .fusion import plan_groups
-from .plan_choices import Choices, Fixed, RowSpan, build, predict, row_costs, search
+from .plan_choices import Choices, Fixed, RowSpan, build, marginal, predict, row_costs, search
+from .plan_draft import eligible, prefers_ar, to_ar_only
 from .request import Action, Request
 from .step_timing import StepTiming
 
@@ -61,9 +62,9 @@ SMALL_ROWS = 4
 def plannable(req: Request) -> bool:
     """Whether the planner chooses this row's verification (see the module docstring)."""
     p = req.pending
-    return req.auto_plan and req.action == Action.VERIFY and p is not None and p.mode is not None and (
-        req.cache.partial
-    )
+    if not (req.auto_plan and req.action == Action.VERIFY and p is not None and p.mode is not None):
+        return False
+    return req.cache.partial and (p.plan is None or p.plan.drafted)
 
 
 def _alpha(p: DraftStep, n: int) -> list[float]:
@@ -197,14 +198,18 @@ class StepPlanner:
         planned, others = [], []
         for r in live:
             (planned if plannable(r) else others).append(r)
-        if not planned and self.max_num_batched_tokens is None:
+        drafting = [r for r in others if eligible(r)]
+        rows_before = self.stats.rows
+        if not planned and not drafting and self.max_num_batched_tokens is None:
             return set()
+        spans = [row_span(r) for r in planned]
+        if drafting:
+            self._draft_or_ar(drafting, spans, others)
         fixed = Fixed(
             np.array([fixed_tokens(r, self.prefill_chunk) for r in others], dtype=np.int64),
             np.array([r.state.length if r.state is not None else 0 for r in others], dtype=np.int64),
             sum(expected_tokens(_alpha(r.pending, r.pending.span_len)) for r in others if _verifying(r)),
         )
-        spans = [row_span(r) for r in planned]
         if self.force is not None:
             plans, ms = self._forced(planned, spans), 0.0
         elif len(planned) <= SMALL_ROWS and self.max_num_batched_tokens is None:
@@ -213,10 +218,27 @@ class StepPlanner:
             plans, ms = self._matrices(planned, spans, others, fixed)
         deferred = {id(r) for r, plan in zip(planned, plans, strict=True) if plan is None}
         deferred |= self._deferred_others
-        if planned:
+        if not planned:
+            ms = predict(self.cost, fixed.tokens, fixed.contexts)
+        if planned or self._traced or self.stats.rows > rows_before:
             self._apply(planned, plans, ms)
         self.stats.seconds += time.perf_counter() - t0
         return deferred
+
+    def _draft_or_ar(self, drafting: list[Request], spans: list[RowSpan], others: list[Request]) -> None:
+        """Rows about to draft: AR only instead where it is cheaper per token (:mod:`.plan_draft`), at the
+        step's marginal ms per token and fixed share per row with the settings' choices."""
+        toks = [row_costs(s, 0.0, 0.0, 0.0)[-1][2] for s in spans]
+        toks += [fixed_tokens(r, self.prefill_chunk) for r in others]
+        ctx = [s.context for s in spans] + [r.state.length if r.state is not None else 0 for r in others]
+        m, share = marginal(self.cost, np.array(toks, dtype=np.int64), np.array(ctx, dtype=np.int64))
+        for req in drafting:
+            if self.force is not None:
+                ar = self.force(req, [0, 1]) == 1
+            else:
+                ar = prefers_ar(req, fixed_tokens(req, self.prefill_chunk), m, share)
+            if ar:
+                self._record(req, to_ar_only(req), None)
 
     def _forced(self, planned: list[Request], spans: list[RowSpan]) -> list[Plan]:
         """Each row's choice from :attr:`force` (tests: any mix of modes, changing every step)."""
@@ -234,9 +256,7 @@ class StepPlanner:
         defaults = [row_costs(s, 0.0, 0.0, 0.0)[-1][2] for s in spans]
         toks = np.array(defaults + fixed.tokens.tolist(), dtype=np.int64)
         ctx = np.array([s.context for s in spans] + fixed.contexts.tolist(), dtype=np.int64)
-        ms0 = predict(self.cost, toks, ctx)
-        m = max(predict(self.cost, toks + 2, ctx) - ms0, 0.0) / (2 * toks.size)
-        share = max(ms0 - m * int(toks.sum()), 0.0) / toks.size
+        m, share = marginal(self.cost, toks, ctx)
         plans = []
         for i, s in enumerate(spans):
             _, col, tokens, expected = min(row_costs(s, m, share, self.host_ms_per_group))
@@ -305,24 +325,32 @@ class StepPlanner:
 
     # ------------------------------------------------------------------ the choice, applied
     def _apply(self, planned: list[Request], plans: list[Plan | None], predicted_ms: float) -> None:
-        st = self.stats
-        st.steps += 1
-        st.predicted_ms += predicted_ms
+        self.stats.steps += 1
+        self.stats.predicted_ms += predicted_ms
         for req, plan in zip(planned, plans, strict=True):
             if plan is None:
                 continue
             p = req.pending
             p.plan, p.span_len, p.mode = plan, plan.k, plan.mode
             p.groups = plan_groups(req, p, positions=plan.positions) if plan.mode == VerifyMode.FUSED else []
-            st.rows += 1
-            st.modes[plan.mode.value] += 1
-            st.k_sum += plan.k
-            if req.tracer.steps:
-                rec = {"mode": plan.mode.value, "k": plan.k, "positions": plan.positions,
-                       "expected": round(plan.expected, 3), "predicted_ms": round(predicted_ms, 4),
-                       "measured_ms": None}  # fmt: skip
-                req.tracer.steps[-1].plan = rec
-                self._traced.append(rec)
+            self._record(req, plan, predicted_ms)
+        for rec in self._traced:
+            if rec["predicted_ms"] is None:  # AR-only steps chosen before the step's shape was known
+                rec["predicted_ms"] = round(predicted_ms, 4)
+
+    def _record(self, req: Request, plan: Plan, predicted_ms: float | None) -> None:
+        """Count ``plan`` and write it into the row's trace (its measured ms come at the next step)."""
+        st = self.stats
+        st.rows += 1
+        st.modes[plan.mode.value] += 1
+        st.k_sum += plan.k
+        if req.tracer.steps:
+            rec = {"mode": plan.mode.value, "k": plan.k, "positions": plan.positions,
+                   "expected": round(plan.expected, 3),
+                   "predicted_ms": None if predicted_ms is None else round(predicted_ms, 4),
+                   "measured_ms": None}  # fmt: skip
+            req.tracer.steps[-1].plan = rec
+            self._traced.append(rec)
 
     def _fill_measured(self) -> None:
         """The previous step's measured forward ms into its trace records (known once it ran)."""

@@ -260,9 +260,10 @@ def _verify_step(req: Request, vq: VerifyQuery, group_drafts: list[SlotDrafts]) 
         p.n_committed += 1
     st = req.stats
     st.verify_steps += 1
-    st.drafted += p.span_len
-    st.accepted += n_acc
-    st.full_accepts += int(n_acc == p.span_len)
+    if p.plan is None or p.plan.drafted:
+        st.drafted += p.span_len
+        st.accepted += n_acc
+        st.full_accepts += int(n_acc == p.span_len)
     req.tracer.verified(p.span_len, n_acc)
     _report_verification(req, p, vq)
     if req.cache.partial:
@@ -296,9 +297,9 @@ def _report_verification(req: Request, p: DraftStep, vq: VerifyQuery) -> None:
             conf = p.drafts.conf[p.span_offset + i]
             req.tracer.commit(req.cursor.start + s, tok, how, confidence=conf, q_prob=vq.q_probs[i])
         else:
-            req.tracer.commit(
-                req.cursor.start + s, tok, "resampled", confidence=vq.p_correction, q_prob=vq.q_probs[i]
-            )
+            how = "resampled" if p.plan is None or p.plan.drafted else "ar"
+            conf, q = vq.p_correction, vq.q_probs[i]
+            req.tracer.commit(req.cursor.start + s, tok, how, confidence=conf, q_prob=q)
 
 
 def _after_fused_verify(

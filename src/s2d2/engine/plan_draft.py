@@ -1,0 +1,69 @@
+"""The step planner's choice for a row about to draft: its draft forward, or AR only instead.
+
+A row of the lossless family (``plan=auto``) whose next forward is a draft may instead commit one token
+with the smallest forward: the AR-mode prediction at its first masked slot, read from a 2L
+verification of that one slot (the block's committed tokens before it in the first half, token-causal;
+one mask query in the second). The step is built here as a verification of a placeholder draft (the
+mask token, never the argmax), so strict acceptance rejects it and commits the AR argmax: AR greedy's
+token. It applies where nothing is pending before the block's uncached part (the cache ends where the
+block's committed run starts), as a verification requires.
+
+The choice compares milliseconds per committed token at the step's marginal cost ``m`` per query token
+and fixed share ``F / R`` per row: AR only ``m * tokens + F / R`` for one token; drafting
+``m * (draft + verify tokens) + 2 F / R`` (a draft step, then its verification) for the tokens the row's
+verifications have committed on average (2 before it has verified twice).
+"""
+
+from __future__ import annotations
+
+from .draft_step import DraftStep, Plan, SlotDrafts, VerifyMode
+from .request import Action, Request
+
+#: Committed tokens per verification assumed for a row that has verified fewer than twice.
+PRIOR_TOKENS = 2.0
+
+
+def eligible(req: Request) -> bool:
+    """Whether ``req``'s draft forward may be replaced by an AR-only step (see the module docstring)."""
+    cur, cache = req.cursor, req.cache
+    return (
+        req.action == Action.DRAFT
+        and req.auto_plan
+        and cache.partial
+        and req.state is not None
+        and req.state.length == cur.start + cache.block_cached
+        and bool(cur.candidates)
+    )
+
+
+def tokens_per_verify(req: Request) -> float:
+    """Committed tokens per verification of the row so far (accepted drafts plus corrections)."""
+    st = req.stats
+    if st.verify_steps < 2:
+        return PRIOR_TOKENS
+    return (st.accepted + st.verify_steps - st.full_accepts) / st.verify_steps
+
+
+def prefers_ar(req: Request, draft_tokens: int, m: float, share: float) -> bool:
+    """Whether AR only is cheaper per committed token than drafting now (see the module docstring)."""
+    cur = req.cursor
+    off = cur.candidates[0] - req.cache.block_cached
+    n = len(cur.candidates)
+    ar = m * (off + 1) + share
+    draft = m * (draft_tokens + 2 * n) + 2 * share
+    return ar * tokens_per_verify(req) < draft
+
+
+def to_ar_only(req: Request) -> Plan:
+    """Turn ``req``'s draft into an AR-only step: its pending verification of the first masked slot."""
+    cur = req.cursor
+    slot = cur.candidates[0]
+    mask_id = req.info.mask_token_id
+    tokens = slot - req.cache.block_cached + 1
+    plan = Plan(VerifyMode.AR_ONLY, 1, 0, 1.0, tokens, 1, drafted=False)
+    p = DraftStep(SlotDrafts([slot], [mask_id], [0.0], alpha=[0.0]), [False], 1, mode=VerifyMode.AR_ONLY)
+    p.span_len, p.filled, p.plan = 1, list(cur.ids), plan
+    req.stats.steps += 1
+    req.tracer.begin_step(cur.start, cur.step)
+    req.pending, req.action = p, Action.VERIFY
+    return plan

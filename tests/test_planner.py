@@ -97,7 +97,7 @@ def _pick(cost, rows):
     ch = build(rows)
     fixed = Fixed(np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), 0.0)
     start = np.argmax(np.where(ch.valid, np.arange(ch.valid.shape[1]), -1), axis=1)
-    picks, _ = search(cost, ch, np.array([r.context for r in rows]), fixed, start, 0.0)
+    picks, _, _ = search(cost, ch, np.array([r.context for r in rows]), fixed, start, 0.0)
     return ch, picks
 
 

@@ -29,6 +29,8 @@ from .cost import StepCost
 #: Caps tried on the query tokens of one row (besides none), for batches of at least :data:`CAP_ROWS`.
 CAPS = (8, 16)
 CAP_ROWS = 8
+#: Dinkelbach passes from each start.
+PASSES = 1
 #: A pre-draft hit's worth, as a share of the draft forward it saves: a group's drafts see the rejected
 #: slot masked (or an assumed correction), so the step after a hit commits fewer tokens than one after a
 #: fresh draft (lossless-fused B8 on tiny-gsm: 0.88 of steps hit, 3.9 tokens per verification against
@@ -76,6 +78,9 @@ class Choices:
 def build(rows: Sequence[RowSpan]) -> Choices:
     """The choice matrices of ``rows`` (see the module docstring), vectorised over rows."""
     R = len(rows)
+    if not R:
+        z, zi = np.zeros((0, 1)), np.zeros((0, 1), dtype=np.int64)
+        return Choices(z.astype(bool), zi, z, z, z, zi, z, np.zeros(0), np.zeros(0, np.int64), 1)
     n = np.array([len(r.alpha) for r in rows])
     n_max = int(n.max())
     P = max(r.positions for r in rows)
@@ -163,45 +168,107 @@ def marginal(cost: StepCost, tokens: np.ndarray, contexts: np.ndarray) -> tuple[
     return m, max(ms - m * int(tokens.sum()), 0.0) / tokens.size
 
 
+@dataclass
+class Drafting:
+    """Rows about to draft, each with two choices (column 0: draft, 1: AR only, :mod:`.plan_draft`):
+    ``value`` ``[D, 2]`` tokens (a draft's: what its verification expects), ``now`` this step's query
+    tokens, ``later`` the later verification's tokens and ``steps`` the row-steps it takes (a draft and
+    its verification: 2; AR only: 1); ``contexts`` ``[D]``."""
+
+    value: np.ndarray
+    now: np.ndarray
+    later: np.ndarray
+    steps: np.ndarray
+    contexts: np.ndarray
+
+
 def search(
-    cost: StepCost, ch: Choices, contexts: np.ndarray, fixed: Fixed, start: np.ndarray, host: float
-) -> tuple[np.ndarray, float]:
-    """The picks (a column per planned row) and their predicted ms (see the module docstring).
-    ``start``: the picks the settings would make; ``host``: host ms per pre-draft group."""
+    cost: StepCost,
+    ch: Choices,
+    contexts: np.ndarray,
+    fixed: Fixed,
+    start: np.ndarray,
+    host: float,
+    drafting: Drafting | None = None,
+) -> tuple[np.ndarray, np.ndarray, float]:
+    """The picks (a column per planned row, and per drafting row) and their predicted ms.
+
+    Dinkelbach passes from three starts (the settings' choices; plain verification of every span; AR
+    only everywhere): each pass linearises the cost profile at the current picks' shape (the marginal ms
+    of a query token and a row's fixed share), takes each row's best choice at the current ratio of
+    expected tokens to effective ms (this step's predicted ms plus the rows' later costs, see the module
+    docstring), and is kept if its exact ratio is better; the best picks then try caps on one row's
+    query tokens (the padded attention grows with the longest row). ``host``: ms per pre-draft group."""
     R = ch.valid.shape[0]
     rix = np.arange(R)
-    all_ctx = np.concatenate([contexts, fixed.contexts])
-    value = float(ch.total.sum()) + fixed.value
+    d = drafting if drafting is not None else _no_drafting()
+    dix = np.arange(d.value.shape[0])
+    all_ctx = np.concatenate([contexts, d.contexts, fixed.contexts])
+    base_value = float(ch.total.sum()) + fixed.value
 
-    def step_ms(picks: np.ndarray) -> float:
-        return predict(cost, np.concatenate([ch.tokens[rix, picks], fixed.tokens]), all_ctx)
+    def tokens(picks: np.ndarray, dpicks: np.ndarray) -> np.ndarray:
+        return np.concatenate([ch.tokens[rix, picks], d.now[dix, dpicks], fixed.tokens])
 
-    def effective(picks: np.ndarray, ms: float, m: float, share: float) -> float:
-        """This step's ms plus the rows' expected later costs, minus the draft forwards hits save."""
-        c = rix, picks
+    def evaluate(picks: np.ndarray, dpicks: np.ndarray) -> tuple[float, float, float, float]:
+        """(exact ratio, predicted ms, m, share) of these picks."""
+        toks = tokens(picks, dpicks)
+        ms = predict(cost, toks, all_ctx)
+        m, share = marginal(cost, toks, all_ctx)
+        c, dc = (rix, picks), (dix, dpicks)
         later = m * ch.rest[c] + ch.cont[c] * share - ch.hit[c] * HIT_WORTH * (m * ch.draft + share)
-        return ms + float(later.sum()) + host * float(ch.groups[c].sum())
+        later_d = m * d.later[dc] + (d.steps[dc] - 1) * share
+        eff = ms + float(later.sum()) + float(later_d.sum()) + host * float(ch.groups[c].sum())
+        value = base_value + float(d.value[dc].sum())
+        return value / max(eff, 1e-9), ms, m, share
 
-    ms0 = step_ms(start)
-    rows = R + fixed.tokens.size
-    m, share = marginal(cost, np.concatenate([ch.tokens[rix, start], fixed.tokens]), all_ctx)
-    best, best_ms = start, ms0
-    best_ratio = value / max(effective(start, ms0, m, share), 1e-9)
+    valid_tokens = np.where(ch.valid, ch.tokens, 1 << 30)
+    smallest = np.argmin(valid_tokens, axis=1)
+    plain = np.argmax(np.where(ch.valid[:, : ch.n_max], np.arange(ch.n_max), -1), axis=1)
+    D = dix.size
+    starts = [(start, np.zeros(D, int)), (plain, np.zeros(D, int)), (smallest, np.ones(D, int))]
+    best = None
+    for picks, dpicks in starts:
+        ratio, ms, m, share = evaluate(picks, dpicks)
+        for _ in range(PASSES):
+            if best is None or ratio > best[0]:
+                best = (ratio, ms, picks, dpicks, m, share)
+            picks, dpicks = _repick(ch, d, m, share, ratio, host, None)
+            ratio, ms, m, share = evaluate(picks, dpicks)
+        if ratio > best[0]:
+            best = (ratio, ms, picks, dpicks, m, share)
+    ratio0, _, picks0, dpicks0, m, share = best
+    rows = R + D + fixed.tokens.size
+    floor = int(fixed.tokens.max()) if fixed.tokens.size else 0
+    for cap in [c for c in CAPS if c > floor] if rows >= CAP_ROWS else []:
+        picks, dpicks = _repick(ch, d, m, share, ratio0, host, cap)
+        ratio, ms, _, _ = evaluate(picks, dpicks)
+        if ratio > best[0]:
+            best = (ratio, ms, picks, dpicks, m, share)
+    return best[2], best[3], best[1]
+
+
+def _repick(
+    ch: Choices, d: Drafting, m: float, share: float, ratio: float, host: float, cap: int | None
+) -> tuple[np.ndarray, np.ndarray]:
+    """Each row's best choice at marginal ``m``, fixed share ``share`` and price ``ratio`` (tokens per
+    ms); planned rows' choices differ in cost only, drafting rows' in value and cost."""
     cost_ms = m * (ch.tokens + ch.rest) + ch.cont * share + host * ch.groups
     cost_ms = cost_ms - ch.hit * (HIT_WORTH * (m * ch.draft + share))[:, None]
     cost_ms = np.where(ch.valid, cost_ms, np.inf)
-    floor = int(fixed.tokens.max()) if fixed.tokens.size else 0
-    caps = [1 << 30] + ([c for c in CAPS if c > floor] if rows >= CAP_ROWS else [])
-    smallest = np.argmin(np.where(ch.valid, ch.tokens, 1 << 30), axis=1)
-    for cap in caps:
+    if cap is not None:
+        smallest = np.argmin(np.where(ch.valid, ch.tokens, 1 << 30), axis=1)
         capped = np.where(ch.tokens <= cap, cost_ms, np.inf)
+        rix = np.arange(cost_ms.shape[0])
         capped[rix, smallest] = cost_ms[rix, smallest]
-        picks = np.argmin(capped, axis=1)
-        ms = step_ms(picks)
-        ratio = value / max(effective(picks, ms, m, share), 1e-9)
-        if ratio > best_ratio:
-            best, best_ratio, best_ms = picks, ratio, ms
-    return best, best_ms
+        cost_ms = capped
+    d_cost = m * (d.now + d.later) + d.steps * share
+    dpicks = np.argmax(d.value - ratio * d_cost, axis=1) if d.value.size else np.zeros(0, int)
+    return np.argmin(cost_ms, axis=1), dpicks
+
+
+def _no_drafting() -> Drafting:
+    z = np.zeros((0, 2))
+    return Drafting(z, z.astype(np.int64), z.astype(np.int64), z.astype(np.int64), np.zeros(0, np.int64))
 
 
 def row_costs(r: RowSpan, m: float, share: float, host: float) -> list[tuple[float, int, int, float]]:

@@ -10,8 +10,9 @@ block's committed run starts), as a verification requires.
 
 The choice compares milliseconds per committed token at the step's marginal cost ``m`` per query token
 and fixed share ``F / R`` per row: AR only ``m * tokens + F / R`` for one token; drafting
-``m * (draft + verify tokens) + 2 F / R`` (a draft step, then its verification) for the tokens the row's
-verifications have committed on average (2 before it has verified twice).
+``m * (draft + verify tokens) + 2 F / R`` (a draft step, then its verification) for the tokens a
+verification of its masked slots expects at the row's acceptance rate so far (accepted over drafted
+drafts; a prior of :data:`PRIOR_ACCEPTANCE` before :data:`PRIOR_DRAFTS` drafts).
 """
 
 from __future__ import annotations
@@ -19,8 +20,9 @@ from __future__ import annotations
 from .draft_step import DraftStep, Plan, SlotDrafts, VerifyMode
 from .request import Action, Request
 
-#: Committed tokens per verification assumed for a row that has verified fewer than twice.
-PRIOR_TOKENS = 2.0
+#: Acceptance rate assumed for a row that has had fewer than :data:`PRIOR_DRAFTS` drafts verified.
+PRIOR_ACCEPTANCE = 0.6
+PRIOR_DRAFTS = 8
 
 
 def eligible(req: Request) -> bool:
@@ -36,12 +38,12 @@ def eligible(req: Request) -> bool:
     )
 
 
-def tokens_per_verify(req: Request) -> float:
-    """Committed tokens per verification of the row so far (accepted drafts plus corrections)."""
+def tokens_per_verify(req: Request, n: int) -> float:
+    """Committed tokens a verification of ``n`` fresh drafts expects at the row's acceptance rate so far
+    (``a``: accepted over drafted; each position is reached with probability ``a`` per earlier one)."""
     st = req.stats
-    if st.verify_steps < 2:
-        return PRIOR_TOKENS
-    return (st.accepted + st.verify_steps - st.full_accepts) / st.verify_steps
+    a = st.accepted / st.drafted if st.drafted >= PRIOR_DRAFTS else PRIOR_ACCEPTANCE
+    return n if a >= 1.0 else (1.0 - a**n) / (1.0 - a)
 
 
 def prefers_ar(req: Request, draft_tokens: int, m: float, share: float) -> bool:
@@ -51,7 +53,7 @@ def prefers_ar(req: Request, draft_tokens: int, m: float, share: float) -> bool:
     n = len(cur.candidates)
     ar = m * (off + 1) + share
     draft = m * (draft_tokens + 2 * n) + 2 * share
-    return ar * tokens_per_verify(req) < draft
+    return ar * tokens_per_verify(req, n) < draft
 
 
 def to_ar_only(req: Request) -> Plan:

@@ -26,9 +26,8 @@ times the tokens it saves (a next-block group: the row's next step needs no draf
 ``E_n``; a rejection group: fresh drafts instead of stale ones, worth
 :data:`~.plan_choices.FRESH_GAIN` x ``E_n``). The choices and the search are :mod:`.plan_choices`.
 
-``max_num_batched_tokens`` (as vLLM's): the step's query tokens are kept within it by degrading planned
-rows to ``AR_ONLY`` (least value per saved token first), then deferring prefill chunks, then other rows
-(the last admitted first); one row always runs.
+``max_num_batched_tokens`` (as vLLM's): the step's query tokens are kept within it
+(:mod:`.plan_budget`).
 """
 
 from __future__ import annotations
@@ -43,8 +42,9 @@ import numpy as np
 from .cost import FittedCost, StepCost
 from .draft_step import DraftStep, Plan, VerifyMode
 from .fusion import plan_groups
-from .plan_choices import Choices, Fixed, RowSpan, build, marginal, predict, row_costs, search
-from .plan_draft import eligible, prefers_ar, to_ar_only
+from .plan_budget import fit_budget
+from .plan_choices import Choices, Drafting, Fixed, RowSpan, build, marginal, predict, row_costs, search
+from .plan_draft import eligible, prefers_ar, to_ar_only, tokens_per_verify
 from .request import Action, Request
 from .step_timing import StepTiming
 
@@ -203,19 +203,20 @@ class StepPlanner:
         if not planned and not drafting and self.max_num_batched_tokens is None:
             return set()
         spans = [row_span(r) for r in planned]
-        if drafting:
+        small = self.force is not None or (len(live) <= SMALL_ROWS and self.max_num_batched_tokens is None)
+        if drafting and small:
             self._draft_or_ar(drafting, spans, others)
-        fixed = Fixed(
-            np.array([fixed_tokens(r, self.prefill_chunk) for r in others], dtype=np.int64),
-            np.array([r.state.length if r.state is not None else 0 for r in others], dtype=np.int64),
-            sum(expected_tokens(_alpha(r.pending, r.pending.span_len)) for r in others if _verifying(r)),
-        )
+            drafting = []
+        elif drafting:
+            ids = {id(r) for r in drafting}
+            others = [r for r in others if id(r) not in ids]
+        fixed = self._fixed(others)
         if self.force is not None:
             plans, ms = self._forced(planned, spans), 0.0
-        elif len(planned) <= SMALL_ROWS and self.max_num_batched_tokens is None:
+        elif small:
             plans, ms = self._small(spans, fixed)
         else:
-            plans, ms = self._matrices(planned, spans, others, fixed)
+            plans, ms = self._matrices(planned, spans, others, fixed, drafting)
         deferred = {id(r) for r, plan in zip(planned, plans, strict=True) if plan is None}
         deferred |= self._deferred_others
         if not planned:
@@ -224,6 +225,13 @@ class StepPlanner:
             self._apply(planned, plans, ms)
         self.stats.seconds += time.perf_counter() - t0
         return deferred
+
+    def _fixed(self, others: list[Request]) -> Fixed:
+        return Fixed(
+            np.array([fixed_tokens(r, self.prefill_chunk) for r in others], dtype=np.int64),
+            np.array([r.state.length if r.state is not None else 0 for r in others], dtype=np.int64),
+            sum(expected_tokens(_alpha(r.pending, r.pending.span_len)) for r in others if _verifying(r)),
+        )
 
     def _draft_or_ar(self, drafting: list[Request], spans: list[RowSpan], others: list[Request]) -> None:
         """Rows about to draft: AR only instead where it is cheaper per token (:mod:`.plan_draft`), at the
@@ -266,18 +274,29 @@ class StepPlanner:
         return plans, predict(self.cost, toks, ctx)
 
     def _matrices(
-        self, planned: list[Request], spans: list[RowSpan], others: list[Request], fixed: Fixed
+        self,
+        planned: list[Request],
+        spans: list[RowSpan],
+        others: list[Request],
+        fixed: Fixed,
+        drafting: list[Request],
     ) -> tuple[list[Plan | None], float]:
-        """Many planned rows, or a token budget: the matrix search, then the budget."""
-        picks, ms, ch = None, 0.0, None
-        if planned:
-            ch = build(spans)
-            ctx = np.array([s.context for s in spans], dtype=np.int64)
-            start = np.argmax(np.where(ch.valid, np.arange(ch.valid.shape[1]), -1), axis=1)
-            picks, ms = search(self.cost, ch, ctx, fixed, start, self.host_ms_per_group)
+        """Many rows, or a token budget: the matrix search (drafting rows choose AR only or not in it),
+        then the budget."""
+        ch = build(spans)
+        ctx = np.array([s.context for s in spans], dtype=np.int64)
+        start = np.argmax(np.where(ch.valid, np.arange(ch.valid.shape[1]), -1), axis=1)
+        d = self._drafting(drafting)
+        picks, dpicks, ms = search(self.cost, ch, ctx, fixed, start, self.host_ms_per_group, d)
+        for req, pick in zip(drafting, dpicks, strict=True):
+            if pick == 1:
+                self._record(req, to_ar_only(req), None)
         deferred: set[int] = set()
-        if self.max_num_batched_tokens is not None:
-            picks, deferred = self._fit_budget(planned, others, ch, picks, fixed)
+        budget = self.max_num_batched_tokens
+        if budget is not None:
+            rest = others + drafting
+            fixed = self._fixed(rest) if drafting else fixed
+            picks, deferred = fit_budget(budget, planned, rest, ch, picks, fixed, self.stats)
         self._deferred_others = {d for d in deferred if d not in {id(r) for r in planned}}
         plans = [
             None if id(r) in deferred else plan_of(ch, i, int(picks[i]), len(spans[i].alpha))
@@ -285,43 +304,25 @@ class StepPlanner:
         ]
         return plans, ms
 
-    # ------------------------------------------------------------------ the budget
-    def _fit_budget(
-        self, planned: list[Request], others: list[Request], ch: Choices | None, picks: Any, fixed: Fixed
-    ) -> tuple[Any, set[int]]:
-        """Degrade planned rows to their smallest choice (least value lost per saved token first), then
-        defer prefill rows, then the others (last admitted first), until the step fits the budget."""
-        budget = self.max_num_batched_tokens
-        rix = np.arange(len(planned))
-        tok = ch.tokens[rix, picks].copy() if planned else np.zeros(0, dtype=np.int64)
-        total = int(tok.sum()) + int(fixed.tokens.sum())
-        if total <= budget:
-            return picks, set()
-        self.stats.over_budget_steps += 1
-        if planned:
-            small = np.argmin(np.where(ch.valid, ch.tokens, 1 << 30), axis=1)
-            saved = tok - ch.tokens[rix, small]
-            lost = ch.expected[rix, picks] - ch.expected[rix, small]
-            picks = picks.copy()
-            for i in np.argsort(np.where(saved > 0, lost / np.maximum(saved, 1), np.inf), kind="stable"):
-                if total <= budget or saved[i] <= 0:
-                    break
-                picks[i], total = small[i], total - int(saved[i])
-                tok[i] = ch.tokens[i, small[i]]
-                self.stats.degraded += 1
-        sizes = {id(r): int(t) for r, t in zip(planned, tok, strict=True)}
-        sizes |= {id(r): int(t) for r, t in zip(others, fixed.tokens, strict=True)}
-        rows = planned + others
-        order = [r for r in reversed(rows) if r.action == Action.PREFILL]
-        order += [r for r in reversed(rows) if r.action != Action.PREFILL]
-        deferred: set[int] = set()
-        for r in order:
-            if total <= budget or len(deferred) == len(rows) - 1:
-                break
-            deferred.add(id(r))
-            total -= sizes[id(r)]
-        self.stats.deferred += len(deferred)
-        return picks, deferred
+    def _drafting(self, drafting: list[Request]) -> Drafting:
+        """The two choices of each drafting row (:class:`~.plan_choices.Drafting`)."""
+        value, now, later = [], [], []
+        for req in drafting:
+            cur = req.cursor
+            n = len(cur.candidates)
+            value.append((tokens_per_verify(req, n), 1.0))
+            ar_tokens = cur.candidates[0] - req.cache.block_cached + 1
+            now.append((fixed_tokens(req, self.prefill_chunk), ar_tokens))
+            later.append((2 * n, 0))
+        D = len(drafting)
+        shape = (D, 2)
+        return Drafting(
+            np.array(value, dtype=float).reshape(shape),
+            np.array(now, dtype=np.int64).reshape(shape),
+            np.array(later, dtype=np.int64).reshape(shape),
+            np.tile(np.array([2, 1], dtype=np.int64), (D, 1)),
+            np.array([r.state.length for r in drafting], dtype=np.int64),
+        )
 
     # ------------------------------------------------------------------ the choice, applied
     def _apply(self, planned: list[Request], plans: list[Plan | None], predicted_ms: float) -> None:

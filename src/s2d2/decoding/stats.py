@@ -52,6 +52,8 @@ class GenerationStats:
     predraft_misses: int = 0
     #: steps whose next drafts were the unverified (stale) drafts a planned verification left
     stale_reuses: int = 0
+    #: steps the step planner made AR-only instead of a draft forward (one token, no draft)
+    ar_only_steps: int = 0
     #: tokens fed to the model over all of this request's forwards (the cost of bigger forwards)
     query_tokens: int = 0
     finish_reason: str = "length"

@@ -31,6 +31,10 @@ CAPS = (8, 16)
 CAP_ROWS = 8
 #: Dinkelbach passes from each start.
 PASSES = 1
+#: How much better (predicted) than plain verification of every span and a draft for every drafting row
+#: a choice must be to be taken: the profiles' errors on real steps are 5-20%, and a choice the profile
+#: barely prefers is a coin toss that costs host work (pre-draft groups, more steps).
+MARGIN = 0.1
 #: A pre-draft hit's worth, as a share of the draft forward it saves: a group's drafts see the rejected
 #: slot masked (or an assumed correction), so the step after a hit commits fewer tokens than one after a
 #: fresh draft (lossless-fused B8 on tiny-gsm: 0.88 of steps hit, 3.9 tokens per verification against
@@ -237,6 +241,9 @@ def search(
         if ratio > best[0]:
             best = (ratio, ms, picks, dpicks, m, share)
     ratio0, _, picks0, dpicks0, m, share = best
+    plain_ratio, plain_ms, _, _ = evaluate(plain, np.zeros(D, int))
+    if ratio0 < plain_ratio * (1.0 + MARGIN):
+        return plain, np.zeros(D, int), plain_ms
     rows = R + D + fixed.tokens.size
     floor = int(fixed.tokens.max()) if fixed.tokens.size else 0
     for cap in [c for c in CAPS if c > floor] if rows >= CAP_ROWS else []:

@@ -11,13 +11,14 @@ block's committed run starts), as a verification requires.
 The choice compares milliseconds per committed token at the step's marginal cost ``m`` per query token
 and fixed share ``F / R`` per row: AR only ``m * tokens + F / R`` for one token; drafting
 ``m * (draft + verify tokens) + 2 F / R`` (a draft step, then its verification) for the tokens a
-verification of its masked slots expects at the row's acceptance rate so far (accepted over drafted
-drafts; a prior of :data:`PRIOR_ACCEPTANCE` before :data:`PRIOR_DRAFTS` drafts).
+verification of its masked slots expects at the row's acceptance rate so far (accepted drafts over
+accepted plus rejected ones; a prior of :data:`PRIOR_ACCEPTANCE` before :data:`PRIOR_DRAFTS` of them).
 """
 
 from __future__ import annotations
 
 from .draft_step import DraftStep, Plan, SlotDrafts, VerifyMode
+from .plan_choices import MARGIN
 from .request import Action, Request
 
 #: Acceptance rate assumed for a row that has had fewer than :data:`PRIOR_DRAFTS` drafts verified.
@@ -40,9 +41,12 @@ def eligible(req: Request) -> bool:
 
 def tokens_per_verify(req: Request, n: int) -> float:
     """Committed tokens a verification of ``n`` fresh drafts expects at the row's acceptance rate so far
-    (``a``: accepted over drafted; each position is reached with probability ``a`` per earlier one)."""
+    (``a``: the chance a reached draft is accepted, accepted drafts over accepted plus rejected ones;
+    position j is reached with probability ``a ** j``)."""
     st = req.stats
-    a = st.accepted / st.drafted if st.drafted >= PRIOR_DRAFTS else PRIOR_ACCEPTANCE
+    rejected = st.verify_steps - st.ar_only_steps - st.full_accepts
+    seen = st.accepted + rejected
+    a = st.accepted / seen if seen >= PRIOR_DRAFTS else PRIOR_ACCEPTANCE
     return n if a >= 1.0 else (1.0 - a**n) / (1.0 - a)
 
 
@@ -53,7 +57,7 @@ def prefers_ar(req: Request, draft_tokens: int, m: float, share: float) -> bool:
     n = len(cur.candidates)
     ar = m * (off + 1) + share
     draft = m * (draft_tokens + 2 * n) + 2 * share
-    return ar * tokens_per_verify(req, n) < draft
+    return ar * tokens_per_verify(req, n) < draft * (1.0 - MARGIN)
 
 
 def to_ar_only(req: Request) -> Plan:
@@ -66,6 +70,7 @@ def to_ar_only(req: Request) -> Plan:
     p = DraftStep(SlotDrafts([slot], [mask_id], [0.0], alpha=[0.0]), [False], 1, mode=VerifyMode.AR_ONLY)
     p.span_len, p.filled, p.plan = 1, list(cur.ids), plan
     req.stats.steps += 1
+    req.stats.ar_only_steps += 1
     req.tracer.begin_step(cur.start, cur.step)
     req.pending, req.action = p, Action.VERIFY
     return plan

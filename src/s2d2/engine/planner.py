@@ -43,7 +43,18 @@ from .cost import FittedCost, StepCost
 from .draft_step import DraftStep, Plan, VerifyMode
 from .fusion import plan_groups
 from .plan_budget import fit_budget
-from .plan_choices import Choices, Drafting, Fixed, RowSpan, build, marginal, predict, row_costs, search
+from .plan_choices import (
+    MARGIN,
+    Choices,
+    Drafting,
+    Fixed,
+    RowSpan,
+    build,
+    marginal,
+    predict,
+    row_costs,
+    search,
+)
 from .plan_draft import eligible, prefers_ar, to_ar_only, tokens_per_verify
 from .request import Action, Request
 from .step_timing import StepTiming
@@ -52,8 +63,10 @@ from .step_timing import StepTiming
 #: built-in tiny-gsm model on one thread of this project's 2-core CPU; only speed depends on it.
 GENERIC_COST = FittedCost((0.926, 0.0561, 0.0197, 0.0552), {"model": "generic-cpu"})
 #: Host milliseconds a pre-draft group adds to a step (its device math, on a CPU); charged with a
-#: measured profile (:class:`~.cost.FittedCost`), whose forwards run on the same host.
-HOST_MS_PER_GROUP = 0.08
+#: measured profile (:class:`~.cost.FittedCost`), whose forwards run on the same host. Lossless-fused B8
+#: on tiny-gsm, one row, one thread: about 0.25 ms more outside the forward per step than plain B8;
+#: 0.15 (against 0.08) gave the better one-row run, within this CPU's noise.
+HOST_MS_PER_GROUP = 0.15
 #: Up to this many planned rows the choices are computed in plain Python (numpy's per-call cost would
 #: dominate), beyond it as matrices (:mod:`.plan_choices`).
 SMALL_ROWS = 4
@@ -235,8 +248,8 @@ class StepPlanner:
 
     def _draft_or_ar(self, drafting: list[Request], spans: list[RowSpan], others: list[Request]) -> None:
         """Rows about to draft: AR only instead where it is cheaper per token (:mod:`.plan_draft`), at the
-        step's marginal ms per token and fixed share per row with the settings' choices."""
-        toks = [row_costs(s, 0.0, 0.0, 0.0)[-1][2] for s in spans]
+        step's marginal ms per token and fixed share per row with plain verification."""
+        toks = [_plain_tokens(s) for s in spans]
         toks += [fixed_tokens(r, self.prefill_chunk) for r in others]
         ctx = [s.context for s in spans] + [r.state.length if r.state is not None else 0 for r in others]
         m, share = marginal(self.cost, np.array(toks, dtype=np.int64), np.array(ctx, dtype=np.int64))
@@ -259,16 +272,22 @@ class StepPlanner:
         return plans
 
     def _small(self, spans: list[RowSpan], fixed: Fixed) -> tuple[list[Plan], float]:
-        """A few planned rows: each one's cheapest choice at the step's default shape (plain Python)."""
+        """A few planned rows: each one's cheapest choice at the shape of plain verification (plain
+        Python), where it is clearly cheaper than plain (:data:`~.plan_choices.MARGIN`)."""
         self._deferred_others = set()
-        defaults = [row_costs(s, 0.0, 0.0, 0.0)[-1][2] for s in spans]
+        defaults = [_plain_tokens(s) for s in spans]
         toks = np.array(defaults + fixed.tokens.tolist(), dtype=np.int64)
         ctx = np.array([s.context for s in spans] + fixed.contexts.tolist(), dtype=np.int64)
         m, share = marginal(self.cost, toks, ctx)
+        ms0 = predict(self.cost, toks, ctx)
         plans = []
         for i, s in enumerate(spans):
-            _, col, tokens, expected = min(row_costs(s, m, share, self.host_ms_per_group))
+            options = row_costs(s, m, share, self.host_ms_per_group)
             n = len(s.alpha)
+            cost, col, tokens, expected = min(options)
+            plain = options[n - 1]
+            if plain[0] - cost < MARGIN * ms0 / toks.size:  # not clearly better than plain (plan_choices)
+                _, col, tokens, expected = plain
             plans.append(_plan(col, n, tokens, expected))
             toks[i] = tokens
         return plans, predict(self.cost, toks, ctx)
@@ -363,6 +382,11 @@ class StepPlanner:
                 rec["measured_ms"] = ms
         self._traced = []
         self._seen = (t.steps, t.forward_seconds)
+
+
+def _plain_tokens(s: RowSpan) -> int:
+    """Query tokens of a plain verification of the whole span."""
+    return s.off + 2 * len(s.alpha) - 1
 
 
 def _verifying(req: Request) -> bool:

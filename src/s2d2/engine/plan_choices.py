@@ -213,42 +213,48 @@ def search(
     def tokens(picks: np.ndarray, dpicks: np.ndarray) -> np.ndarray:
         return np.concatenate([ch.tokens[rix, picks], d.now[dix, dpicks], fixed.tokens])
 
-    def evaluate(picks: np.ndarray, dpicks: np.ndarray) -> tuple[float, float, float, float]:
-        """(exact ratio, predicted ms, m, share) of these picks."""
+    def point(picks: np.ndarray, dpicks: np.ndarray) -> tuple[float, float, float]:
+        """Predicted ms of these picks, and the profile linearised there: (ms, m, share)."""
         toks = tokens(picks, dpicks)
         ms = predict(cost, toks, all_ctx)
-        m, share = marginal(cost, toks, all_ctx)
+        m = max(predict(cost, toks + 2, all_ctx) - ms, 0.0) / (2 * toks.size)
+        return ms, m, max(ms - m * int(toks.sum()), 0.0) / toks.size
+
+    def ratio_of(picks: np.ndarray, dpicks: np.ndarray, ms: float, m: float, share: float) -> float:
+        """Expected tokens over effective ms: this step's plus the rows' later costs (at m, share)."""
         c, dc = (rix, picks), (dix, dpicks)
         later = m * ch.rest[c] + ch.cont[c] * share - ch.hit[c] * HIT_WORTH * (m * ch.draft + share)
         later_d = m * d.later[dc] + (d.steps[dc] - 1) * share
         eff = ms + float(later.sum()) + float(later_d.sum()) + host * float(ch.groups[c].sum())
-        value = base_value + float(d.value[dc].sum())
-        return value / max(eff, 1e-9), ms, m, share
+        return (base_value + float(d.value[dc].sum())) / max(eff, 1e-9)
 
-    valid_tokens = np.where(ch.valid, ch.tokens, 1 << 30)
-    smallest = np.argmin(valid_tokens, axis=1)
+    smallest = np.argmin(np.where(ch.valid, ch.tokens, 1 << 30), axis=1)
     plain = np.argmax(np.where(ch.valid[:, : ch.n_max], np.arange(ch.n_max), -1), axis=1)
     D = dix.size
-    starts = [(start, np.zeros(D, int)), (plain, np.zeros(D, int)), (smallest, np.ones(D, int))]
-    best = None
+    draft, ar = np.zeros(D, int), np.ones(D, int)
+    starts = [(plain, draft), (start, draft), (smallest, ar)]
+    if np.array_equal(start, plain):
+        starts.pop(1)
+    found = []  # (ratio, ms, picks, dpicks, m, share)
     for picks, dpicks in starts:
-        ratio, ms, m, share = evaluate(picks, dpicks)
+        ms, m, share = point(picks, dpicks)
+        ratio = ratio_of(picks, dpicks, ms, m, share)
+        found.append((ratio, ms, picks, dpicks, m, share))
         for _ in range(PASSES):
-            if best is None or ratio > best[0]:
-                best = (ratio, ms, picks, dpicks, m, share)
             picks, dpicks = _repick(ch, d, m, share, ratio, host, None)
-            ratio, ms, m, share = evaluate(picks, dpicks)
-        if ratio > best[0]:
-            best = (ratio, ms, picks, dpicks, m, share)
-    ratio0, _, picks0, dpicks0, m, share = best
-    plain_ratio, plain_ms, _, _ = evaluate(plain, np.zeros(D, int))
-    if ratio0 < plain_ratio * (1.0 + MARGIN):
-        return plain, np.zeros(D, int), plain_ms
-    rows = R + D + fixed.tokens.size
+            ms = predict(cost, tokens(picks, dpicks), all_ctx)
+            ratio = ratio_of(picks, dpicks, ms, m, share)
+            found.append((ratio, ms, picks, dpicks, m, share))
+    plain_ratio, plain_ms = found[0][0], found[0][1]
+    best = max(found, key=lambda f: f[0])
+    if best[0] < plain_ratio * (1.0 + MARGIN):
+        return plain, draft, plain_ms
+    ratio0, _, _, _, m, share = best
     floor = int(fixed.tokens.max()) if fixed.tokens.size else 0
-    for cap in [c for c in CAPS if c > floor] if rows >= CAP_ROWS else []:
+    for cap in [c for c in CAPS if c > floor] if R + D + fixed.tokens.size >= CAP_ROWS else []:
         picks, dpicks = _repick(ch, d, m, share, ratio0, host, cap)
-        ratio, ms, _, _ = evaluate(picks, dpicks)
+        ms = predict(cost, tokens(picks, dpicks), all_ctx)
+        ratio = ratio_of(picks, dpicks, ms, m, share)
         if ratio > best[0]:
             best = (ratio, ms, picks, dpicks, m, share)
     return best[2], best[3], best[1]

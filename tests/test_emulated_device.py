@@ -16,6 +16,8 @@ from s2d2.tasks.tiny_gsm.splits import load_split
 MIXES = (
     dict(preset="lossless", block_size=8),
     dict(preset="lossless-fused", block_size=8),
+    dict(preset="lossless-auto", block_size=8),
+    dict(preset="lossless-auto", block_size=16, trace=True),
     dict(preset="lossless", block_size=8, temperature=1.0, acceptance="probabilistic", seed=5),
     dict(decoder="s2d2", policy="ucb", block_size=4, temperature=0.7, seed=1, logprobs=2, trace=True),
     dict(decoder="s2d2", policy="score", fallback="eb", block_size=8),

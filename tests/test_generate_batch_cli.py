@@ -84,7 +84,9 @@ def test_input_file_equals_each_request_alone(tiny, capsys, tmp_path):
         assert row["text"] == alone.text, line
         assert row["token_ids"] == alone.token_ids, line
         assert set(row["stats"]) >= STAT_KEYS
-        assert row["stats"]["nfe"] == alone.stats.nfe, line
+        cfg = tiny.make_config(**settings)
+        if cfg.plan == "fixed" or cfg.fusion_blockers():  # a planned row's forwards depend on its batch
+            assert row["stats"]["nfe"] == alone.stats.nfe, line
         assert row["stats"]["generated_tokens"] == len(row["token_ids"])
     assert rows[1]["stats"]["nfe_verify"] == 0  # the ar line ran as AR
     assert rows[3]["stats"]["generated_tokens"] <= 12  # its own max_new_tokens won over the flag
@@ -228,8 +230,14 @@ def test_run_eval_batched_equals_one_at_a_time(tiny, settings):
     one = run_eval(task, problems, tiny, config=cfg, progress=False)
     many = run_eval(task, problems, tiny, config=cfg, progress=False, max_num_seqs=4)
     assert [r.id for r in many.results] == [p["id"] for p in problems]
+    # the model's default plans each step by its cost (plan="auto"): the same tokens, but forwards that
+    # depend on the batch
+    planned = cfg.plan == "auto" and not cfg.fusion_blockers()
     for a, b in zip(one.results, many.results, strict=True):
-        assert (a.completion, a.correct, a.nfe, a.tokens) == (b.completion, b.correct, b.nfe, b.tokens)
+        assert (a.completion, a.correct, a.tokens) == (b.completion, b.correct, b.tokens)
+        assert planned or a.nfe == b.nfe
         assert b.seconds > 0
-    for key in ("n", "correct", "accuracy", "nfe", "tokens", "verify_steps", "acceptance_rate"):
+    keys = ("n", "correct", "accuracy", "tokens")
+    keys += () if planned else ("nfe", "verify_steps", "acceptance_rate")
+    for key in keys:
         assert getattr(one.summary, key) == getattr(many.summary, key), key

@@ -37,8 +37,17 @@ def run(engine: LLMEngine, prompts, cfgs) -> list:
     return outs
 
 
-def assert_same(ref, outs, *, prefill_equal: bool) -> None:
+def planned(kw: dict) -> bool:
+    """Whether requests of these settings plan each step by its cost (``plan="auto"``): then the plan
+    depends on the batch's shape, and only token ids must be equal."""
+    return kw.get("plan", "auto" if kw.get("preset") == "lossless-auto" else None) == "auto"
+
+
+def assert_same(ref, outs, *, prefill_equal: bool, tokens_only: bool = False) -> None:
     for a, b in zip(ref, outs, strict=True):
+        if tokens_only:
+            assert b.token_ids == a.token_ids
+            continue
         assert decode_signature(b) == decode_signature(a)
         if prefill_equal:
             assert b.stats.nfe == a.stats.nfe
@@ -84,19 +93,20 @@ def test_prefix_cache_and_preemption_change_no_token(tiny, shared_prompts, name)
     ref = [run(LLMEngine(tiny.adapter, max_num_seqs=1, prefix_cache=False), [p], [cfg])[0]
            for p in shared_prompts]
 
+    only = planned(CASES[name])
     alone = LLMEngine(tiny.adapter, max_num_seqs=1, prefix_cache=True)
-    assert_same(ref, run(alone, shared_prompts, cfgs), prefill_equal=False)
+    assert_same(ref, run(alone, shared_prompts, cfgs), prefill_equal=False, tokens_only=only)
     assert alone.stats()["prefix_hit_rate"] > 0.5
 
     batched = LLMEngine(tiny.adapter, max_num_seqs=6, prefix_cache=True)
-    assert_same(ref, run(batched, shared_prompts, cfgs), prefill_equal=False)
+    assert_same(ref, run(batched, shared_prompts, cfgs), prefill_equal=False, tokens_only=only)
     assert batched.stats()["mean_rows_per_forward"] > 2
 
     budget = budget_forcing_preemption(shared_prompts, cfg)
     for cache in (False, True):
         tight = LLMEngine(tiny.adapter, max_num_seqs=6, kv_budget_tokens=budget, prefix_cache=cache)
         outs = run(tight, shared_prompts, cfgs)
-        assert_same(ref, outs, prefill_equal=not cache)
+        assert_same(ref, outs, prefill_equal=not cache, tokens_only=only)
         stats = tight.stats()
         assert stats["preemptions"] >= 2 and sum(o.stats.preemptions for o in outs) == stats["preemptions"]
         assert sum(o.stats.nfe_recompute for o in outs) > 0

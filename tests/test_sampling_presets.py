@@ -32,4 +32,5 @@ def test_the_shipped_default_samples_exactly_too():
     assert model.preset.settings["acceptance"] == "auto"
     assert model.default_config().strict and model.default_config().fuse
     sampled = model.make_config(temperature=1.0, seed=3)
-    assert not sampled.strict and not sampled.fuse and sampled.block_size == 16
+    assert not sampled.strict and not sampled.fuse and sampled.block_size == 8
+    assert sampled.fusion_blockers()  # plan="auto" leaves it as its settings say: probabilistic acceptance

@@ -33,6 +33,9 @@ MIN_TEMPERATURE, MAX_TEMPERATURE = 1e-3, 100.0
 UCB_SCOPES = ("request", "engine")
 UCB_REWARDS = ("auto", "committed", "checked")
 UCB_ENTROPY_SCALES = ("auto", "linear", "log")
+#: ``fixed``: every step decodes as the settings say; ``auto``: the engine's cost-aware planner chooses each
+#: verification (s2d2.engine.planner)
+PLANS = ("fixed", "auto")
 #: Most alternatives ``logprobs`` may ask for per token (OpenAI's limit).
 MAX_TOP_LOGPROBS = 20
 
@@ -148,6 +151,11 @@ class DecodeConfig:
     predraft_tokens: int = 0
     #: On a pre-draft miss, reuse the stale drafts (verification judges them) instead of drafting afresh.
     reuse_stale: bool = False
+    #: ``auto``: the engine's step planner chooses each verification of the lossless family (plain, fused
+    #: with 0..``predraft_positions`` groups, the span's first k positions, or AR only) for the most
+    #: expected tokens per predicted second; the tokens stay AR greedy's. Other settings decode as
+    #: ``fixed`` (exactly as they say).
+    plan: str = "fixed"
     #: Record a per-step trace of what was committed and how.
     trace: bool = False
     #: Report each committed token's log-probability (``None``: off; 0: the token's own; k: also the k most
@@ -252,6 +260,7 @@ class DecodeConfig:
         choice("ucb_scope", self.ucb_scope, UCB_SCOPES)
         choice("ucb_reward", self.ucb_reward, UCB_REWARDS)
         choice("ucb_entropy_scale", self.ucb_entropy_scale, UCB_ENTROPY_SCALES)
+        choice("plan", self.plan, PLANS)
         if not isinstance(self.block_size, int) or self.block_size < 1:
             fail(f"block_size must be an integer >= 1, got {self.block_size!r}")
         if self.steps is not None:
@@ -435,4 +444,6 @@ PRESETS: dict[str, dict[str, Any]] = {
     "lossless": _LOSSLESS,
     # The same output in about one forward per step: verification forwards carry the next step's drafts.
     "lossless-fused": dict(_LOSSLESS, fuse=True, predraft_positions=4, predraft_tokens=0),
+    # The same output again; the engine's planner chooses each step's verification by its cost.
+    "lossless-auto": dict(_LOSSLESS, fuse=True, predraft_positions=4, predraft_tokens=0, plan="auto"),
 }

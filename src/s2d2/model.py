@@ -94,10 +94,13 @@ class S2D2Model(Likelihoods):
         cost: StepCost | None = None,
         prefix_cache: bool = True,
         kv_page_size: int = DEFAULT_PAGE_SIZE,
+        max_num_batched_tokens: int | None = None,
     ):
         self.adapter = adapter
         #: KV memory: reuse cached prompt prefixes across requests; positions a page
         self.prefix_cache, self.kv_page_size = prefix_cache, kv_page_size
+        #: most query tokens of one engine step, all rows together (the step planner keeps it)
+        self.max_num_batched_tokens = max_num_batched_tokens
         #: the engine's step-cost profile (:mod:`s2d2.engine.cost`), if any
         self.cost = cost
         #: the checkpoint's own default decoding settings (its ``s2d2_preset.json``), if any
@@ -132,6 +135,7 @@ class S2D2Model(Likelihoods):
                 cost=self.cost,
                 prefix_cache=self.prefix_cache,
                 kv_page_size=self.kv_page_size,
+                max_num_batched_tokens=self.max_num_batched_tokens,
             )
         return self._engine
 
@@ -341,6 +345,7 @@ def load(
     cost_profile: str | os.PathLike[str] | None = None,
     prefix_cache: bool = True,
     kv_page_size: int = DEFAULT_PAGE_SIZE,
+    max_num_batched_tokens: int | None = None,
     **options: Any,
 ) -> S2D2Model:
     """Load a block-diffusion model: a built-in name (``tiny-gsm``) or a local checkpoint directory.
@@ -357,7 +362,11 @@ def load(
     file) gets those settings as its defaults (explicit settings and ``preset=`` still win); pass
     ``use_preset=False`` to ignore it. ``cost_profile``: a measured step-cost profile file (calibrated
     and written when missing) or ``roofline:h200`` / ``roofline:a100`` (a projection); see
-    :mod:`s2d2.engine.cost`.
+    :mod:`s2d2.engine.cost`; the step planner of ``plan="auto"`` requests plans with it (without one,
+    with :data:`s2d2.engine.planner.GENERIC_COST`, the built-in model's CPU profile).
+    ``max_num_batched_tokens``: most query tokens of one engine step over all rows (as vLLM's; the
+    planner degrades planned verifications and defers prefill chunks to keep it; at least
+    ``max_query_tokens_per_row``).
     """
     path = resolve_model_path(name_or_path)
     preset_path = path / MODEL_PRESET_FILE  # read first: a broken preset file fails before the slow load
@@ -378,4 +387,5 @@ def load(
         cost=cost,
         prefix_cache=prefix_cache,
         kv_page_size=kv_page_size,
+        max_num_batched_tokens=max_num_batched_tokens,
     )

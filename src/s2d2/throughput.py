@@ -83,6 +83,9 @@ def _one_cell(
         "predicted_ms_per_step": c["predicted_ms_per_step"],
         "predicted_abs_error": c["predicted_abs_error"],
         "steps": c["steps"],
+        "plan_predicted_ms_per_step": c["plan_predicted_ms_per_step"],
+        "plan_ms_per_step": c["plan_ms_per_step"],
+        "plan_rows": c["plan_rows"],
     }
 
 
@@ -262,6 +265,7 @@ def _config_rows(
                 "forward_ms_per_step": _median(runs, "forward_ms_per_step"),
                 "other_ms_per_step": _median(runs, "other_ms_per_step"),
                 **_predicted(runs, x),
+                **_planned(runs, x),
                 "prefix_cache": cache_on,
                 "prefill_forwards_per_request": round(x["prefill_forwards_per_request"], 2),
                 "prefix_hit_rate": round(x["prefix_hit_rate"], 3),
@@ -293,6 +297,19 @@ def _predicted(runs: list[dict[str, float]], x: dict[str, float]) -> dict[str, f
         # the forwards alone: what the device would do with a host that kept up
         "projected_forward_tokens_per_s": round(x["tokens"] / forward, 1) if forward > 0 else None,
     }
+
+
+def _planned(runs: list[dict[str, float]], x: dict[str, float]) -> dict[str, float]:
+    """A planned configuration (``plan=auto``): the planner's predicted forward ms per planned step
+    (``predicted_ms_per_step`` when no cost profile was given: then the planner's own default profile
+    predicts), and the planning phase's ms per step (medians over repeats)."""
+    if not x["plan_rows"]:
+        return {}
+    out = {"plan_ms_per_step": _median(runs, "plan_ms_per_step")}
+    out["plan_predicted_ms_per_step"] = round(x["plan_predicted_ms_per_step"], 4)
+    if x["predicted_ms_per_step"] is None:
+        out["predicted_ms_per_step"] = out["plan_predicted_ms_per_step"]
+    return out
 
 
 def _median(runs: list[dict[str, float]], key: str) -> float:

@@ -121,6 +121,11 @@ def _lossless_fused(b: int) -> BenchConfig:
     return BenchConfig(f"lossless-fused-b{b}", {"preset": "lossless-fused", "block_size": b})
 
 
+def _lossless_auto(b: int = 8) -> BenchConfig:
+    """The step planner over fused lossless decoding (``plan=auto``): named without its block size."""
+    return BenchConfig("lossless-auto", {"preset": "lossless-auto", "block_size": b})
+
+
 def _default_grid() -> list[BenchConfig]:
     blocks = (4, 8, 16)
     grid = [_ar()]
@@ -131,6 +136,7 @@ def _default_grid() -> list[BenchConfig]:
         for routing in S2D2_ROUTINGS:
             grid += [_s2d2(b, routing, acc) for acc in ("strict", "probabilistic")]
         grid += [_lossless(b), _lossless_fused(b)]
+    grid.append(_lossless_auto())
     # cheap S2D2 points: dynamic-score routing with a low fallback threshold (to face dynamic tau .5/.7)
     grid += [_s2d2(b, "score-dynamic", "strict", fallback_tau=tau) for b in blocks for tau in (0.5, 0.7)]
     # routing that skips verification falls back to the threshold rule: a stricter fallback + causal cache

@@ -136,7 +136,7 @@ def generate_command(
     cfg = m.make_config(**settings)  # validate settings before any work
     prompt_in = _prompt_input(prompt, ids=ids or m.tokenizer is None, ids_flag=ids, model=model)
     result = m.generate(prompt_in, cfg, chat=chat)
-    _print_result(result, as_json=as_json, trace=trace)
+    _print_result(result, as_json=as_json, trace=trace, engine=m.engine.stats())
 
 
 def _prompt_input(prompt: str, *, ids: bool, ids_flag: bool, model: str) -> Any:
@@ -152,10 +152,13 @@ def _prompt_input(prompt: str, *, ids: bool, ids_flag: bool, model: str) -> Any:
         ) from None
 
 
-def _print_result(result: Any, *, as_json: bool, trace: bool) -> None:
-    """``--json``: one JSON object on stdout; otherwise the text on stdout and a summary line on stderr."""
+def _print_result(result: Any, *, as_json: bool, trace: bool, engine: dict[str, Any] | None = None) -> None:
+    """``--json``: one JSON object on stdout (with the engine's counters, its step planner's among them,
+    under ``engine``); otherwise the text on stdout and a summary line on stderr."""
     if as_json:
         out = result.to_dict()
+        if engine is not None:
+            out["engine"] = engine
         if trace and result.trace is not None:
             out["trace"] = [t.__dict__ for t in result.trace]
         typer.echo(json.dumps(out))

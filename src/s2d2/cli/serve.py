@@ -107,6 +107,21 @@ KVBudgetOpt = Annotated[
         show_default=False,
     ),
 ]
+CostProfileOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--cost-profile",
+        help="A step-cost profile for the planner of plan=auto requests: a profile file (calibrated when "
+        "missing) or roofline:NAME.",
+    ),
+]
+BatchedTokensOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--max-num-batched-tokens",
+        help="Most query tokens of one engine step, all rows together (the planner keeps it).",
+    ),
+]
 
 
 def serve_command(
@@ -134,6 +149,8 @@ def serve_command(
     prefix_cache: PrefixCacheOpt = True,
     kv_page_size: PageSizeOpt = 16,
     kv_budget_tokens: KVBudgetOpt = None,
+    cost_profile: CostProfileOpt = None,
+    max_num_batched_tokens: BatchedTokensOpt = None,
 ) -> None:
     """Serve MODEL over an OpenAI-compatible HTTP API (completions, chat completions, streaming)."""
     _need_serve_extra()
@@ -159,6 +176,8 @@ def serve_command(
         allowed_hosts=hosts or default_allowed_hosts(host),
     )
     if ray:
+        if cost_profile is not None or max_num_batched_tokens is not None:
+            raise S2D2Error("--cost-profile and --max-num-batched-tokens do not apply with --ray yet")
         if routing_state is not None:
             raise S2D2Error("--routing-state does not apply with --ray (each replica learns on its own)")
         from ..serving.ray import serve_ray
@@ -178,7 +197,15 @@ def serve_command(
     from ..serving.app import create_app
     from ..serving.server import serve
 
-    m = load(model, device=device, dtype=dtype, max_num_seqs=max_num_seqs, **memory)
+    m = load(
+        model,
+        device=device,
+        dtype=dtype,
+        max_num_seqs=max_num_seqs,
+        cost_profile=cost_profile,
+        max_num_batched_tokens=max_num_batched_tokens,
+        **memory,
+    )
     app = create_app(m, routing_state=routing_state, **options)
     status = serve(
         app, host=host, port=port, grace=grace, log_level=log_level, timeout_keep_alive=timeout_keep_alive

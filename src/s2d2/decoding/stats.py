@@ -22,6 +22,9 @@ class StepTrace:
     probs: list[tuple[float | None, float | None]] = field(default_factory=list)
     #: the step's drafts came from a pre-draft group of the previous (fused) verification: no draft forward
     predrafted: bool = False
+    #: the step planner's choice for this step's verification (``plan=auto``): mode, k, positions,
+    #: expected tokens, the step's predicted and measured forward ms
+    plan: dict[str, Any] | None = None
 
 
 @dataclass
@@ -58,6 +61,10 @@ class GenerationStats:
     #: verifications whose outcome had no group (the next step drafted afresh or reused stale drafts)
     predraft_hits: int = 0
     predraft_misses: int = 0
+    #: steps whose next drafts were the unverified (stale) drafts a planned verification left
+    stale_reuses: int = 0
+    #: steps the step planner made AR-only instead of a draft forward (one token, no draft)
+    ar_only_steps: int = 0
     #: tokens fed to the model over all of this request's forwards (the cost of bigger forwards)
     query_tokens: int = 0
     finish_reason: str = "length"

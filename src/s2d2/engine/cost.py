@@ -77,6 +77,12 @@ class StepShape:
 class StepCost(Protocol):
     def predict_ms(self, shape: StepShape) -> float: ...
 
+    def predict_totals(self, rows: int, tokens: int, attention: float, kv: int, padded: float) -> float:
+        """The same prediction from a shape's totals: rows, query tokens, query-key pairs scored
+        (:attr:`StepShape.attention`), keys held (context + queries, summed over rows) and the padded
+        attention's pairs (:attr:`StepShape.padded_attention`); the step planner's cheap form."""
+        ...
+
 
 def _features(rows: int, tokens: int, attention: int) -> list[float]:
     return [1.0, float(rows), float(tokens), attention / 1000.0]
@@ -91,8 +97,11 @@ class FittedCost:
     cells: list[dict[str, Any]] = field(default_factory=list)
 
     def predict_ms(self, shape: StepShape) -> float:
-        x = _features(shape.rows, shape.tokens, shape.padded_attention)
-        return max(0.0, sum(c * v for c, v in zip(self.coef, x, strict=True)))
+        return self.predict_totals(shape.rows, shape.tokens, 0, 0, shape.padded_attention)
+
+    def predict_totals(self, rows: int, tokens: int, attention: float, kv: int, padded: float) -> float:
+        a, b, c, d = self.coef
+        return max(0.0, a + b * rows + c * tokens + d * padded / 1000.0)
 
     @classmethod
     def fit(cls, cells: Sequence[dict[str, Any]], key: dict[str, Any] | None = None) -> FittedCost:
@@ -238,9 +247,12 @@ class RooflineCost:
     hw: Hardware
 
     def predict_ms(self, shape: StepShape) -> float:
-        m, hw = self.model, self.hw
-        flops = 2 * m.params * shape.tokens + 4 * m.layers * m.heads * m.head_dim * shape.attention
         kv = sum(c + q for q, c in zip(shape.queries, shape.contexts, strict=True))
+        return self.predict_totals(shape.rows, shape.tokens, shape.attention, kv, 0)
+
+    def predict_totals(self, rows: int, tokens: int, attention: float, kv: int, padded: float) -> float:
+        m, hw = self.model, self.hw
+        flops = 2 * m.params * tokens + 4 * m.layers * m.heads * m.head_dim * attention
         nbytes = m.bytes_per_value * (m.params + 2 * m.layers * m.kv_heads * m.head_dim * kv)
         compute = flops / (hw.peak_flops * hw.compute_efficiency)
         memory = nbytes / (hw.bandwidth * hw.memory_efficiency)

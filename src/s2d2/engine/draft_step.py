@@ -22,6 +22,29 @@ class VerifyMode(StrEnum):
     PLAIN = "plain"
     #: the verification forward also carries the next step's pre-draft groups (docs/METHOD.md section 8)
     FUSED = "fused"
+    #: a 2L verification of only the span's first k positions (the planner's choice, ``plan=auto``)
+    PREFIX_K = "prefix"
+    #: the smallest forward: the AR-mode prediction at the first undecided position, one token committed
+    AR_ONLY = "ar-only"
+
+
+@dataclass
+class Plan:
+    """What the step planner (:mod:`.planner`) chose for one verifying row this step.
+
+    ``k``: span positions verified (the span's first k); ``positions``: rejection groups of a fused
+    verification; ``expected``: expected committed tokens (the survival sum of the acceptance estimates);
+    ``tokens``: query tokens the row feeds; ``full_span``: the routed span's length before the choice;
+    ``drafted``: False for an AR-only step that replaced a draft forward (its one "draft" is a
+    placeholder, not counted as drafted)."""
+
+    mode: VerifyMode
+    k: int
+    positions: int = 0
+    expected: float = 0.0
+    tokens: int = 0
+    full_span: int = 0
+    drafted: bool = True
 
 
 @dataclass
@@ -98,6 +121,8 @@ class DraftStep:
     check: SkipCheck | None = None
     #: fused verification: the pre-draft groups its forward carries (:class:`~.fusion.GroupPlan`)
     groups: list[Any] = field(default_factory=list)
+    #: the planner's choice for this step (``plan=auto`` rows it planned; None: as the settings say)
+    plan: Plan | None = None
 
     @property
     def candidates(self) -> list[int]:

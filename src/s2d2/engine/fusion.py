@@ -47,15 +47,16 @@ class GroupPlan:
         return list(range(first, first + self.rows))
 
 
-def plan_groups(req: Request, p: DraftStep) -> list[GroupPlan]:
-    """The pre-draft groups of this step's verification (see the module docstring)."""
+def plan_groups(req: Request, p: DraftStep, positions: int | None = None) -> list[GroupPlan]:
+    """The pre-draft groups of this step's verification (see the module docstring); ``positions``
+    rejection positions at most (default: the settings' ``predraft_positions``)."""
     cfg, slots, cur = req.config, p.span_slots, req.cursor
     L = cur.length
     plans: list[GroupPlan] = []
     next_start = cur.start + L
     if slots[-1] == L - 1 and next_start < req.limit and req.end is None and req.cache.partial:
         plans.append(GroupPlan(None, None, 0, min(cfg.block_size, req.info.max_length - next_start)))
-    k = min(cfg.predraft_positions, len(slots))
+    k = min(cfg.predraft_positions if positions is None else positions, len(slots))
     if k == 0:
         return plans
     # the selection runs on host float32 tensors: the same ranking (ties included) on every device

@@ -26,6 +26,7 @@ from .cost import StepCost, median_abs_error
 from .device import MAX_VOCAB, DeviceOps
 from .fault_isolation import run_isolating_failures
 from .logprobs import TokenLogprob
+from .planner import StepPlanner
 from .request import Request, Status, check_prompt
 from .request_limits import check_request_limits, default_max_query_tokens_per_row, fold_limit_for
 from .row_queries import RowWork, queries
@@ -79,7 +80,9 @@ class LLMEngine:
     ``prefill_chunk`` (most prompt positions a row prefills per forward), ``max_query_tokens_per_row``
     (most query tokens one row feeds to one forward; default: every shipped preset fits, see
     :mod:`.request_limits`; it also caps the prefill chunk), ``cost`` (a step-cost profile,
-    :mod:`.cost`: each step's predicted time is recorded beside the measured one). Everything else is
+    :mod:`.cost`: each step's predicted time is recorded beside the measured one; the planner of
+    ``plan=auto`` requests plans with it, :mod:`.planner`), ``max_num_batched_tokens`` (most query tokens
+    of one step, all rows together, as vLLM's; the planner keeps each step within it). Everything else is
     per request. With ``stream=True`` every step reports each running row's newly final tokens.
     """
 
@@ -95,6 +98,7 @@ class LLMEngine:
         cost: StepCost | None = None,
         prefix_cache: bool = True,
         kv_page_size: int = DEFAULT_PAGE_SIZE,
+        max_num_batched_tokens: int | None = None,
     ):
         limit = max_query_tokens_per_row
         if limit is None:
@@ -132,6 +136,16 @@ class LLMEngine:
         self.routing = EngineRoutingState()
         self.timing = StepTiming()
         self.cost = cost
+        if max_num_batched_tokens is not None and max_num_batched_tokens < limit:
+            raise ConfigError(
+                f"max_num_batched_tokens ({max_num_batched_tokens}) must be >= max_query_tokens_per_row "
+                f"({limit}): one row must always fit a step"
+            )
+        #: the planning phase of each step (``plan=auto`` rows, the step's query-token budget)
+        self.planner = StepPlanner(
+            cost, prefill_chunk=self.runner.prefill_chunk, timing=self.timing,
+            max_num_batched_tokens=max_num_batched_tokens,
+        )  # fmt: skip
 
     @property
     def max_num_seqs(self) -> int:
@@ -231,6 +245,7 @@ class LLMEngine:
             "predicted_ms_per_step": t.predicted_ms / steps if self.cost is not None else None,
             "predicted_abs_error": median_abs_error(t.pairs) if self.cost is not None else None,
             **self.scheduler.memory_stats(),
+            **self.planner.stats.to_dict(t.steps),
         }
 
     # ------------------------------------------------------------------ one step
@@ -251,10 +266,11 @@ class LLMEngine:
         forward = shape = None
         for req in self.scheduler.admit():
             self._guarded(req, advance)
+        deferred = self.planner.plan(self.scheduler.running)
         rows, segments = [], []
         for req in self.scheduler.running:
             idle = req.action is None and req.cache.recompute_left == 0
-            if idle or req.abort_requested or req.status.done:
+            if idle or req.abort_requested or req.status.done or id(req) in deferred:
                 continue
             try:
                 segments.append(self.runner.segment(req))

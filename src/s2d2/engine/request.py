@@ -159,6 +159,9 @@ class Request:
         self.rule = cfg.fallback if cfg.decoder == "s2d2" else BASELINE_RULE[cfg.decoder]
         self.policy: Policy | None = make_policy(cfg, self.routing) if cfg.decoder == "s2d2" else None
         self.unit = cfg.sub_block_size or cfg.block_size
+        #: whether the step planner may choose this request's verifications (``plan=auto`` on the
+        #: lossless family of a same-position model; :mod:`.planner`)
+        self.auto_plan = cfg.plan == "auto" and not info.shifted and not cfg.fusion_blockers()
         if cfg.trace:
             self.tracer = StepTracer()
         n_pre = self.n_prompt // cfg.block_size * cfg.block_size

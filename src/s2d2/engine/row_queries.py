@@ -79,7 +79,7 @@ def queries(dev: DeviceOps, req: Request, logits: torch.Tensor) -> RowWork:
             cur.candidates,
             entropy=req.rule == "eb",
             norm_entropy=pol is not None and pol.reads_entropy,
-            alpha=pol is not None and (pol.reads_alpha or cfg.fuse),
+            alpha=pol is not None and (pol.reads_alpha or cfg.fuse or cfg.plan == "auto"),
             alternatives=cfg.predraft_tokens + 1 if cfg.fuse and cfg.predraft_tokens else 0,
             keep_probs=pol is not None and (not cfg.strict or req.tracer.steps is not None),
         )

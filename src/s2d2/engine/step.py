@@ -127,7 +127,7 @@ def _take_predraft(req: Request) -> bool:
     except KeyError:  # the group does not cover this step's candidates: draft afresh
         return False
     req.stats.predraft_hits += int(hit)
-    _draft_step(req, values, predrafted=hit)
+    _draft_step(req, values, predrafted=True)  # a group's drafts or stale ones: no draft forward
     return True
 
 
@@ -238,8 +238,8 @@ def _route(req: Request, p: DraftStep) -> None:
     p.filled = list(cur.ids)
     for s, t in zip(slots, v.drafts, strict=True):
         p.filled[s] = t
-    if p.mode == VerifyMode.FUSED:
-        p.groups = plan_groups(req, p)
+    if p.mode == VerifyMode.FUSED and not (req.auto_plan and req.cache.partial):
+        p.groups = plan_groups(req, p)  # a planned row's groups are the planner's (.planner)
 
 
 def _verify_step(req: Request, vq: VerifyQuery, group_drafts: list[SlotDrafts]) -> None:
@@ -260,9 +260,10 @@ def _verify_step(req: Request, vq: VerifyQuery, group_drafts: list[SlotDrafts]) 
         p.n_committed += 1
     st = req.stats
     st.verify_steps += 1
-    st.drafted += p.span_len
-    st.accepted += n_acc
-    st.full_accepts += int(n_acc == p.span_len)
+    if p.plan is None or p.plan.drafted:
+        st.drafted += p.span_len
+        st.accepted += n_acc
+        st.full_accepts += int(n_acc == p.span_len)
     req.tracer.verified(p.span_len, n_acc)
     _report_verification(req, p, vq)
     if req.cache.partial:
@@ -275,6 +276,8 @@ def _verify_step(req: Request, vq: VerifyQuery, group_drafts: list[SlotDrafts]) 
         req.cache.block_cached += kept
     if p.mode == VerifyMode.FUSED:
         _after_fused_verify(req, p, group_drafts, n_acc, correction)
+    elif p.plan is not None and correction is None:
+        _reuse_stale(req, p)
     _finish_step(req, p)
 
 
@@ -294,9 +297,9 @@ def _report_verification(req: Request, p: DraftStep, vq: VerifyQuery) -> None:
             conf = p.drafts.conf[p.span_offset + i]
             req.tracer.commit(req.cursor.start + s, tok, how, confidence=conf, q_prob=vq.q_probs[i])
         else:
-            req.tracer.commit(
-                req.cursor.start + s, tok, "resampled", confidence=vq.p_correction, q_prob=vq.q_probs[i]
-            )
+            how = "resampled" if p.plan is None or p.plan.drafted else "ar"
+            conf, q = vq.p_correction, vq.q_probs[i]
+            req.tracer.commit(req.cursor.start + s, tok, how, confidence=conf, q_prob=q)
 
 
 def _after_fused_verify(
@@ -308,8 +311,18 @@ def _after_fused_verify(
         req.predraft = (*pre, True)
         return
     req.stats.predraft_misses += 1
-    if req.config.reuse_stale and correction is not None and req.greedy:
+    if p.plan is not None and correction is None:
+        _reuse_stale(req, p)
+    elif req.config.reuse_stale and correction is not None and req.greedy:
         req.predraft = (*stale_drafts(req, p), False)
+
+
+def _reuse_stale(req: Request, p: DraftStep) -> None:
+    """A planned step that accepted all it verified: the next step verifies the drafts it left (the span's
+    unverified rest; strict acceptance judges them, so the tokens stay AR greedy's) instead of drafting
+    afresh; taken only if they cover the next step's candidates."""
+    req.predraft = (*stale_drafts(req, p), False)
+    req.stats.stale_reuses += 1
 
 
 def _finish_step(req: Request, p: DraftStep) -> None:

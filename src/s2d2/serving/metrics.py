@@ -18,6 +18,18 @@ MEMORY_KEYS = (
 )
 
 
+#: The engine's step-planner counters exposed (``LLMEngine.stats()`` keys), each with its help text.
+PLAN_COUNTERS = {
+    "plan_rows": "verifications it chose (plan=auto rows)",
+    "plan_plain": "plain 2L verifications of the whole span",
+    "plan_fused": "fused verifications",
+    "plan_prefix": "verifications of the span's first k positions",
+    "plan_ar_only": "AR-only steps (one position verified)",
+    "plan_degraded_rows": "verifications degraded to AR only by max_num_batched_tokens",
+    "plan_deferred_rows": "rows deferred a step by max_num_batched_tokens",
+}
+
+
 class ServerMetrics:
     """What ``/metrics`` reports (see :meth:`render`)."""
 
@@ -35,6 +47,7 @@ class ServerMetrics:
         self.drafted = 0
         self.accepted = 0
         # engine state, refreshed after every step
+        self.plan: dict[str, int] = {}
         self.forwards = 0
         self.forward_rows = 0
         self.query_tokens = 0
@@ -80,6 +93,7 @@ class ServerMetrics:
             self.routing_tables = len(engine.routing.tables)
             self.routing_evictions = engine.routing.evictions
             self.memory = {k: c[k] for k in MEMORY_KEYS if k in c}
+            self.plan = {k: c[k] for k in PLAN_COUNTERS}
 
     # ------------------------------------------------------------------ exposition
     def snapshot(self) -> dict[str, Any]:
@@ -103,6 +117,10 @@ class ServerMetrics:
             ("s2d2_verify_steps_total", "Verification forwards of finished requests.", self.verify_steps),
             ("s2d2_drafted_total", "Draft tokens offered to verification.", self.drafted),
             ("s2d2_accepted_total", "Draft tokens accepted by verification.", self.accepted),
+            *[
+                (f"s2d2_{k}_total", f"Step planner: {h}.", self.plan.get(k, 0))
+                for k, h in PLAN_COUNTERS.items()
+            ],
             (
                 "s2d2_routing_table_evictions_total",
                 "Engine-scope routing tables evicted (least recently used, past --max-routing-tables).",

@@ -105,7 +105,7 @@ def _cell(c: Cell) -> str:
 def _step(s: StepView) -> str:
     meta = f"step {s.step} · {s.kind} · NFE {s.nfe}" + (
         f" · accepted {s.accepted}/{s.span}" if s.verified else ""
-    )
+    ) + (f" · {s.plan}" if s.plan else "")
     return (
         f'<div class="step" data-index="{s.index}" data-block="{s.block_index}" data-step="{s.step}" '
         f'data-kind="{s.kind}" data-nfe="{s.nfe}"><span class="meta">{html.escape(meta)}</span>'

@@ -38,6 +38,8 @@ def _step_line(s: StepView) -> Any:
         line.append(c.text, style=style)
     if s.verified:
         line.append(f"   (verified {s.span}, accepted {s.accepted})", style="grey50")
+    if s.plan:
+        line.append(f"   [{s.plan}]", style="grey50")
     return line
 
 

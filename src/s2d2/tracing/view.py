@@ -53,6 +53,8 @@ class StepView:
     span: int
     accepted: int
     cells: list[Cell]
+    #: the step planner's choice (``plan=auto``): mode, k, predicted and measured forward ms; "" if none
+    plan: str = ""
 
     @property
     def new_cells(self) -> list[Cell]:
@@ -68,6 +70,18 @@ class TraceView:
     summary: dict[str, Any] = field(default_factory=dict)
     prompt_text: str = ""
     output_text: str = ""
+
+
+def plan_label(plan: dict[str, Any] | None) -> str:
+    """A step plan as one line: ``plan fused k=8 +2 groups, 1.23 ms predicted / 1.40 measured``."""
+    if not plan:
+        return ""
+    groups = f" +{plan['positions']} groups" if plan.get("mode") == "fused" else ""
+    measured = plan.get("measured_ms")
+    clock = f"{plan.get('predicted_ms', 0):.2f} ms predicted" + (
+        f" / {measured:.2f} measured" if measured is not None else ""
+    )
+    return f"plan {plan['mode']} k={plan['k']}{groups}, {clock}"
 
 
 def commit_counts(trace: Sequence[Any]) -> dict[str, int]:
@@ -113,7 +127,7 @@ def build_view(
                 cells.append(Cell(pos, None, "·", "mask"))
         kind = ("pre-draft" if predrafted else "draft") + (" + verify" if st.verified else "")
         steps.append(StepView(i, block_index, st.block_start, st.step, kind, nfe, st.verified, st.span,
-                              st.accepted, cells))  # fmt: skip
+                              st.accepted, cells, plan_label(getattr(st, "plan", None))))  # fmt: skip
     counts = commit_counts(trace)
     return TraceView(steps, counts, _summary(steps, counts, stats, nfe), prompt_text, output_text)
 

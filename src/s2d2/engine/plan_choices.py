@@ -1,0 +1,319 @@
+"""The step planner's arithmetic: every planned row's choices as matrices, and the search over them.
+
+For R planned rows the choices are columns of ``[R, C]`` matrices (``C = n_max + P + 1``): columns
+``0 .. n_max - 1`` verify the span's first k = column + 1 positions (plain 2L layout), columns
+``n_max + g`` a fused forward over the whole span with g rejection groups; a choice a row does not have
+is marked in :attr:`Choices.valid`.
+
+Every choice of a row commits, now or in its next verification, the same expected tokens
+``E_n = sum_j r_j`` (``r_j``: the probability that span position j is reached, the product of the
+acceptance estimates before it), so a row's choices differ in what they cost, in milliseconds of the
+step's cost profile: this step's query tokens (``m`` ms each at the step's shape); for a prefix of
+k < n positions, the later verification of the rest: two query tokens per position it reaches
+(``2 (E_n - E_k)``) and, with probability ``r_k`` (all k accepted), a step's fixed share ``F / R``;
+for a fused forward, its groups' host work, minus, with each group's hit probability, the draft step
+the hit saves (``m`` x a draft's tokens plus ``F / R``, times :data:`HIT_WORTH`). The search picks,
+per row, the cheapest choice, under each of a few caps on one row's query tokens (the padded attention
+grows with the longest row), and keeps the picks of the best predicted ratio ``sum E / ms``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from .cost import StepCost
+
+#: Caps tried on the query tokens of one row (besides none), for batches of at least :data:`CAP_ROWS`.
+CAPS = (8, 16)
+CAP_ROWS = 8
+#: Dinkelbach passes from each start.
+PASSES = 1
+#: How much better (predicted) than plain verification of every span and a draft for every drafting row
+#: a choice must be to be taken: the profiles' errors on real steps are 5-20%, and a choice the profile
+#: barely prefers is a coin toss that costs host work (pre-draft groups, more steps).
+MARGIN = 0.1
+#: A pre-draft hit's worth, as a share of the draft forward it saves: a group's drafts see the rejected
+#: slot masked (or an assumed correction), so the step after a hit commits fewer tokens than one after a
+#: fresh draft (lossless-fused B8 on tiny-gsm: 0.88 of steps hit, 3.9 tokens per verification against
+#: 4.4 unfused).
+HIT_WORTH = 0.7
+
+
+@dataclass
+class RowSpan:
+    """What the planner reads of one verifying row (host values): acceptance estimates over its routed
+    span, the span's first slot minus the cached slots (``off``), the slot of its first position, the
+    block length, the next-block group's rows (0: none), the fused groups' most positions (-1:
+    unfused), correction branches per position, its cached context and a draft forward's tokens."""
+
+    alpha: Sequence[float]
+    off: int
+    span0: int
+    length: int
+    next_rows: int
+    positions: int
+    branches: int
+    context: int
+    draft_tokens: int
+
+
+@dataclass
+class Choices:
+    """``[R, C]`` matrices: ``valid``; ``tokens`` (this step's query tokens); ``cont`` (probability of a
+    later verification of the rest) and ``rest`` (its expected tokens); ``hit`` (probability that a group
+    saves the next draft forward); ``groups``; ``expected`` (tokens committed this step). ``total``
+    ``[R]``: E_n; ``draft`` ``[R]``: a draft forward's tokens."""
+
+    valid: np.ndarray
+    tokens: np.ndarray
+    cont: np.ndarray
+    rest: np.ndarray
+    hit: np.ndarray
+    groups: np.ndarray
+    expected: np.ndarray
+    total: np.ndarray
+    draft: np.ndarray
+    n_max: int
+
+
+def build(rows: Sequence[RowSpan]) -> Choices:
+    """The choice matrices of ``rows`` (see the module docstring), vectorised over rows."""
+    R = len(rows)
+    if not R:
+        z, zi = np.zeros((0, 1)), np.zeros((0, 1), dtype=np.int64)
+        return Choices(z.astype(bool), zi, z, z, z, zi, z, np.zeros(0), np.zeros(0, np.int64), 1)
+    n = np.array([len(r.alpha) for r in rows])
+    n_max = int(n.max())
+    P = max(r.positions for r in rows)
+    P = -1 if P < 0 else min(P, n_max)
+    alpha = np.zeros((R, n_max))
+    for i, r in enumerate(rows):
+        alpha[i, : n[i]] = r.alpha
+    np.clip(alpha, 0.0, 1.0, out=alpha)
+    reach = np.ones((R, n_max + 1))
+    np.cumprod(alpha, axis=1, out=reach[:, 1:])
+    expected = np.cumsum(reach[:, :-1], axis=1)  # E_k at column k - 1
+    k = np.arange(1, n_max + 1)[None, :]
+    n_col = n[:, None]
+    valid = k <= n_col
+    off = np.array([r.off for r in rows])[:, None]
+    rix = np.arange(R)
+    total = expected[rix, n - 1]
+    cont = np.where(k < n_col, reach[:, 1:], 0.0)
+    rest = np.where(k < n_col, 2 * (total[:, None] - expected), 0.0)
+    plain = (valid, off + 2 * k - 1, cont, rest, np.zeros((R, n_max)), np.zeros((R, n_max)))
+    draft = np.array([r.draft_tokens for r in rows])
+    if P < 0:
+        return Choices(*plain, np.where(valid, expected, 0.0), total, draft, n_max)
+    span0 = np.array([r.span0 for r in rows])[:, None]
+    L = np.array([r.length for r in rows])[:, None]
+    j = np.arange(n_max)[None, :]
+    first_reject = np.where((j < n_col) & (span0 + j != L - 1), reach[:, :-1] - reach[:, 1:], -1.0)
+    order = np.argsort(-first_reject, axis=1, kind="stable")[:, :P]
+    fr = np.take_along_axis(first_reject, order, axis=1)
+    ok = fr >= 0
+    branches = np.array([r.branches for r in rows])[:, None]
+    zero = np.zeros((R, 1))
+    g_rows = np.hstack([zero, np.cumsum(np.where(ok, branches * (L - span0 - order), 0), axis=1)])
+    next_rows = np.array([r.next_rows for r in rows])
+    hit = np.where(next_rows > 0, reach[rix, n], 0.0)[:, None] + np.hstack(
+        [zero, np.cumsum(np.where(ok, fr, 0.0), axis=1)]
+    )
+    positions = np.array([r.positions for r in rows])[:, None]
+    g = np.arange(P + 1)[None, :]
+    f_valid = (positions >= 0) & (g <= positions) & np.hstack([np.ones((R, 1), bool), ok])
+    f_tokens = (off[:, 0] + 2 * n + next_rows)[:, None] + g_rows
+    f_groups = (next_rows > 0)[:, None] + g * branches
+    fz = np.zeros((R, P + 1))
+    return Choices(
+        np.hstack([valid, f_valid]),
+        np.hstack([plain[1], f_tokens]).astype(np.int64),
+        np.hstack([cont, fz]),
+        np.hstack([plain[3], fz]),
+        np.hstack([plain[4], hit]),
+        np.hstack([plain[5], f_groups]),
+        np.hstack([np.where(valid, expected, 0.0), np.repeat(total[:, None], P + 1, axis=1)]),
+        total,
+        draft,
+        n_max,
+    )
+
+
+@dataclass
+class Fixed:
+    """The step's rows the planner does not choose for: their query tokens, contexts and expected
+    committed tokens."""
+
+    tokens: np.ndarray
+    contexts: np.ndarray
+    value: float
+
+
+def predict(cost: StepCost, tokens: np.ndarray, contexts: np.ndarray) -> float:
+    """Predicted ms of a step whose rows feed ``tokens`` after ``contexts`` (one attention group)."""
+    if tokens.size == 0:
+        return 0.0
+    keys = tokens + contexts
+    attention = float((tokens * keys).sum())
+    padded = float(tokens.size * tokens.max() * keys.max())
+    return cost.predict_totals(int(tokens.size), int(tokens.sum()), attention, int(keys.sum()), padded)
+
+
+def marginal(cost: StepCost, tokens: np.ndarray, contexts: np.ndarray) -> tuple[float, float]:
+    """At a step of this shape: the marginal ms of one more query token (a secant over two more per
+    row) and the fixed ms per row (what the step costs beyond its tokens, shared by its rows)."""
+    if tokens.size == 0:
+        return 0.0, 0.0
+    ms = predict(cost, tokens, contexts)
+    m = max(predict(cost, tokens + 2, contexts) - ms, 0.0) / (2 * tokens.size)
+    return m, max(ms - m * int(tokens.sum()), 0.0) / tokens.size
+
+
+@dataclass
+class Drafting:
+    """Rows about to draft, each with two choices (column 0: draft, 1: AR only, :mod:`.plan_draft`):
+    ``value`` ``[D, 2]`` tokens (a draft's: what its verification expects), ``now`` this step's query
+    tokens, ``later`` the later verification's tokens and ``steps`` the row-steps it takes (a draft and
+    its verification: 2; AR only: 1); ``contexts`` ``[D]``."""
+
+    value: np.ndarray
+    now: np.ndarray
+    later: np.ndarray
+    steps: np.ndarray
+    contexts: np.ndarray
+
+
+def search(
+    cost: StepCost,
+    ch: Choices,
+    contexts: np.ndarray,
+    fixed: Fixed,
+    start: np.ndarray,
+    host: float,
+    drafting: Drafting | None = None,
+) -> tuple[np.ndarray, np.ndarray, float]:
+    """The picks (a column per planned row, and per drafting row) and their predicted ms.
+
+    Dinkelbach passes from three starts (the settings' choices; plain verification of every span; AR
+    only everywhere): each pass linearises the cost profile at the current picks' shape (the marginal ms
+    of a query token and a row's fixed share), takes each row's best choice at the current ratio of
+    expected tokens to effective ms (this step's predicted ms plus the rows' later costs, see the module
+    docstring), and is kept if its exact ratio is better; the best picks then try caps on one row's
+    query tokens (the padded attention grows with the longest row). ``host``: ms per pre-draft group."""
+    R = ch.valid.shape[0]
+    rix = np.arange(R)
+    d = drafting if drafting is not None else _no_drafting()
+    dix = np.arange(d.value.shape[0])
+    all_ctx = np.concatenate([contexts, d.contexts, fixed.contexts])
+    base_value = float(ch.total.sum()) + fixed.value
+
+    def tokens(picks: np.ndarray, dpicks: np.ndarray) -> np.ndarray:
+        return np.concatenate([ch.tokens[rix, picks], d.now[dix, dpicks], fixed.tokens])
+
+    def point(picks: np.ndarray, dpicks: np.ndarray) -> tuple[float, float, float]:
+        """Predicted ms of these picks, and the profile linearised there: (ms, m, share)."""
+        toks = tokens(picks, dpicks)
+        ms = predict(cost, toks, all_ctx)
+        m = max(predict(cost, toks + 2, all_ctx) - ms, 0.0) / (2 * toks.size)
+        return ms, m, max(ms - m * int(toks.sum()), 0.0) / toks.size
+
+    def ratio_of(picks: np.ndarray, dpicks: np.ndarray, ms: float, m: float, share: float) -> float:
+        """Expected tokens over effective ms: this step's plus the rows' later costs (at m, share)."""
+        c, dc = (rix, picks), (dix, dpicks)
+        later = m * ch.rest[c] + ch.cont[c] * share - ch.hit[c] * HIT_WORTH * (m * ch.draft + share)
+        later_d = m * d.later[dc] + (d.steps[dc] - 1) * share
+        eff = ms + float(later.sum()) + float(later_d.sum()) + host * float(ch.groups[c].sum())
+        return (base_value + float(d.value[dc].sum())) / max(eff, 1e-9)
+
+    smallest = np.argmin(np.where(ch.valid, ch.tokens, 1 << 30), axis=1)
+    plain = np.argmax(np.where(ch.valid[:, : ch.n_max], np.arange(ch.n_max), -1), axis=1)
+    D = dix.size
+    draft, ar = np.zeros(D, int), np.ones(D, int)
+    starts = [(plain, draft), (start, draft), (smallest, ar)]
+    if np.array_equal(start, plain):
+        starts.pop(1)
+    found = []  # (ratio, ms, picks, dpicks, m, share)
+    for picks, dpicks in starts:
+        ms, m, share = point(picks, dpicks)
+        ratio = ratio_of(picks, dpicks, ms, m, share)
+        found.append((ratio, ms, picks, dpicks, m, share))
+        for _ in range(PASSES):
+            picks, dpicks = _repick(ch, d, m, share, ratio, host, None)
+            ms = predict(cost, tokens(picks, dpicks), all_ctx)
+            ratio = ratio_of(picks, dpicks, ms, m, share)
+            found.append((ratio, ms, picks, dpicks, m, share))
+    plain_ratio, plain_ms = found[0][0], found[0][1]
+    best = max(found, key=lambda f: f[0])
+    if best[0] < plain_ratio * (1.0 + MARGIN):
+        return plain, draft, plain_ms
+    ratio0, _, _, _, m, share = best
+    floor = int(fixed.tokens.max()) if fixed.tokens.size else 0
+    for cap in [c for c in CAPS if c > floor] if R + D + fixed.tokens.size >= CAP_ROWS else []:
+        picks, dpicks = _repick(ch, d, m, share, ratio0, host, cap)
+        ms = predict(cost, tokens(picks, dpicks), all_ctx)
+        ratio = ratio_of(picks, dpicks, ms, m, share)
+        if ratio > best[0]:
+            best = (ratio, ms, picks, dpicks, m, share)
+    return best[2], best[3], best[1]
+
+
+def _repick(
+    ch: Choices, d: Drafting, m: float, share: float, ratio: float, host: float, cap: int | None
+) -> tuple[np.ndarray, np.ndarray]:
+    """Each row's best choice at marginal ``m``, fixed share ``share`` and price ``ratio`` (tokens per
+    ms); planned rows' choices differ in cost only, drafting rows' in value and cost."""
+    cost_ms = m * (ch.tokens + ch.rest) + ch.cont * share + host * ch.groups
+    cost_ms = cost_ms - ch.hit * (HIT_WORTH * (m * ch.draft + share))[:, None]
+    cost_ms = np.where(ch.valid, cost_ms, np.inf)
+    if cap is not None:
+        smallest = np.argmin(np.where(ch.valid, ch.tokens, 1 << 30), axis=1)
+        capped = np.where(ch.tokens <= cap, cost_ms, np.inf)
+        rix = np.arange(cost_ms.shape[0])
+        capped[rix, smallest] = cost_ms[rix, smallest]
+        cost_ms = capped
+    d_cost = m * (d.now + d.later) + d.steps * share
+    dpicks = np.argmax(d.value - ratio * d_cost, axis=1) if d.value.size else np.zeros(0, int)
+    return np.argmin(cost_ms, axis=1), dpicks
+
+
+def _no_drafting() -> Drafting:
+    z = np.zeros((0, 2))
+    return Drafting(z, z.astype(np.int64), z.astype(np.int64), z.astype(np.int64), np.zeros(0, np.int64))
+
+
+def row_costs(r: RowSpan, m: float, share: float, host: float) -> list[tuple[float, int, int, float]]:
+    """One row's choices without numpy (small batches): ``(cost ms, column, tokens, expected now)``
+    per valid choice, the costs :func:`search` computes (column: k - 1 for a prefix of k, ``n + g`` for
+    fused with g groups)."""
+    n = len(r.alpha)
+    reach = [1.0]
+    for a in r.alpha:
+        reach.append(reach[-1] * min(1.0, max(0.0, a)))
+    total = sum(reach[:n])
+    out, e = [], 0.0
+    for k in range(1, n + 1):
+        e += reach[k - 1]
+        tokens = r.off + 2 * k - 1
+        later = m * 2 * (total - e) + reach[k] * share if k < n else 0.0
+        out.append((m * tokens + later, k - 1, tokens, e))
+    if r.positions < 0:
+        return out
+    L = r.length
+    first = sorted(
+        (j for j in range(n) if r.span0 + j != L - 1), key=lambda j: -(reach[j] - reach[j + 1])
+    )
+    saved = HIT_WORTH * (m * r.draft_tokens + share)
+    hit = reach[n] if r.next_rows else 0.0
+    rows, groups = r.next_rows, int(r.next_rows > 0)
+    for g in range(min(r.positions, n, len(first)) + 1):
+        if g:
+            j = first[g - 1]
+            hit += reach[j] - reach[j + 1]
+            rows += r.branches * (L - r.span0 - j)
+            groups += r.branches
+        tokens = r.off + 2 * n + rows
+        out.append((m * tokens + host * groups - hit * saved, n + g, tokens, e))
+    return out

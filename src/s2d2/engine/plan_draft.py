@@ -1,0 +1,76 @@
+"""The step planner's choice for a row about to draft: its draft forward, or AR only instead.
+
+A row of the lossless family (``plan=auto``) whose next forward is a draft may instead commit one token
+with the smallest forward: the AR-mode prediction at its first masked slot, read from a 2L
+verification of that one slot (the block's committed tokens before it in the first half, token-causal;
+one mask query in the second). The step is built here as a verification of a placeholder draft (the
+mask token, never the argmax), so strict acceptance rejects it and commits the AR argmax: AR greedy's
+token. It applies where nothing is pending before the block's uncached part (the cache ends where the
+block's committed run starts), as a verification requires.
+
+The choice compares milliseconds per committed token at the step's marginal cost ``m`` per query token
+and fixed share ``F / R`` per row: AR only ``m * tokens + F / R`` for one token; drafting
+``m * (draft + verify tokens) + 2 F / R`` (a draft step, then its verification) for the tokens a
+verification of its masked slots expects at the row's acceptance rate so far (accepted drafts over
+accepted plus rejected ones; a prior of :data:`PRIOR_ACCEPTANCE` before :data:`PRIOR_DRAFTS` of them).
+"""
+
+from __future__ import annotations
+
+from .draft_step import DraftStep, Plan, SlotDrafts, VerifyMode
+from .plan_choices import MARGIN
+from .request import Action, Request
+
+#: Acceptance rate assumed for a row that has had fewer than :data:`PRIOR_DRAFTS` drafts verified.
+PRIOR_ACCEPTANCE = 0.6
+PRIOR_DRAFTS = 8
+
+
+def eligible(req: Request) -> bool:
+    """Whether ``req``'s draft forward may be replaced by an AR-only step (see the module docstring)."""
+    cur, cache = req.cursor, req.cache
+    return (
+        req.action == Action.DRAFT
+        and req.auto_plan
+        and cache.partial
+        and req.state is not None
+        and req.state.length == cur.start + cache.block_cached
+        and bool(cur.candidates)
+    )
+
+
+def tokens_per_verify(req: Request, n: int) -> float:
+    """Committed tokens a verification of ``n`` fresh drafts expects at the row's acceptance rate so far
+    (``a``: the chance a reached draft is accepted, accepted drafts over accepted plus rejected ones;
+    position j is reached with probability ``a ** j``)."""
+    st = req.stats
+    rejected = st.verify_steps - st.ar_only_steps - st.full_accepts
+    seen = st.accepted + rejected
+    a = st.accepted / seen if seen >= PRIOR_DRAFTS else PRIOR_ACCEPTANCE
+    return n if a >= 1.0 else (1.0 - a**n) / (1.0 - a)
+
+
+def prefers_ar(req: Request, draft_tokens: int, m: float, share: float) -> bool:
+    """Whether AR only is cheaper per committed token than drafting now (see the module docstring)."""
+    cur = req.cursor
+    off = cur.candidates[0] - req.cache.block_cached
+    n = len(cur.candidates)
+    ar = m * (off + 1) + share
+    draft = m * (draft_tokens + 2 * n) + 2 * share
+    return ar * tokens_per_verify(req, n) < draft * (1.0 - MARGIN)
+
+
+def to_ar_only(req: Request) -> Plan:
+    """Turn ``req``'s draft into an AR-only step: its pending verification of the first masked slot."""
+    cur = req.cursor
+    slot = cur.candidates[0]
+    mask_id = req.info.mask_token_id
+    tokens = slot - req.cache.block_cached + 1
+    plan = Plan(VerifyMode.AR_ONLY, 1, 0, 1.0, tokens, 1, drafted=False)
+    p = DraftStep(SlotDrafts([slot], [mask_id], [0.0], alpha=[0.0]), [False], 1, mode=VerifyMode.AR_ONLY)
+    p.span_len, p.filled, p.plan = 1, list(cur.ids), plan
+    req.stats.steps += 1
+    req.stats.ar_only_steps += 1
+    req.tracer.begin_step(cur.start, cur.step)
+    req.pending, req.action = p, Action.VERIFY
+    return plan

@@ -1,0 +1,393 @@
+"""The cost-aware step planner (``plan=auto``): each step, choose every verifying row's verification.
+
+Runs in :meth:`~.llm_engine.LLMEngine.step` after admission and before the segments are built, on the
+host values the previous step brought back (no device work, no host sync). For every row about to
+verify whose settings are the lossless family (strict acceptance, verification on every step, one-token
+quota, causal cache; a same-position model) and ask for ``plan="auto"``, it chooses one of
+
+* ``PLAIN``: the 2L verification of the whole routed span;
+* ``FUSED``: the same forward carrying pre-draft groups for 0..``predraft_positions`` rejection
+  positions (and the next block when the span reaches the block's end), when the settings fuse;
+* ``PREFIX_K``: the 2L verification of only the span's first k positions;
+* ``AR_ONLY``: k = 1, the smallest forward: the AR prediction at the first undecided position.
+
+Every choice commits AR greedy's tokens (strict acceptance: accepted drafts equal the AR argmax, the
+correction is the AR argmax), so the planner changes speed only. The drafts a verification leaves
+unverified or unused are verified by the next step (stale reuse) instead of drafting afresh.
+
+Objective: the batch's expected committed tokens per predicted millisecond, ``sum(v_r) / T(shape)``,
+maximised by Dinkelbach iterations: with ``lam`` the current ratio and ``m`` the step's marginal
+milliseconds per query token (a secant of the cost profile at the current shape), each row takes the
+choice maximising ``v - lam * m * tokens``; a few passes, the best ratio seen is kept. A row's value
+``v``: with ``a_i`` the drafter's acceptance estimates over the span and ``r_j = prod_{i<j} a_i`` the
+probability that position j is reached, ``E_k = sum_{j<k} r_j`` tokens for a verification of k
+positions (accepted drafts plus the correction); a fused forward adds, per group, its hit probability
+times the tokens it saves (a next-block group: the row's next step needs no draft forward, worth
+``E_n``; a rejection group: fresh drafts instead of stale ones, worth
+:data:`~.plan_choices.FRESH_GAIN` x ``E_n``). The choices and the search are :mod:`.plan_choices`.
+
+``max_num_batched_tokens`` (as vLLM's): the step's query tokens are kept within it
+(:mod:`.plan_budget`).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .cost import FittedCost, StepCost
+from .draft_step import DraftStep, Plan, VerifyMode
+from .fusion import plan_groups
+from .plan_budget import fit_budget
+from .plan_choices import (
+    MARGIN,
+    Choices,
+    Drafting,
+    Fixed,
+    RowSpan,
+    build,
+    marginal,
+    predict,
+    row_costs,
+    search,
+)
+from .plan_draft import eligible, prefers_ar, to_ar_only, tokens_per_verify
+from .request import Action, Request
+from .step_timing import StepTiming
+
+#: The profile used without one (``ms = a + b rows + c tokens + d padded attention / 1000``): the
+#: built-in tiny-gsm model on one thread of this project's 2-core CPU; only speed depends on it.
+GENERIC_COST = FittedCost((0.926, 0.0561, 0.0197, 0.0552), {"model": "generic-cpu"})
+#: Host milliseconds a pre-draft group adds to a step (its device math, on a CPU); charged with a
+#: measured profile (:class:`~.cost.FittedCost`), whose forwards run on the same host. Lossless-fused B8
+#: on tiny-gsm, one row, one thread: about 0.25 ms more outside the forward per step than plain B8;
+#: 0.15 (against 0.08) gave the better one-row run, within this CPU's noise.
+HOST_MS_PER_GROUP = 0.15
+#: Up to this many planned rows the choices are computed in plain Python (numpy's per-call cost would
+#: dominate), beyond it as matrices (:mod:`.plan_choices`).
+SMALL_ROWS = 4
+
+
+def plannable(req: Request) -> bool:
+    """Whether the planner chooses this row's verification (see the module docstring)."""
+    p = req.pending
+    if not (req.auto_plan and req.action == Action.VERIFY and p is not None and p.mode is not None):
+        return False
+    return req.cache.partial and (p.plan is None or p.plan.drafted)
+
+
+def _alpha(p: DraftStep, n: int) -> list[float]:
+    a = p.drafts.alpha
+    return [0.5] * n if a is None else a[p.span_offset : p.span_offset + n]
+
+
+def expected_tokens(alpha: Sequence[float]) -> float:
+    """Committed tokens a strict verification of a span with these acceptance estimates expects: the
+    sum over positions of the probability that every earlier draft is accepted."""
+    total, r = 0.0, 1.0
+    for a in alpha:
+        total += r
+        r *= a
+    return total
+
+
+def fixed_tokens(req: Request, prefill_chunk: int) -> int:
+    """Query tokens ``req``'s next forward feeds as its settings (or an earlier plan) say (as
+    :meth:`~.runner.ModelRunner.segment` builds it)."""
+    cur, cache, st = req.cursor, req.cache, req.state
+    if req.action == Action.PREFILL:
+        B = req.config.block_size
+        return max(0, min(cache.prompt_blocks, st.length + max(B, prefill_chunk // B * B)) - st.length)
+    if req.action in (Action.DRAFT, Action.POST):
+        return max(0, cur.start - st.length) + cur.length - cache.block_cached
+    p = req.pending
+    off = p.span_slots[0] - cache.block_cached
+    if p.mode == VerifyMode.FUSED:
+        return off + 2 * p.span_len + sum(g.rows for g in p.groups)
+    return off + 2 * p.span_len - 1
+
+
+def row_span(req: Request) -> RowSpan:
+    """The planner's view of a plannable row, its pending step restored to the routed span."""
+    p, cfg, cur = req.pending, req.config, req.cursor
+    if p.plan is not None:
+        p.span_len = p.plan.full_span
+    n, slots, L = p.span_len, p.span_slots, cur.length
+    next_start = cur.start + L
+    nxt = 0
+    if cfg.fuse and slots[-1] == L - 1 and next_start < req.limit and req.end is None:
+        nxt = min(cfg.block_size, req.info.max_length - next_start)
+    return RowSpan(
+        alpha=_alpha(p, n),
+        off=slots[0] - req.cache.block_cached,
+        span0=slots[0],
+        length=L,
+        next_rows=nxt,
+        positions=min(cfg.predraft_positions, n) if cfg.fuse else -1,
+        branches=max(1, cfg.predraft_tokens),
+        context=req.state.length,
+        draft_tokens=L + 1,
+    )
+
+
+def plan_of(ch: Choices, row: int, col: int, full_span: int) -> Plan:
+    """The :class:`Plan` of column ``col`` of planned row ``row`` of the matrices."""
+    tokens, expected = int(ch.tokens[row, col]), float(ch.expected[row, col])
+    return _plan(full_span + col - ch.n_max if col >= ch.n_max else col, full_span, tokens, expected)
+
+
+def _plan(col: int, n: int, tokens: int, expected: float) -> Plan:
+    """Column ``col`` of a row of span ``n`` (k - 1 for a prefix of k; ``n + g``: fused, g groups)."""
+    if col >= n:
+        return Plan(VerifyMode.FUSED, n, col - n, expected, tokens, n)
+    k = col + 1
+    mode = VerifyMode.PLAIN if k == n else VerifyMode.AR_ONLY if k == 1 else VerifyMode.PREFIX_K
+    return Plan(mode, k, 0, expected, tokens, n)
+
+
+@dataclass
+class PlannerStats:
+    """Planner counters over an engine's steps."""
+
+    steps: int = 0
+    rows: int = 0
+    modes: dict[str, int] = field(default_factory=lambda: {m.value: 0 for m in VerifyMode})
+    k_sum: int = 0
+    seconds: float = 0.0
+    predicted_ms: float = 0.0
+    degraded: int = 0
+    deferred: int = 0
+    over_budget_steps: int = 0
+
+    def to_dict(self, engine_steps: int) -> dict[str, Any]:
+        n = max(engine_steps, 1)
+        return {
+            "plan_steps": self.steps,
+            "plan_rows": self.rows,
+            **{f"plan_{m.replace('-', '_')}": c for m, c in self.modes.items()},
+            "plan_mean_k": self.k_sum / self.rows if self.rows else None,
+            "plan_ms_per_step": 1e3 * self.seconds / n,
+            "plan_predicted_ms_per_step": self.predicted_ms / self.steps if self.steps else None,
+            "plan_over_budget_steps": self.over_budget_steps,
+            "plan_degraded_rows": self.degraded,
+            "plan_deferred_rows": self.deferred,
+        }
+
+
+class StepPlanner:
+    """The planning phase of an engine step (see the module docstring)."""
+
+    def __init__(
+        self,
+        cost: StepCost | None,
+        *,
+        prefill_chunk: int,
+        timing: StepTiming,
+        max_num_batched_tokens: int | None = None,
+    ):
+        self.cost = cost if cost is not None else GENERIC_COST
+        self.host_ms_per_group = HOST_MS_PER_GROUP if isinstance(self.cost, FittedCost) else 0.0
+        self.prefill_chunk = prefill_chunk
+        self.max_num_batched_tokens = max_num_batched_tokens
+        self.timing = timing
+        self.stats = PlannerStats()
+        self._traced: list[dict[str, Any]] = []
+        self._seen = (timing.steps, timing.forward_seconds)
+        self._deferred_others: set[int] = set()
+        #: tests: ``force(req, columns)`` picks each planned row's choice among its valid columns (k - 1
+        #: for a prefix of k positions, span + g for fused with g groups) instead of the cost model
+        self.force: Callable[[Request, list[int]], int] | None = None
+
+    def plan(self, running: Sequence[Request]) -> set[int]:
+        """Choose each planned row's verification (set on its pending step); returns the ids
+        (``id(req)``) of rows deferred to a later step by the token budget."""
+        t0 = time.perf_counter()
+        self._fill_measured()
+        live = [r for r in running if r.action is not None and not r.abort_requested and not r.status.done]
+        planned, others = [], []
+        for r in live:
+            (planned if plannable(r) else others).append(r)
+        drafting = [r for r in others if eligible(r)]
+        rows_before = self.stats.rows
+        if not planned and not drafting and self.max_num_batched_tokens is None:
+            return set()
+        spans = [row_span(r) for r in planned]
+        small = self.force is not None or (len(live) <= SMALL_ROWS and self.max_num_batched_tokens is None)
+        if drafting and small:
+            self._draft_or_ar(drafting, spans, others)
+            drafting = []
+        elif drafting:
+            ids = {id(r) for r in drafting}
+            others = [r for r in others if id(r) not in ids]
+        fixed = self._fixed(others)
+        if self.force is not None:
+            plans, ms = self._forced(planned, spans), 0.0
+        elif small:
+            plans, ms = self._small(spans, fixed)
+        else:
+            plans, ms = self._matrices(planned, spans, others, fixed, drafting)
+        deferred = {id(r) for r, plan in zip(planned, plans, strict=True) if plan is None}
+        deferred |= self._deferred_others
+        if not planned:
+            ms = predict(self.cost, fixed.tokens, fixed.contexts)
+        if planned or self._traced or self.stats.rows > rows_before:
+            self._apply(planned, plans, ms)
+        self.stats.seconds += time.perf_counter() - t0
+        return deferred
+
+    def _fixed(self, others: list[Request]) -> Fixed:
+        return Fixed(
+            np.array([fixed_tokens(r, self.prefill_chunk) for r in others], dtype=np.int64),
+            np.array([r.state.length if r.state is not None else 0 for r in others], dtype=np.int64),
+            sum(expected_tokens(_alpha(r.pending, r.pending.span_len)) for r in others if _verifying(r)),
+        )
+
+    def _draft_or_ar(self, drafting: list[Request], spans: list[RowSpan], others: list[Request]) -> None:
+        """Rows about to draft: AR only instead where it is cheaper per token (:mod:`.plan_draft`), at the
+        step's marginal ms per token and fixed share per row with plain verification."""
+        toks = [_plain_tokens(s) for s in spans]
+        toks += [fixed_tokens(r, self.prefill_chunk) for r in others]
+        ctx = [s.context for s in spans] + [r.state.length if r.state is not None else 0 for r in others]
+        m, share = marginal(self.cost, np.array(toks, dtype=np.int64), np.array(ctx, dtype=np.int64))
+        for req in drafting:
+            if self.force is not None:
+                ar = self.force(req, [0, 1]) == 1
+            else:
+                ar = prefers_ar(req, fixed_tokens(req, self.prefill_chunk), m, share)
+            if ar:
+                self._record(req, to_ar_only(req), None)
+
+    def _forced(self, planned: list[Request], spans: list[RowSpan]) -> list[Plan]:
+        """Each row's choice from :attr:`force` (tests: any mix of modes, changing every step)."""
+        self._deferred_others = set()
+        plans = []
+        for req, s in zip(planned, spans, strict=True):
+            options = {col: (tokens, e) for _, col, tokens, e in row_costs(s, 0.0, 0.0, 0.0)}
+            col = self.force(req, sorted(options))
+            plans.append(_plan(col, len(s.alpha), *options[col]))
+        return plans
+
+    def _small(self, spans: list[RowSpan], fixed: Fixed) -> tuple[list[Plan], float]:
+        """A few planned rows: each one's cheapest choice at the shape of plain verification (plain
+        Python), where it is clearly cheaper than plain (:data:`~.plan_choices.MARGIN`)."""
+        self._deferred_others = set()
+        defaults = [_plain_tokens(s) for s in spans]
+        toks = np.array(defaults + fixed.tokens.tolist(), dtype=np.int64)
+        ctx = np.array([s.context for s in spans] + fixed.contexts.tolist(), dtype=np.int64)
+        m, share = marginal(self.cost, toks, ctx)
+        ms0 = predict(self.cost, toks, ctx)
+        plans = []
+        for i, s in enumerate(spans):
+            options = row_costs(s, m, share, self.host_ms_per_group)
+            n = len(s.alpha)
+            cost, col, tokens, expected = min(options)
+            plain = options[n - 1]
+            if plain[0] - cost < MARGIN * ms0 / toks.size:  # not clearly better than plain (plan_choices)
+                _, col, tokens, expected = plain
+            plans.append(_plan(col, n, tokens, expected))
+            toks[i] = tokens
+        return plans, predict(self.cost, toks, ctx)
+
+    def _matrices(
+        self,
+        planned: list[Request],
+        spans: list[RowSpan],
+        others: list[Request],
+        fixed: Fixed,
+        drafting: list[Request],
+    ) -> tuple[list[Plan | None], float]:
+        """Many rows, or a token budget: the matrix search (drafting rows choose AR only or not in it),
+        then the budget."""
+        ch = build(spans)
+        ctx = np.array([s.context for s in spans], dtype=np.int64)
+        start = np.argmax(np.where(ch.valid, np.arange(ch.valid.shape[1]), -1), axis=1)
+        d = self._drafting(drafting)
+        picks, dpicks, ms = search(self.cost, ch, ctx, fixed, start, self.host_ms_per_group, d)
+        for req, pick in zip(drafting, dpicks, strict=True):
+            if pick == 1:
+                self._record(req, to_ar_only(req), None)
+        deferred: set[int] = set()
+        budget = self.max_num_batched_tokens
+        if budget is not None:
+            rest = others + drafting
+            fixed = self._fixed(rest) if drafting else fixed
+            picks, deferred = fit_budget(budget, planned, rest, ch, picks, fixed, self.stats)
+        self._deferred_others = {d for d in deferred if d not in {id(r) for r in planned}}
+        plans = [
+            None if id(r) in deferred else plan_of(ch, i, int(picks[i]), len(spans[i].alpha))
+            for i, r in enumerate(planned)
+        ]
+        return plans, ms
+
+    def _drafting(self, drafting: list[Request]) -> Drafting:
+        """The two choices of each drafting row (:class:`~.plan_choices.Drafting`)."""
+        value, now, later = [], [], []
+        for req in drafting:
+            cur = req.cursor
+            n = len(cur.candidates)
+            value.append((tokens_per_verify(req, n), 1.0))
+            ar_tokens = cur.candidates[0] - req.cache.block_cached + 1
+            now.append((fixed_tokens(req, self.prefill_chunk), ar_tokens))
+            later.append((2 * n, 0))
+        D = len(drafting)
+        shape = (D, 2)
+        return Drafting(
+            np.array(value, dtype=float).reshape(shape),
+            np.array(now, dtype=np.int64).reshape(shape),
+            np.array(later, dtype=np.int64).reshape(shape),
+            np.tile(np.array([2, 1], dtype=np.int64), (D, 1)),
+            np.array([r.state.length for r in drafting], dtype=np.int64),
+        )
+
+    # ------------------------------------------------------------------ the choice, applied
+    def _apply(self, planned: list[Request], plans: list[Plan | None], predicted_ms: float) -> None:
+        self.stats.steps += 1
+        self.stats.predicted_ms += predicted_ms
+        for req, plan in zip(planned, plans, strict=True):
+            if plan is None:
+                continue
+            p = req.pending
+            p.plan, p.span_len, p.mode = plan, plan.k, plan.mode
+            p.groups = plan_groups(req, p, positions=plan.positions) if plan.mode == VerifyMode.FUSED else []
+            self._record(req, plan, predicted_ms)
+        for rec in self._traced:
+            if rec["predicted_ms"] is None:  # AR-only steps chosen before the step's shape was known
+                rec["predicted_ms"] = round(predicted_ms, 4)
+
+    def _record(self, req: Request, plan: Plan, predicted_ms: float | None) -> None:
+        """Count ``plan`` and write it into the row's trace (its measured ms come at the next step)."""
+        st = self.stats
+        st.rows += 1
+        st.modes[plan.mode.value] += 1
+        st.k_sum += plan.k
+        if req.tracer.steps:
+            rec = {"mode": plan.mode.value, "k": plan.k, "positions": plan.positions,
+                   "expected": round(plan.expected, 3),
+                   "predicted_ms": None if predicted_ms is None else round(predicted_ms, 4),
+                   "measured_ms": None}  # fmt: skip
+            req.tracer.steps[-1].plan = rec
+            self._traced.append(rec)
+
+    def _fill_measured(self) -> None:
+        """The previous step's measured forward ms into its trace records (known once it ran)."""
+        t = self.timing
+        steps, seconds = self._seen
+        if self._traced and t.steps == steps + 1:
+            ms = round(1e3 * (t.forward_seconds - seconds), 4)
+            for rec in self._traced:
+                rec["measured_ms"] = ms
+        self._traced = []
+        self._seen = (t.steps, t.forward_seconds)
+
+
+def _plain_tokens(s: RowSpan) -> int:
+    """Query tokens of a plain verification of the whole span."""
+    return s.off + 2 * len(s.alpha) - 1
+
+
+def _verifying(req: Request) -> bool:
+    return req.action == Action.VERIFY and req.pending is not None

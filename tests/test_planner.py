@@ -1,0 +1,255 @@
+"""The cost-aware step planner (``plan=auto``): its choices, the token budget, and the lossless property
+under any plan sequence (issue 25).
+
+Every choice of the planner (plain, fused with 0..P groups, the span's first k positions, AR only)
+commits AR greedy's tokens; a forced random choice per row and step must therefore give AR's output on
+the built-in model and on the same-position fixtures, alone and in mixed batches.
+"""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import s2d2
+from conftest import FIXTURES, tiny_model_path
+from s2d2.bench.suites import load_problems
+from s2d2.engine.cost import FittedCost
+from s2d2.engine.draft_step import VerifyMode
+from s2d2.engine.llm_engine import LLMEngine
+from s2d2.engine.plan_choices import Fixed, RowSpan, build, row_costs, search
+from s2d2.engine.planner import fixed_tokens
+from s2d2.errors import ConfigError
+
+BLOCK_SIZES = (2, 4, 8, 16)
+
+
+def _load(name: str):
+    if name == "tiny-gsm":
+        path = tiny_model_path()
+        if path is None:
+            pytest.skip("the built-in tiny-gsm model is not installed")
+    else:
+        path = FIXTURES / name
+        if not path.is_dir():
+            pytest.skip(f"conformance fixtures not found at {path}")
+    return s2d2.load(path, device="cpu", dtype="fp32")
+
+
+@pytest.fixture(scope="module", params=["tiny-gsm", "sdar", "llada2"])
+def model(request):
+    return _load(request.param)
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    return _load("tiny-gsm")
+
+
+# ------------------------------------------------------------------------------ the arithmetic
+spans = st.builds(
+    lambda alpha, off, start, extra, nxt, pos, br, ctx: RowSpan(
+        alpha, off, start, start + len(alpha) + extra, nxt if extra == 0 else 0, pos, br, ctx, 9
+    ),
+    st.lists(st.floats(0, 1), min_size=1, max_size=16),
+    st.integers(0, 3),
+    st.integers(0, 8),
+    st.integers(0, 4),
+    st.sampled_from([0, 8]),
+    st.integers(-1, 4),
+    st.integers(1, 2),
+    st.integers(0, 300),
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(rows=st.lists(spans, min_size=1, max_size=6), m=st.floats(0, 1), share=st.floats(0, 2))
+def test_matrices_and_the_small_path_agree(rows, m, share):
+    """build() + search()'s costs per choice equal row_costs()' (the two paths of the planner)."""
+    ch = build(rows)
+    from s2d2.engine import plan_choices as pc
+
+    for i, r in enumerate(rows):
+        n = len(r.alpha)
+        small = {col: (c, tok, e) for c, col, tok, e in row_costs(r, m, share, 0.1)}
+        cols = [c for c in range(ch.valid.shape[1]) if ch.valid[i, c]]
+        mapped = [c if c < ch.n_max else n + c - ch.n_max for c in cols]
+        assert sorted(mapped) == sorted(small)
+        for c, mc in zip(cols, mapped, strict=True):
+            later = m * ch.rest[i, c] + ch.cont[i, c] * share
+            hit = ch.hit[i, c] * pc.HIT_WORTH * (m * ch.draft[i] + share)
+            cost = m * ch.tokens[i, c] + later + 0.1 * ch.groups[i, c] - hit
+            assert cost == pytest.approx(small[mc][0], abs=1e-9)
+            assert ch.tokens[i, c] == small[mc][1]
+            assert ch.expected[i, c] == pytest.approx(small[mc][2])
+
+
+def _span(alpha, nxt=0, positions=4):
+    n = len(alpha)
+    return RowSpan(alpha, 1, 0, n, nxt, positions, 1, 100, n + 1)
+
+
+def _pick(cost, rows):
+    ch = build(rows)
+    fixed = Fixed(np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), 0.0)
+    start = np.argmax(np.where(ch.valid, np.arange(ch.valid.shape[1]), -1), axis=1)
+    picks, _, _ = search(cost, ch, np.array([r.context for r in rows]), fixed, start, 0.0)
+    return ch, picks
+
+
+def test_a_fixed_cost_step_verifies_everything_and_a_token_bound_step_verifies_little():
+    confident = [0.95] * 8
+    unsure = [0.9, 0.3, 0.2, 0.2, 0.1, 0.1, 0.1, 0.1]
+    # the step's cost is its fixed part (one row at low load): verify the whole span
+    ch, picks = _pick(FittedCost((5.0, 0.0, 0.001, 0.0)), [_span(confident, positions=-1)])
+    assert picks[0] == 7
+    # every query token costs the same and nothing else does (a compute-bound step): the unlikely
+    # positions are not worth their tokens
+    ch, picks = _pick(FittedCost((0.0, 0.0, 1.0, 0.0)), [_span(unsure, positions=-1)] * 32)
+    assert all(p <= 1 for p in picks)
+    # fused groups are worth their tokens when a forward's size barely matters
+    ch, picks = _pick(FittedCost((5.0, 0.0, 0.0001, 0.0)), [_span(unsure, nxt=8)])
+    assert picks[0] >= ch.n_max + 1
+
+
+def test_fixed_tokens_match_the_segments(tiny):
+    """The planner's token counts are what the runner feeds (every action of a fused auto run)."""
+    engine = LLMEngine(tiny.adapter, max_num_seqs=8)
+    cfg = tiny.make_config(preset="lossless-auto", block_size=8, max_new_tokens=24)
+    for p in load_problems("tiny-gsm", "test", 3):
+        engine.add_request(tiny.encode(p["question"]), cfg)
+    seen = 0
+    while engine.has_unfinished():
+        for req in engine.scheduler.running:
+            if req.action is not None and not req.status.done:
+                engine.planner.plan([req])
+                assert fixed_tokens(req, engine.runner.prefill_chunk) == engine.runner.segment(req).n
+                seen += 1
+        engine.step()
+    assert seen > 10
+
+
+# ------------------------------------------------------------------------------ lossless, any plan
+def _forcing(seed: int):
+    rng = random.Random(seed)
+    return lambda req, columns: rng.choice(columns)
+
+
+def _check(model, prompt: list[int], max_new: int, seed: int) -> None:
+    common = dict(max_new_tokens=max_new, ignore_eos=True)
+    engine = LLMEngine(model.adapter, max_num_seqs=len(BLOCK_SIZES) + 2)
+    engine.planner.force = _forcing(seed)
+    ar = engine.generate([prompt], [model.make_config(decoder="ar", causal_cache=True, **common)])[0]
+    cfgs = [model.make_config(preset="lossless-auto", block_size=b, **common) for b in BLOCK_SIZES]
+    cfgs.append(model.make_config(preset="lossless", block_size=4, plan="auto", **common))
+    cfgs.append(model.make_config(preset="lossless-fused", block_size=8, **common))  # plan fixed
+    outs = engine.generate([prompt] * len(cfgs), cfgs)
+    for cfg, out in zip(cfgs, outs, strict=True):
+        assert out.token_ids == ar.token_ids, f"B{cfg.block_size} {cfg.plan}: {out.token_ids} != AR"
+        assert out.stats.fallback_commits == 0
+    alone = LLMEngine(model.adapter, max_num_seqs=1)
+    alone.planner.force = _forcing(seed + 1)
+    assert alone.generate([prompt], cfgs[2:3])[0].token_ids == ar.token_ids
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_any_plan_sequence_equals_ar(model, data):
+    info = model.info
+    token = st.integers(0, info.vocab_size - 1).filter(lambda t: t != info.mask_token_id)
+    prompt = data.draw(st.lists(token, min_size=1, max_size=20), label="prompt")
+    max_new = data.draw(st.integers(1, 24), label="max_new_tokens")
+    _check(model, prompt, max_new, data.draw(st.integers(0, 2**31), label="seed"))
+
+
+def test_every_mode_is_taken_and_auto_batch_equals_alone(tiny):
+    prompts = [tiny.encode(p["question"]) for p in load_problems("tiny-gsm", "test", 12)]
+    cfg = tiny.make_config(preset="lossless-auto", block_size=8, max_new_tokens=48)
+    ar_cfg = tiny.make_config(decoder="ar", max_new_tokens=48)
+    ar = [o.token_ids for o in LLMEngine(tiny.adapter, max_num_seqs=12).generate(prompts, [ar_cfg] * 12)]
+    forced = LLMEngine(tiny.adapter, max_num_seqs=12)
+    forced.planner.force = _forcing(0)
+    assert [o.token_ids for o in forced.generate(prompts, [cfg] * 12)] == ar
+    stats = forced.stats()
+    assert all(stats[f"plan_{m.value.replace('-', '_')}"] > 0 for m in VerifyMode)
+    batch = LLMEngine(tiny.adapter, max_num_seqs=12)
+    assert [o.token_ids for o in batch.generate(prompts, [cfg] * 12)] == ar
+    alone = [LLMEngine(tiny.adapter, max_num_seqs=1).generate([p], [cfg])[0].token_ids for p in prompts[:4]]
+    assert alone == ar[:4]
+    s = batch.stats()
+    assert s["plan_rows"] > 0 and s["plan_ms_per_step"] > 0 and s["plan_predicted_ms_per_step"] > 0
+
+
+# ------------------------------------------------------------------------------ the budget
+def test_the_token_budget_is_kept_and_tokens_do_not_change(tiny):
+    prompts = [tiny.encode(p["question"]) for p in load_problems("tiny-gsm", "test", 10)]
+    cfgs = [tiny.make_config(preset="lossless-auto", block_size=8, max_new_tokens=32)] * 6
+    cfgs += [tiny.make_config(preset="lossless-fused", block_size=8, max_new_tokens=32)] * 4
+    ar = LLMEngine(tiny.adapter, max_num_seqs=10).generate(
+        prompts, [tiny.make_config(decoder="ar", max_new_tokens=32)] * 10
+    )
+    budget = 160
+    engine = LLMEngine(tiny.adapter, max_num_seqs=10, max_num_batched_tokens=budget, prefill_chunk=64)
+    sizes = []
+    run = engine.runner.run
+
+    def counting(rows, segments):
+        sizes.append(sum(s.n for s in segments))
+        return run(rows, segments)
+
+    engine.runner.run = counting
+    outs = engine.generate(prompts, cfgs)
+    assert [o.token_ids for o in outs] == [o.token_ids for o in ar]
+    assert max(sizes) <= budget
+    s = engine.stats()
+    assert s["plan_over_budget_steps"] > 0 and s["plan_deferred_rows"] + s["plan_degraded_rows"] > 0
+
+
+def test_a_budget_below_one_row_is_refused(tiny):
+    with pytest.raises(ConfigError, match="max_num_batched_tokens"):
+        LLMEngine(tiny.adapter, max_num_batched_tokens=8)
+
+
+def test_plan_is_a_setting():
+    with pytest.raises(ConfigError, match="plan"):
+        s2d2.DecodeConfig.build(plan="sometimes")
+    cfg = s2d2.DecodeConfig.build(preset="lossless-auto")
+    assert cfg.plan == "auto" and cfg.fuse and not cfg.fusion_blockers()
+
+
+def test_the_trace_shows_each_plan(tiny):
+    q = load_problems("tiny-gsm", "test", 1)[0]["question"]
+    out = tiny.generate(q, preset="lossless-auto", block_size=8, trace=True, max_new_tokens=32)
+    plans = [s.plan for s in out.trace if s.plan is not None]
+    assert plans and all(p["mode"] in {m.value for m in VerifyMode} and p["k"] >= 1 for p in plans)
+    assert all(p["predicted_ms"] > 0 for p in plans)
+    assert all(p["measured_ms"] is not None for p in plans[:-1])
+
+
+def test_the_trace_views_show_the_plans(tiny):
+    from s2d2.tracing.render_html import render_html
+    from s2d2.tracing.view import build_view
+
+    q = load_problems("tiny-gsm", "test", 2)[1]["question"]
+    out = tiny.generate(q, preset="lossless-auto", block_size=8, trace=True, max_new_tokens=24)
+    view = build_view(out.trace, tiny.encode(q), 8, str, stats=out.stats)
+    labels = [s.plan for s in view.steps if s.plan]
+    assert labels and all(lb.startswith("plan ") and "ms predicted" in lb for lb in labels)
+    assert labels[0] in render_html(view)
+
+
+def test_metrics_expose_the_planner_counters(tiny):
+    from s2d2.serving.metrics import ServerMetrics
+
+    engine = LLMEngine(tiny.adapter, max_num_seqs=2)
+    q = load_problems("tiny-gsm", "test", 1)[0]["question"]
+    engine.generate([tiny.encode(q)], [tiny.make_config(preset="lossless-auto", max_new_tokens=16)])
+    metrics = ServerMetrics(2)
+    metrics.record_engine(engine)
+    text = metrics.render()
+    rows = engine.stats()["plan_rows"]
+    assert rows > 0 and f"s2d2_plan_rows_total {rows}" in text and "s2d2_plan_ar_only_total" in text

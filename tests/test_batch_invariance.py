@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 import s2d2
 from conftest import FIXTURES, load_tiny_fp32
-from s2d2.engine.llm_engine import LLMEngine, decode
+from s2d2.engine.llm_engine import LLMEngine
 
 STAT_FIELDS = ("nfe", "nfe_draft", "nfe_verify", "verify_steps", "drafted", "accepted")
 
@@ -239,6 +239,31 @@ class GapRecorder:
         return out
 
 
+def random_prompts(
+    info, gen: torch.Generator, count: int, prefix: list[int] | None = None
+) -> list[list[int]]:
+    """``count`` prompts of 3-13 random token ids (no MASK token), each after ``prefix``."""
+    prompts = []
+    while len(prompts) < count:
+        n = int(torch.randint(3, 14, (1,), generator=gen))
+        p = torch.randint(0, info.vocab_size, (n,), generator=gen)
+        if not bool((p == info.mask_token_id).any()):
+            prompts.append((prefix or []) + p.tolist())
+    return prompts
+
+
+def alone_with_gaps(adapter, prompts, cfg, **engine_kw) -> tuple[list, list[float]]:
+    """Each prompt decoded alone (an engine with one row), and the smallest top-1/top-2 log-probability
+    gap its run met."""
+    recorder = GapRecorder(adapter)
+    outs, gaps = [], []
+    for p in prompts:
+        recorder.min_gap = float("inf")
+        outs.append(LLMEngine(recorder, max_num_seqs=1, **engine_kw).generate([p], [cfg])[0])
+        gaps.append(recorder.min_gap)
+    return outs, gaps
+
+
 FIXTURE_DECODERS = {
     "ar": dict(decoder="ar"),
     "lossless": dict(preset="lossless", block_size=4),
@@ -252,23 +277,11 @@ def test_batch_equals_alone_on_fixtures(family):
     if not path.is_dir():
         pytest.skip(f"conformance fixtures not found at {path}")
     model = s2d2.load(path, device="cpu", dtype="fp32")
-    gen = torch.Generator().manual_seed(7)
-    info = model.info
-    prompts = []
-    while len(prompts) < 12:
-        n = int(torch.randint(3, 14, (1,), generator=gen))
-        p = torch.randint(0, info.vocab_size, (n,), generator=gen)
-        if not bool((p == info.mask_token_id).any()):
-            prompts.append(p.tolist())
+    prompts = random_prompts(model.info, torch.Generator().manual_seed(7), 12)
     kept = dropped = 0
     for kw in FIXTURE_DECODERS.values():
         cfg = model.make_config(max_new_tokens=10, ignore_eos=True, **kw)
-        recorder = GapRecorder(model.adapter)
-        solo, gaps = [], []
-        for p in prompts:
-            recorder.min_gap = float("inf")
-            solo.append(decode(recorder, p, cfg))
-            gaps.append(recorder.min_gap)
+        solo, gaps = alone_with_gaps(model.adapter, prompts, cfg)
         batch = LLMEngine(model.adapter, max_num_seqs=5).generate(prompts, [cfg] * len(prompts))
         for a, b, gap in zip(solo, batch, gaps, strict=True):
             if gap <= 1e-4:

@@ -253,3 +253,14 @@ def test_metrics_expose_the_planner_counters(tiny):
     text = metrics.render()
     rows = engine.stats()["plan_rows"]
     assert rows > 0 and f"s2d2_plan_rows_total {rows}" in text and "s2d2_plan_ar_only_total" in text
+
+
+def test_bench_batch_rows_carry_the_planners_prediction(tiny):
+    from s2d2.throughput import run_throughput
+
+    out = run_throughput(tiny, n=3, limits=(2,), configs=("ar", "lossless-auto"), max_new_tokens=16)
+    rows = {r["config"]: r for r in out["rows"]}
+    auto = rows["lossless-auto"]
+    assert auto["predicted_ms_per_step"] > 0 and auto["plan_ms_per_step"] > 0
+    assert auto["forward_ms_per_step"] > 0
+    assert "predicted_ms_per_step" not in rows["ar"]  # no profile given and nothing planned

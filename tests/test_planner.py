@@ -253,3 +253,30 @@ def test_metrics_expose_the_planner_counters(tiny):
     text = metrics.render()
     rows = engine.stats()["plan_rows"]
     assert rows > 0 and f"s2d2_plan_rows_total {rows}" in text and "s2d2_plan_ar_only_total" in text
+
+
+def test_bench_batch_rows_carry_the_planners_prediction(tiny):
+    from s2d2.throughput import run_throughput
+
+    out = run_throughput(tiny, n=3, limits=(2,), configs=("ar", "lossless-auto"), max_new_tokens=16)
+    rows = {r["config"]: r for r in out["rows"]}
+    auto = rows["lossless-auto"]
+    assert auto["predicted_ms_per_step"] > 0 and auto["plan_ms_per_step"] > 0
+    assert auto["forward_ms_per_step"] > 0
+    assert "predicted_ms_per_step" not in rows["ar"]  # no profile given and nothing planned
+
+
+def test_a_failing_planner_does_not_stop_the_step(tiny, monkeypatch):
+    engine = LLMEngine(tiny.adapter, max_num_seqs=4)
+
+    def broken(running):
+        raise RuntimeError("planner bug")
+
+    monkeypatch.setattr(engine.planner, "_plan", broken)
+    q = load_problems("tiny-gsm", "test", 1)[0]["question"]
+    cfg = tiny.make_config(preset="lossless-auto", max_new_tokens=16)
+    out = engine.generate([tiny.encode(q)], [cfg])[0]
+    ar_cfg = tiny.make_config(decoder="ar", max_new_tokens=16)
+    ar = LLMEngine(tiny.adapter).generate([tiny.encode(q)], [ar_cfg])[0]
+    assert out.status == "finished" and out.token_ids == ar.token_ids
+    assert engine.stats()["plan_errors"] > 0

@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -56,6 +55,7 @@ from .plan_choices import (
     search,
 )
 from .plan_draft import eligible, prefers_ar, to_ar_only, tokens_per_verify
+from .plan_stats import PlannerStats
 from .request import Action, Request
 from .step_timing import StepTiming
 
@@ -149,35 +149,6 @@ def _plan(col: int, n: int, tokens: int, expected: float) -> Plan:
     return Plan(mode, k, 0, expected, tokens, n)
 
 
-@dataclass
-class PlannerStats:
-    """Planner counters over an engine's steps."""
-
-    steps: int = 0
-    rows: int = 0
-    modes: dict[str, int] = field(default_factory=lambda: {m.value: 0 for m in VerifyMode})
-    k_sum: int = 0
-    seconds: float = 0.0
-    predicted_ms: float = 0.0
-    degraded: int = 0
-    deferred: int = 0
-    over_budget_steps: int = 0
-
-    def to_dict(self, engine_steps: int) -> dict[str, Any]:
-        n = max(engine_steps, 1)
-        return {
-            "plan_steps": self.steps,
-            "plan_rows": self.rows,
-            **{f"plan_{m.replace('-', '_')}": c for m, c in self.modes.items()},
-            "plan_mean_k": self.k_sum / self.rows if self.rows else None,
-            "plan_ms_per_step": 1e3 * self.seconds / n,
-            "plan_predicted_ms_per_step": self.predicted_ms / self.steps if self.steps else None,
-            "plan_over_budget_steps": self.over_budget_steps,
-            "plan_degraded_rows": self.degraded,
-            "plan_deferred_rows": self.deferred,
-        }
-
-
 class StepPlanner:
     """The planning phase of an engine step (see the module docstring)."""
 
@@ -204,7 +175,16 @@ class StepPlanner:
 
     def plan(self, running: Sequence[Request]) -> set[int]:
         """Choose each planned row's verification (set on its pending step); returns the ids
-        (``id(req)``) of rows deferred to a later step by the token budget."""
+        (``id(req)``) of rows deferred to a later step by the token budget. A failure of the planning
+        itself is counted (``plan_errors``) and the step runs as the rows stand: every choice keeps AR
+        greedy's tokens, and a row whose segment cannot be built fails alone."""
+        try:
+            return self._plan(running)
+        except Exception:  # the planner must not stop a step; it only changes speed
+            self.stats.errors += 1
+            return set()
+
+    def _plan(self, running: Sequence[Request]) -> set[int]:
         t0 = time.perf_counter()
         self._fill_measured()
         live = [r for r in running if r.action is not None and not r.abort_requested and not r.status.done]

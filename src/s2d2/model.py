@@ -18,8 +18,9 @@ from .config import DecodeConfig
 from .cost_profile import resolve_cost_profile
 from .decoding.stats import GenerationStats, StepTrace
 from .engine.cost import StepCost
-from .engine.llm_engine import DecodeOutput, LLMEngine
+from .engine.llm_engine import LLMEngine
 from .engine.logprobs import TokenLogprob
+from .engine.outputs import DecodeOutput
 from .engine.request import check_prompt
 from .engine.request_limits import default_max_query_tokens_per_row
 from .errors import ConfigError, ModelLoadError, PromptError, S2D2Error

@@ -11,7 +11,6 @@ from __future__ import annotations
 import itertools
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -20,12 +19,12 @@ from ..adapters.base import ModelAdapter
 from ..adapters.kv_pool import DEFAULT_PAGE_SIZE
 from ..config import DecodeConfig
 from ..decoding.routing_state import EngineRoutingState
-from ..decoding.stats import GenerationStats, StepTrace
+from ..decoding.stats import GenerationStats
 from ..errors import ConfigError, PromptError, S2D2Error
 from .cost import StepCost, median_abs_error
 from .device import MAX_VOCAB, DeviceOps
 from .fault_isolation import run_isolating_failures
-from .logprobs import TokenLogprob
+from .outputs import DecodeOutput, RequestOutput
 from .planner import StepPlanner
 from .request import Request, Status, check_prompt
 from .request_limits import check_request_limits, default_max_query_tokens_per_row, fold_limit_for
@@ -35,34 +34,6 @@ from .scheduler import Scheduler
 from .step import advance, apply
 from .step_math import run_queries
 from .step_timing import StepTiming
-
-
-@dataclass
-class DecodeOutput:
-    """A finished request: new token ids (through the first stop token), statistics, optional trace."""
-
-    token_ids: list[int]
-    stats: GenerationStats
-    trace: list[StepTrace] | None = None
-    request_id: Any = None
-    status: str = "finished"
-    error: str | None = None
-    #: the exception behind ``error`` (re-raised by the single-prompt API)
-    exception: BaseException | None = field(default=None, repr=False)
-    #: one entry per token of ``token_ids`` when the request's config asks for ``logprobs``
-    logprobs: list[TokenLogprob] | None = None
-
-
-@dataclass
-class RequestOutput:
-    """What one step did for one request: final tokens added since the last output, and whether it ended."""
-
-    request_id: Any
-    new_token_ids: list[int]
-    finished: bool
-    output: DecodeOutput | None = None
-    #: aligned with ``new_token_ids`` when the request asks for ``logprobs``
-    new_logprobs: list[TokenLogprob] | None = None
 
 
 def _one_line(exc: BaseException) -> str:

@@ -27,7 +27,8 @@ from typing import Any
 
 from ..config import DecodeConfig
 from ..decoding.stats import GenerationStats
-from ..engine.llm_engine import DecodeOutput, LLMEngine, RequestOutput
+from ..engine.llm_engine import LLMEngine
+from ..engine.outputs import DecodeOutput, RequestOutput
 from .metrics import ServerMetrics
 
 log = logging.getLogger("s2d2.serving")

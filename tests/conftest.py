@@ -122,15 +122,25 @@ def tiny_model_path() -> Path | None:
     return path if (path / "config.json").is_file() else None
 
 
-def load_tiny_fp32():
-    """The built-in tiny-gsm model on the CPU in float32 with one engine row (the test is skipped if it
-    is not installed)."""
+def load_or_skip(name: str, **options):
+    """The built-in tiny-gsm model or a conformance fixture (``sdar``, ``fast_dllm_v2``, ``llada2``) on
+    the CPU in float32 (``options`` go to ``s2d2.load``); the test is skipped if it is not installed."""
     import s2d2
 
-    path = tiny_model_path()
-    if path is None:
-        pytest.skip("the built-in tiny-gsm model is not installed")
-    return s2d2.load(path, device="cpu", dtype="fp32", max_num_seqs=1)
+    if name == "tiny-gsm":
+        path = tiny_model_path()
+        if path is None:
+            pytest.skip("the built-in tiny-gsm model is not installed")
+    else:
+        path = FIXTURES / name
+        if not path.is_dir():
+            pytest.skip(f"conformance fixtures not found at {path}")
+    return s2d2.load(path, device="cpu", dtype="fp32", **options)
+
+
+def load_tiny_fp32():
+    """The built-in tiny-gsm model on the CPU in float32 with one engine row (skipped if not installed)."""
+    return load_or_skip("tiny-gsm", max_num_seqs=1)
 
 
 def run_cli(capsys, *args: str) -> tuple[int, str, str]:

@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import s2d2
-from conftest import FIXTURES, load_tiny_fp32
+from conftest import load_or_skip, load_tiny_fp32
 from s2d2.engine.llm_engine import LLMEngine
 
 STAT_FIELDS = ("nfe", "nfe_draft", "nfe_verify", "verify_steps", "drafted", "accepted")
@@ -273,10 +273,7 @@ FIXTURE_DECODERS = {
 
 @pytest.mark.parametrize("family", ["sdar", "fast_dllm_v2", "llada2"])
 def test_batch_equals_alone_on_fixtures(family):
-    path = FIXTURES / family
-    if not path.is_dir():
-        pytest.skip(f"conformance fixtures not found at {path}")
-    model = s2d2.load(path, device="cpu", dtype="fp32")
+    model = load_or_skip(family)
     prompts = random_prompts(model.info, torch.Generator().manual_seed(7), 12)
     kept = dropped = 0
     for kw in FIXTURE_DECODERS.values():

@@ -13,27 +13,15 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import s2d2
-from conftest import FIXTURES, tiny_model_path
+from conftest import load_or_skip
 from s2d2.engine.llm_engine import LLMEngine
 
 BLOCK_SIZES = (2, 4, 8, 16)
 
 
-def _load(name: str):
-    if name == "tiny-gsm":
-        path = tiny_model_path()
-        if path is None:
-            pytest.skip("the built-in tiny-gsm model is not installed")
-    else:
-        path = FIXTURES / name
-        if not path.is_dir():
-            pytest.skip(f"conformance fixtures not found at {path}")
-    return s2d2.load(path, device="cpu", dtype="fp32")
-
-
 @pytest.fixture(scope="module", params=["tiny-gsm", "sdar", "llada2"])
 def model(request):
-    return _load(request.param)
+    return load_or_skip(request.param)
 
 
 def _check(model, prompt: list[int], max_new: int) -> None:
@@ -60,7 +48,7 @@ def test_lossless_fused_equals_ar(model, data):
 
 
 def test_fused_saves_forwards_on_the_built_in_model():
-    tiny = _load("tiny-gsm")
+    tiny = load_or_skip("tiny-gsm")
     from s2d2.bench.suites import load_problems
 
     qs = [p["question"] for p in load_problems("tiny-gsm", "test", 24)]
@@ -79,7 +67,7 @@ def test_fused_saves_forwards_on_the_built_in_model():
 
 
 def test_fuse_needs_the_lossless_family_and_same_position_models():
-    tiny = _load("tiny-gsm")
+    tiny = load_or_skip("tiny-gsm")
     with pytest.raises(s2d2.ConfigError, match="fuse needs.*policy='always'"):
         tiny.make_config(preset="lossless-fused", policy="score", fuse=True)
     with pytest.raises(s2d2.ConfigError, match="causal_cache"):
@@ -89,7 +77,7 @@ def test_fuse_needs_the_lossless_family_and_same_position_models():
     assert not tiny.make_config(decoder="ar").fuse and tiny.make_config().fuse == tiny.default_config().fuse
     with pytest.raises(s2d2.ConfigError, match="predraft_positions"):
         tiny.make_config(preset="lossless-fused", predraft_positions=-1)
-    shifted = _load("fast_dllm_v2")
+    shifted = load_or_skip("fast_dllm_v2")
     with pytest.raises(s2d2.ConfigError, match="shifted"):
         shifted.generate([5, 6, 7], preset="lossless-fused", max_new_tokens=4)
 
@@ -97,7 +85,7 @@ def test_fuse_needs_the_lossless_family_and_same_position_models():
 def test_fused_trace_marks_pre_drafted_steps_and_counts_forwards():
     from s2d2.tracing.view import build_view
 
-    tiny = _load("tiny-gsm")
+    tiny = load_or_skip("tiny-gsm")
     q = "Priya starts with 111 shells. She gives 4 kids 11 shells each. How many shells does Priya have now?"
     out = tiny.generate(q, preset="lossless-fused", block_size=8, trace=True)
     kinds = {how for st in out.trace for _, _, how in st.commits}

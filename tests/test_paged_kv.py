@@ -17,8 +17,7 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import s2d2
-from conftest import FIXTURES, load_tiny_fp32
+from conftest import load_or_skip, load_tiny_fp32
 from s2d2.engine.llm_engine import LLMEngine
 from test_batch_invariance import DECODERS, FIXTURE_DECODERS, SAMPLED, alone_with_gaps, random_prompts
 
@@ -181,10 +180,7 @@ def test_random_add_abort_preempt_never_leak_pages(tiny, shared_prompts, data):
 
 @pytest.mark.parametrize("family", ["sdar", "fast_dllm_v2", "llada2"])
 def test_fixtures_prefix_cache_and_preemption(family):
-    path = FIXTURES / family
-    if not path.is_dir():
-        pytest.skip(f"conformance fixtures not found at {path}")
-    model = s2d2.load(path, device="cpu", dtype="fp32")
+    model = load_or_skip(family)
     gen = torch.Generator().manual_seed(11)
     shared: list[int] = []
     while len(shared) < 32:  # 32 shared random tokens

@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import s2d2
-from conftest import FIXTURES, tiny_model_path
+from conftest import load_or_skip
 from s2d2.bench.suites import load_problems
 from s2d2.engine.cost import FittedCost
 from s2d2.engine.draft_step import VerifyMode
@@ -28,26 +28,14 @@ from s2d2.errors import ConfigError
 BLOCK_SIZES = (2, 4, 8, 16)
 
 
-def _load(name: str):
-    if name == "tiny-gsm":
-        path = tiny_model_path()
-        if path is None:
-            pytest.skip("the built-in tiny-gsm model is not installed")
-    else:
-        path = FIXTURES / name
-        if not path.is_dir():
-            pytest.skip(f"conformance fixtures not found at {path}")
-    return s2d2.load(path, device="cpu", dtype="fp32")
-
-
 @pytest.fixture(scope="module", params=["tiny-gsm", "sdar", "llada2"])
 def model(request):
-    return _load(request.param)
+    return load_or_skip(request.param)
 
 
 @pytest.fixture(scope="module")
 def tiny():
-    return _load("tiny-gsm")
+    return load_or_skip("tiny-gsm")
 
 
 # ------------------------------------------------------------------------------ the arithmetic

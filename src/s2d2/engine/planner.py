@@ -57,6 +57,7 @@ from .plan_choices import (
 from .plan_draft import eligible, prefers_ar, to_ar_only, tokens_per_verify
 from .plan_stats import PlannerStats
 from .request import Action, Request
+from .request_limits import prefill_positions
 from .step_timing import StepTiming
 
 #: The profile used without one (``ms = a + b rows + c tokens + d padded attention / 1000``): the
@@ -101,7 +102,7 @@ def fixed_tokens(req: Request, prefill_chunk: int) -> int:
     cur, cache, st = req.cursor, req.cache, req.state
     if req.action == Action.PREFILL:
         B = req.config.block_size
-        return max(0, min(cache.prompt_blocks, st.length + max(B, prefill_chunk // B * B)) - st.length)
+        return max(0, min(cache.prompt_blocks, st.length + prefill_positions(prefill_chunk, B)) - st.length)
     if req.action in (Action.DRAFT, Action.POST):
         return max(0, cur.start - st.length) + cur.length - cache.block_cached
     p = req.pending

@@ -88,6 +88,12 @@ def predraft_groups(config: DecodeConfig, vocab_size: int) -> int:
     return 1 + k * max(1, min(config.predraft_tokens, vocab_size - 1))
 
 
+def prefill_positions(prefill_chunk: int, block_size: int) -> int:
+    """Prompt positions one prefill forward writes: the chunk in whole blocks (so the block-causal mask
+    stays exact), at least one block."""
+    return max(block_size, prefill_chunk // block_size * block_size)
+
+
 def row_query_tokens(
     config: DecodeConfig, *, prefill_chunk: int, fold_limit: int, vocab_size: int
 ) -> RowQueryTokens:
@@ -98,7 +104,7 @@ def row_query_tokens(
     if config.fuse:
         verify += predraft_rows(B, config.predraft_positions, config.predraft_tokens, vocab_size)
     return RowQueryTokens(
-        prefill=max(B, prefill_chunk // B * B), draft=max(B, fold_limit) + B, verify=verify
+        prefill=prefill_positions(prefill_chunk, B), draft=max(B, fold_limit) + B, verify=verify
     )
 
 

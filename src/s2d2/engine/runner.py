@@ -20,6 +20,7 @@ from .cost import StepShape
 from .draft_step import VerifyMode
 from .fusion import predraft_inputs
 from .request import Action, Request
+from .request_limits import prefill_positions
 
 
 @dataclass
@@ -58,7 +59,7 @@ class ModelRunner:
         if cache.recompute_left > 0:
             return self.recompute_segment(req)
         if req.action == Action.PREFILL:
-            chunk = max(B, self.prefill_chunk // B * B)  # whole blocks: the block-causal mask stays exact
+            chunk = prefill_positions(self.prefill_chunk, B)
             ids = torch.tensor(req.tokens[st.length : min(cache.prompt_blocks, st.length + chunk)])
             return ad.prefill_segment(st, ids, block_size=B, causal=causal)
         if req.action in (Action.DRAFT, Action.POST):
@@ -91,7 +92,7 @@ class ModelRunner:
         as a prefill (in the same whole-block chunks from position 0), committed output as a commit."""
         st, cfg, cache = req.state, req.config, req.cache
         B = cfg.block_size
-        end = min(cache.restore_to, st.length + max(B, self.prefill_chunk // B * B))
+        end = min(cache.restore_to, st.length + prefill_positions(self.prefill_chunk, B))
         make = self.adapter.commit_segment
         if st.length < cache.prompt_blocks:
             end, make = min(end, cache.prompt_blocks), self.adapter.prefill_segment

@@ -56,7 +56,6 @@ class Scheduler:
         self.running: list[Request] = []
         #: positions reserved by running rows (unpaged pools only)
         self.reserved = 0
-        self.preemptions = 0
         #: waiting requests aborted (or failed) since the last retirement (reported by the next one)
         self._aborted_waiting: list[Request] = []
 
@@ -109,9 +108,10 @@ class Scheduler:
         """Whether a running row is still prefilling prompt pages ``req`` shares (under the same key: the
         first page and the next page the row will publish are equal): admitting ``req`` now would
         compute them twice."""
-        cache, ps = req.cache, getattr(self.pool, "page_size", 0)
-        if not self.paged or cache.prefix_key is None or cache.prompt_blocks <= ps:
+        cache = req.cache
+        if not self.paged or cache.prefix_key is None or cache.prompt_blocks <= self.pool.page_size:
             return False
+        ps = self.pool.page_size
         head = req.tokens[:ps]
         for r in self.running:
             at = r.cache.published // ps * ps
@@ -190,15 +190,13 @@ class Scheduler:
         cache = req.cache
         length = cache.state.length
         cache.restore_to = length if cache.restore_to is None else max(cache.restore_to, length)
-        if cache.state.slot in self.pool.pages:
-            self.pool.pages.preempt(cache.state.slot)
+        self.pool.pages.preempt(cache.state.slot)  # counted there; an admitted row always holds pages
         self.pool.release(cache.state)
         cache.state = None
         self.running.remove(req)
         self.waiting.appendleft(req)
         req.status = Status.WAITING
         req.stats.preemptions += 1
-        self.preemptions += 1
 
     def publish(self, rows: Sequence[Request]) -> None:
         """Offer each row's newly cached full pages of committed positions to the prefix cache."""
@@ -248,8 +246,6 @@ class Scheduler:
         return len(self.running) / self.max_num_seqs
 
     def memory_stats(self) -> dict[str, float]:
-        """Page counters (paged pools) and preemptions."""
-        out: dict[str, float] = {"preemptions": self.preemptions}
-        if self.paged:
-            out = {**self.pool.stats(), **out}
-        return out
+        """Page counters and preemptions (:meth:`~s2d2.adapters.kv_pages.PagePool.stats`); an unpaged
+        pool never preempts."""
+        return self.pool.stats() if self.paged else {"preemptions": 0}

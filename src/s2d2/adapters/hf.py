@@ -57,9 +57,6 @@ class DynamicCachePool:
         state.cache, state.length = None, 0
         state.extra.clear()
 
-    def reserve_rows(self, rows: int) -> None:
-        """Nothing to reserve: every row's cache is its own."""
-
 
 class HFAdapter(ModelAdapter):
     """Same-position block-diffusion model on a native transformers ``*ForCausalLM``."""

@@ -116,13 +116,6 @@ class KVPool:
         state.length = state.capacity = 0
         state.extra.clear()
 
-    def reserve_rows(self, rows: int) -> None:
-        """Nothing to reserve per row: rows take pages as they grow."""
-
-    def pages_needed(self, state: KVState, length: int) -> int:
-        """How many more pages ``state``'s row needs to hold ``[0, length)``."""
-        return self.pages.pages_needed(state.slot, length)
-
     def can_hold(self, state: KVState, length: int) -> bool:
         return length <= state.capacity or not self.bounded or self.pages.can_ensure(state.slot, length)
 

@@ -314,9 +314,23 @@ def _start(port: int, *extra: str) -> subprocess.Popen:
             time.sleep(0.1)
 
 
+def _wait_handled(base: str, timeout: float = 5.0) -> None:
+    """Until the server has taken a stop signal in (``/health`` answers 503, or nothing answers): a
+    second signal sent before the first one's handler ran would be merged into it by the OS."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(base + "/health", timeout=1).status_code == 503:
+                return
+        except httpx.HTTPError:
+            return
+        time.sleep(0.02)
+
+
 def _streams_during_signals(tmp_path, signals: list[int], grace: str) -> tuple[list, int, str, float]:
-    """16 long streams; once all are under way, ``signals`` are sent 0.2 s apart. Returns each stream's
-    events, the exit status, the server's output and the seconds from the first signal to its exit."""
+    """16 long streams; once all are under way, ``signals`` are sent, each once the server has taken the
+    one before in. Returns each stream's events, the exit status, the server's output and the seconds
+    from the first signal to its exit."""
     port = free_port()
     state = tmp_path / "routing.json"
     proc = _start(port, "--grace", grace, "--routing-state", str(state))
@@ -345,7 +359,7 @@ def _streams_during_signals(tmp_path, signals: list[int], grace: str) -> tuple[l
         t0 = time.monotonic()
         for sig in signals:
             proc.send_signal(sig)
-            time.sleep(0.2)
+            _wait_handled(base)
         status = proc.wait(30)
         seconds = time.monotonic() - t0
         for t in threads:

@@ -104,7 +104,7 @@ def test_the_worst_case_bounds_every_forward_and_long_prompts_are_chunked(model,
         rec = Recording(model.adapter)
         engine = LLMEngine(rec, max_num_seqs=1, max_query_tokens_per_row=limit)
         chunk = engine.runner.prefill_chunk
-        fold = fold_limit_for(limit, cfg.block_size, chunk)
+        fold = fold_limit_for(limit, cfg, chunk)
         worst = row_query_tokens(cfg, prefill_chunk=chunk, fold_limit=fold, vocab_size=model.info.vocab_size)
         worst = worst.worst
         outs.append(engine.generate([prompt], [cfg])[0])

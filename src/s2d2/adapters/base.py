@@ -90,6 +90,7 @@ class ModelAdapter(ABC):
         causal: bool,
         cached: int = 0,
         extend: bool = False,
+        lead: int | None = None,
     ) -> Segment:
         """Diffusion logits ``[len(block), vocab]`` for the block at positions ``start...`` (token ids as
         host tensors or lists).
@@ -100,6 +101,11 @@ class ModelAdapter(ABC):
         then the block's first ``cached`` slots may already be in the cache (not fed again), and with
         ``extend`` the fed block's leading committed tokens are kept too (``keep`` counts them).
         Families whose blocks cannot be cached in parts (shifted predictions) refuse ``cached > 0``.
+
+        ``lead`` (a causal cache, where :meth:`supports_lead`): the block's first masked slot; the
+        forward also carries the AR-mode query of that slot (a mask token at its position that sees the
+        cache, the pending tokens and the block's committed slots before it, all token-causal), and the
+        logits gain one row: ``[len(block) + 1, vocab]``, the last row being AR mode's prediction there.
         """
 
     @abstractmethod
@@ -133,6 +139,11 @@ class ModelAdapter(ABC):
 
     #: whether a block's committed prefix may be cached before the block is complete (causal cache)
     caches_partial_blocks: bool = True
+
+    def supports_lead(self, causal: bool) -> bool:
+        """Whether :meth:`draft_segment` can carry the AR-mode query of the block's first masked slot
+        (``lead``): same-position families with a causal cache."""
+        return False
 
     def can_fold_prefill(self, causal: bool) -> bool:
         """Whether a prompt's whole blocks may be written by the first draft forward (as its ``pending``

@@ -156,10 +156,12 @@ class FastDLLMv2Adapter(HFAdapter):
         causal: bool,
         cached: int = 0,
         extend: bool = False,
+        lead: int | None = None,
     ) -> Segment:
         """As the same-position draft; a shifted block is never partly cached (slot 0's prediction comes
         from the position before the block), so ``cached`` must be 0 and ``extend`` is ignored."""
         assert cached == 0, "a shifted model's block is not cached in parts"
+        assert lead is None, "a shifted model's slot 0 draft is already the AR prediction"
         m, n = len(pending), len(block)
         seg = super().draft_segment(state, pending, block, start=start, block_size=block_size, causal=causal)
         if m:

@@ -37,6 +37,19 @@ def _draft_mask(
 
 
 @functools.lru_cache(maxsize=4096)
+def _lead_mask(m: int, committed: tuple[bool, ...], block_size: int, lead: int) -> torch.Tensor:
+    """A causal draft mask (queries ``[pending | fed block]``) plus one last row and key: the AR-mode
+    query of fed slot ``lead`` sees the pending tokens, the fed slots before it and itself (memoised)."""
+    inner = _draft_mask(m, committed, block_size, True, 0)
+    n = inner.shape[0]
+    mask = torch.zeros(n + 1, n + 1, dtype=torch.bool)
+    mask[:n, :n] = inner
+    mask[n, : m + lead] = True
+    mask[n, n] = True
+    return mask
+
+
+@functools.lru_cache(maxsize=4096)
 def _verify_mask(n_first: int, slots: tuple[int, ...]) -> torch.Tensor:
     """:func:`verify2l_mask` among the new tokens, memoised (read-only)."""
     return verify2l_mask(0, n_first, list(slots))
@@ -180,12 +193,14 @@ class HFAdapter(ModelAdapter):
         causal: bool,
         cached: int = 0,
         extend: bool = False,
+        lead: int | None = None,
     ) -> Segment:
         """A draft of ``block``; its first ``cached`` slots are in the cache already (a causal cache's
         committed prefix) and are not fed. With ``extend`` (causal cache only) the fed block's leading
         committed tokens are kept in the cache too (``keep`` grows by their number). Logits come back for
-        every slot (cached slots' rows are zeros, never read). Token ids may come as host tensors or
-        lists (the engine's host bookkeeping keeps lists: one tensor is made here)."""
+        every slot (cached slots' rows are zeros, never read), then, with ``lead``, one row of the AR-mode
+        query of slot ``lead`` (see :meth:`ModelAdapter.draft_segment`). Token ids may come as host
+        tensors or lists (the engine's host bookkeeping keeps lists: one tensor is made here)."""
         pend = pending.tolist() if isinstance(pending, torch.Tensor) else list(pending)
         fed = (block.tolist() if isinstance(block, torch.Tensor) else list(block))[cached:]
         m, n = len(pend), len(fed) + cached
@@ -194,25 +209,34 @@ class HFAdapter(ModelAdapter):
         )
         flags = [t != self.info.mask_token_id for t in fed]
         committed = tuple(flags) if causal else (False,) * (n - cached)
-        mask = _draft_mask(m, committed, block_size, causal, start % block_size)
-        ids = torch.tensor(pend + fed, dtype=torch.long)
-        if cached:
-            pos = torch.cat([torch.arange(start - m, start), torch.arange(start + cached, start + n)])
+        if lead is not None:
+            first = next((i for i, f in enumerate(flags) if not f), None)
+            assert causal and first is not None and lead == cached + first, (
+                "the lead slot is the block's first masked slot, after its cached part, on a causal cache"
+            )
+            mask = _lead_mask(m, committed, block_size, lead - cached)
+            fed = fed + [self.info.mask_token_id]
         else:
-            pos = torch.arange(start - m, start + n)
+            mask = _draft_mask(m, committed, block_size, causal, start % block_size)
+        ids = torch.tensor(pend + fed, dtype=torch.long)
+        pos = torch.cat([torch.arange(start - m, start), torch.arange(start + cached, start + n)])
+        if lead is not None:
+            pos = torch.cat([pos, torch.tensor([start + lead])])
         ext = next((i for i, f in enumerate(flags) if not f), len(flags)) if extend and causal else 0
-        seg = Segment(
-            state, ids, pos, mask, keep=m + ext, logit_rows=Segment.last_rows(m + n - cached, n - cached)
-        )
+        rows = len(fed)
+        seg = Segment(state, ids, pos, mask, keep=m + ext, logit_rows=Segment.last_rows(m + rows, rows))
         if cached:
 
-            def finish(rows: torch.Tensor) -> torch.Tensor:
-                full = rows.new_zeros(n, rows.shape[-1])
-                full[cached:] = rows
+            def finish(out: torch.Tensor) -> torch.Tensor:
+                full = out.new_zeros(cached + rows, out.shape[-1])
+                full[cached:] = out
                 return full
 
             seg.finish = finish
         return seg
+
+    def supports_lead(self, causal: bool) -> bool:
+        return causal and not self.info.shifted
 
     def verify_segment(
         self, state: KVState, filled: torch.Tensor, *, start: int, slots: list[int], cached: int = 0

@@ -65,6 +65,8 @@ class GenerationStats:
     stale_reuses: int = 0
     #: steps the step planner made AR-only instead of a draft forward (one token, no draft)
     ar_only_steps: int = 0
+    #: tokens committed by the AR-mode lead a draft forward carried (its first masked slot, ``plan=auto``)
+    ar_leads: int = 0
     #: tokens fed to the model over all of this request's forwards (the cost of bigger forwards)
     query_tokens: int = 0
     finish_reason: str = "length"

@@ -139,6 +139,7 @@ class LLMEngine:
             self.adapter.caches_partial_blocks and config.causal_cache and config.editing_threshold is None
         )
         req.cache.prefix_key = self._prefix_key(config)
+        req.ar_lead = req.auto_plan and self.adapter.supports_lead(config.causal_cache)
         if config.fuse and self.adapter.info.shifted:
             raise ConfigError(
                 "fuse is not available for shifted-prediction models (Fast-dLLM v2): their verification "
@@ -169,7 +170,7 @@ class LLMEngine:
         positions a first draft may carry)."""
         limit, chunk = self.max_query_tokens_per_row, self.runner.prefill_chunk
         folds = self.adapter.can_fold_prefill(config.causal_cache)
-        fold = fold_limit_for(limit, config.block_size, chunk) if folds else 0
+        fold = fold_limit_for(limit, config, chunk) if folds else 0
         check_request_limits(
             config, limit=limit, prefill_chunk=chunk, fold_limit=fold, vocab_size=self.adapter.info.vocab_size
         )
@@ -280,7 +281,7 @@ class LLMEngine:
                 self._fail(req, exc)
         edits = [w.edit for w in works if w.edit is not None]
         drafts = [q for w in works for q in w.draft_queries]
-        verifies = [w.verify for w in works if w.verify is not None]
+        verifies = [q for w in works for q in w.verify_queries]
         try:
             run_queries(self.device, edits, drafts, verifies)
         except Exception:  # a batched computation failed: find the rows that cause it
@@ -305,7 +306,7 @@ class LLMEngine:
         for w in works:
             try:
                 edits = [w.edit] if w.edit is not None else []
-                run_queries(self.device, edits, w.draft_queries, [w.verify] if w.verify else [])
+                run_queries(self.device, edits, w.draft_queries, w.verify_queries)
             except Exception as row_exc:
                 self._fail(w.req, row_exc)
 

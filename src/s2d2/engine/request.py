@@ -162,6 +162,10 @@ class Request:
         #: whether the step planner may choose this request's verifications (``plan=auto`` on the
         #: lossless family of a same-position model; :mod:`.planner`)
         self.auto_plan = cfg.plan == "auto" and not info.shifted and not cfg.fusion_blockers()
+        #: whether its draft forwards carry the AR-mode lead of the first masked slot (planned rows where
+        #: the adapter can; set by the engine): that slot's token, AR greedy's, is committed with the
+        #: draft, so the first token comes with the first forward after the prompt
+        self.ar_lead = False
         if cfg.trace:
             self.tracer = StepTracer()
         n_pre = self.n_prompt // cfg.block_size * cfg.block_size

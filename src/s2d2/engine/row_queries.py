@@ -28,10 +28,17 @@ class RowWork:
     draft: DraftQuery | None = None
     verify: VerifyQuery | None = None
     groups: list[DraftQuery] = field(default_factory=list)
+    #: the AR-mode check of the draft forward's lead slot (a placeholder draft: strict acceptance rejects
+    #: it and its correction is AR greedy's token there)
+    lead: VerifyQuery | None = None
 
     @property
     def draft_queries(self) -> list[DraftQuery]:
         return ([self.draft] if self.draft is not None else []) + self.groups
+
+    @property
+    def verify_queries(self) -> list[VerifyQuery]:
+        return [q for q in (self.verify, self.lead) if q is not None]
 
 
 def _rows(dev: DeviceOps, logits: torch.Tensor, slots: list[int]) -> torch.Tensor:
@@ -84,6 +91,10 @@ def queries(dev: DeviceOps, req: Request, logits: torch.Tensor) -> RowWork:
             keep_probs=pol is not None and (not cfg.strict or req.tracer.steps is not None),
         )
         _with_context(req, work.draft, cur.candidates, cur.ids)
+        if cur.lead is not None:
+            n = cur.length
+            work.lead = VerifyQuery(req, logits[n : n + 1], [req.info.mask_token_id], True, None)
+            _with_context(req, work.lead, [cur.lead], cur.ids)
     elif req.action == Action.VERIFY:
         p = req.pending
         span = p.span_len

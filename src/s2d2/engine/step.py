@@ -141,7 +141,7 @@ def apply(work: RowWork) -> None:
         req.stats.nfe_draft += 1
         cache = req.cache
         cache.block_cached, cache.block_extension = cache.block_cached + cache.block_extension, 0
-        _draft_step(req, work.draft.result, edit=work.edit)
+        _draft_step(req, work.draft.result, edit=work.edit, lead=work.lead)
     elif work.action == Action.POST:
         req.stats.nfe_draft += 1
         req.tracer.begin_step(req.cursor.start, req.cursor.step)
@@ -180,9 +180,15 @@ def _draft_source(req: Request, slot: int) -> LogprobSource:
 
 
 def _draft_step(
-    req: Request, values: SlotDrafts, *, predrafted: bool = False, edit: DraftQuery | None = None
+    req: Request,
+    values: SlotDrafts,
+    *,
+    predrafted: bool = False,
+    edit: DraftQuery | None = None,
+    lead: VerifyQuery | None = None,
 ) -> None:
-    """Take the drafts, commit a shifted model's slot 0, route; verify next or finish the step.
+    """Take the drafts, commit the AR token of the first candidate where the forward gave it (a shifted
+    model's slot 0, or the ``lead`` query), route; verify next or finish the step.
 
     ``predrafted``: the drafts came from the previous fused verification's pre-draft group."""
     cfg, cur = req.config, req.cursor
@@ -193,21 +199,29 @@ def _draft_step(
     cand = values.slots
     quota = 1 if req.rule == "eb" else F.quota(cur.step, req.unit, cfg.num_steps)
     p = DraftStep(values, [False] * len(cand), quota)
-    if req.info.shifted and cand[0] == 0:
+    if lead is not None:
+        _commit_first(req, p, lead.correction, _at(lead.logprobs or None, 0), _at(lead.top or None, 0))
+        req.stats.ar_leads += 1
+    elif req.info.shifted and cand[0] == 0:
         # a shifted model predicts slot 0 from the previous position: that draft IS the AR token
-        tok = values.drafts[0]
-        cur.ids[0] = tok
-        p.done[0] = True
-        p.n_committed = p.span_offset = 1
-        req.tracer.commit(cur.start, tok, "ar", confidence=values.conf[0])
-        _record(req, 0, tok, _at(values.logprob, 0), _at(values.top, 0), LogprobSource.AR)
-        cur.n_committed += 1
+        _commit_first(req, p, values.drafts[0], _at(values.logprob, 0), _at(values.top, 0))
     if req.policy is not None and p.span_offset < len(cand):
         _route(req, p)
         if p.verified:
             req.pending = p
             return
     _finish_step(req, p)
+
+
+def _commit_first(req: Request, p: DraftStep, tok: int, logprob: float | None, top) -> None:
+    """Commit AR mode's token ``tok`` at the step's first candidate; the span to verify starts after it."""
+    cur, slot = req.cursor, p.candidates[0]
+    cur.ids[slot] = tok
+    p.done[0] = True
+    p.n_committed = p.span_offset = 1
+    req.tracer.commit(cur.start + slot, tok, "ar", confidence=p.drafts.conf[0])
+    _record(req, slot, tok, logprob, top, LogprobSource.AR)
+    cur.n_committed += 1
 
 
 def _at(values: list | None, i: int):
@@ -236,8 +250,9 @@ def _route(req: Request, p: DraftStep) -> None:
         return
     p.mode = VerifyMode.FUSED if cfg.fuse else VerifyMode.PLAIN
     p.filled = list(cur.ids)
-    for s, t in zip(slots, v.drafts, strict=True):
-        p.filled[s] = t
+    for s, t, done in zip(slots, v.drafts, p.done, strict=True):
+        if not done:  # a committed first candidate keeps its AR token
+            p.filled[s] = t
     if p.mode == VerifyMode.FUSED and not (req.auto_plan and req.cache.partial):
         p.groups = plan_groups(req, p)  # a planned row's groups are the planner's (.planner)
 

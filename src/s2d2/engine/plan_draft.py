@@ -12,7 +12,8 @@ The choice compares milliseconds per committed token at the step's marginal cost
 and fixed share ``F / R`` per row: AR only ``m * tokens + F / R`` for one token; drafting
 ``m * (draft + verify tokens) + 2 F / R`` (a draft step, then its verification) for the tokens a
 verification of its masked slots expects at the row's acceptance rate so far (accepted drafts over
-accepted plus rejected ones; a prior of :data:`PRIOR_ACCEPTANCE` before :data:`PRIOR_DRAFTS` of them).
+accepted plus rejected ones; a prior of :data:`PRIOR_ACCEPTANCE` before :data:`PRIOR_DRAFTS` of them),
+plus the AR lead's token where the draft carries one (:func:`draft_value`).
 """
 
 from __future__ import annotations
@@ -50,14 +51,26 @@ def tokens_per_verify(req: Request, n: int) -> float:
     return n if a >= 1.0 else (1.0 - a**n) / (1.0 - a)
 
 
+def draft_value(req: Request) -> tuple[float, int, int]:
+    """What drafting now buys and costs beyond the draft forward: expected committed tokens, the query
+    tokens of the verification that follows and the row-steps taken. A row whose draft carries the AR
+    lead (``req.ar_lead``) commits its first candidate with the draft; the verification checks the rest
+    (none left: no verification step)."""
+    n, lead = len(req.cursor.candidates), int(req.ar_lead)
+    left = n - lead
+    if left == 0:
+        return 1.0, 0, 1
+    return lead + tokens_per_verify(req, left), 2 * left, 2
+
+
 def prefers_ar(req: Request, draft_tokens: int, m: float, share: float) -> bool:
     """Whether AR only is cheaper per committed token than drafting now (see the module docstring)."""
     cur = req.cursor
     off = cur.candidates[0] - req.cache.block_cached
-    n = len(cur.candidates)
     ar = m * (off + 1) + share
-    draft = m * (draft_tokens + 2 * n) + 2 * share
-    return ar * tokens_per_verify(req, n) < draft * (1.0 - MARGIN)
+    tokens, verify_tokens, steps = draft_value(req)
+    draft = m * (draft_tokens + verify_tokens) + steps * share
+    return ar * tokens < draft * (1.0 - MARGIN)
 
 
 def to_ar_only(req: Request) -> Plan:

@@ -54,7 +54,7 @@ from .plan_choices import (
     row_costs,
     search,
 )
-from .plan_draft import eligible, prefers_ar, to_ar_only, tokens_per_verify
+from .plan_draft import draft_value, eligible, prefers_ar, to_ar_only
 from .plan_stats import PlannerStats
 from .request import Action, Request
 from .request_limits import prefill_positions
@@ -308,20 +308,22 @@ class StepPlanner:
     def _drafting(self, drafting: list[Request]) -> Drafting:
         """The two choices of each drafting row (:class:`~.plan_choices.Drafting`)."""
         value, now, later = [], [], []
+        steps = []
         for req in drafting:
             cur = req.cursor
-            n = len(cur.candidates)
-            value.append((tokens_per_verify(req, n), 1.0))
+            tokens, verify_tokens, draft_steps = draft_value(req)
+            value.append((tokens, 1.0))
             ar_tokens = cur.candidates[0] - req.cache.block_cached + 1
             now.append((fixed_tokens(req, self.prefill_chunk), ar_tokens))
-            later.append((2 * n, 0))
+            later.append((verify_tokens, 0))
+            steps.append((draft_steps, 1))
         D = len(drafting)
         shape = (D, 2)
         return Drafting(
             np.array(value, dtype=float).reshape(shape),
             np.array(now, dtype=np.int64).reshape(shape),
             np.array(later, dtype=np.int64).reshape(shape),
-            np.tile(np.array([2, 1], dtype=np.int64), (D, 1)),
+            np.array(steps, dtype=np.int64).reshape(shape),
             np.array([r.state.length for r in drafting], dtype=np.int64),
         )
 

@@ -170,7 +170,9 @@ def test_eight_huge_prompts_do_not_stall_health(url):
     answers, waits = asyncio.run(main())
     assert [a.status_code for a in answers] == [400] * 8
     assert all(a.json()["error"]["code"] == "context_length_exceeded" for a in answers)
-    assert max(waits) < 0.1, waits
+    # tokenizing one of these prompts on the event loop takes about a second; the probes only share the
+    # loop with reading and parsing the bodies (0.102 s once on a loaded 2-core CI machine against 0.1)
+    assert max(waits) < 0.25, waits
 
 
 def test_routing_tables_are_capped_and_evictions_counted(url):

@@ -7,10 +7,17 @@ medians over repeats. Reported per cell: output tokens/s (generated tokens only,
 speed-up against one row, forwards/s, mean rows per forward, query tokens per forward and per second,
 and per configuration the query tokens fed per committed token. The query-token ceiling is measured
 once: the rate of one large packed forward (``ceiling_rows`` x ``ceiling_tokens`` query tokens).
+
+Arrivals: by default every request is queued at the start (a closed batch: tokens/s is the engine's
+drain rate). With a request rate the run is open-loop: requests arrive as a Poisson process (seeded, the
+same arrival times in every cell), each is added to the engine once its arrival time has passed, and time
+to first token is measured from arrival; tokens/s is then bound by the arrivals, not only the engine.
 """
 
 from __future__ import annotations
 
+import math
+import random
 import resource
 import statistics
 import sys
@@ -58,14 +65,20 @@ def _one_cell(
     cost: StepCost | None = None,
     memory: dict[str, Any] | None = None,
     ttft: bool = False,
+    request_rate: float | None = None,
 ) -> dict[str, float]:
     """Decode every prompt on a fresh engine with ``limit`` rows; the raw counts of that run (with
     ``cost``: each step's predicted time too; ``memory``: the engine's KV settings; with ``ttft`` the
-    engine streams and each request's time to its first final token is measured)."""
-    engine = LLMEngine(model.adapter, max_num_seqs=limit, cost=cost, stream=ttft, **(memory or {}))
+    engine streams and each request's time to its first final token is measured). With
+    ``request_rate`` (requests/s) the requests arrive at :func:`arrival_times` instead of all at the
+    start, and time to first token is measured (from each request's arrival) whatever ``ttft`` says."""
+    streamed = ttft or request_rate is not None
+    engine = LLMEngine(model.adapter, max_num_seqs=limit, cost=cost, stream=streamed, **(memory or {}))
+    arrivals = arrival_times(len(prompts), request_rate)
     t0 = time.perf_counter()
-    if ttft:
-        outs, first = _streamed(engine, prompts, cfg, t0)
+    if streamed:
+        outs, ttfts = _streamed(engine, prompts, cfg, t0, arrivals)
+        first = [t for t in ttfts if t is not None]
     else:
         outs, first = engine.generate(prompts, [cfg] * len(prompts)), []
     seconds = time.perf_counter() - t0
@@ -111,23 +124,66 @@ def query_ceiling(model: Any, rows: int = 64, tokens: int = 32, repeats: int = 5
     return rows * tokens / statistics.median(times[1:])
 
 
-def _streamed(engine: LLMEngine, prompts: list[list[int]], cfg: Any, t0: float) -> tuple[list, list[float]]:
-    """Decode on a streaming engine; the outputs and each request's seconds to its first final token."""
-    for i, p in enumerate(prompts):
-        engine.add_request(p, cfg, i)
+def arrival_times(n: int, request_rate: float | None, seed: int = 0) -> list[float]:
+    """Seconds after the start at which each of ``n`` requests arrives: all at 0 without a rate, else a
+    Poisson process of ``request_rate`` requests/s: the first at 0, then cumulative exponential gaps
+    drawn from ``random.Random(seed)`` (the same times on every call, so cells compare side by side)."""
+    check_request_rate(request_rate)
+    if request_rate is None:
+        return [0.0] * n
+    rng, t, out = random.Random(seed), 0.0, []
+    for i in range(n):
+        t += rng.expovariate(request_rate) if i else 0.0
+        out.append(t)
+    return out
+
+
+def check_request_rate(request_rate: float | None) -> None:
+    """A one-line error unless ``request_rate`` is None or a positive finite number of requests/s."""
+    if request_rate is not None and not (0 < request_rate < math.inf):
+        raise S2D2Error(f"--request-rate must be > 0 requests/s, got {request_rate}")
+
+
+def _streamed(
+    engine: LLMEngine, prompts: list[list[int]], cfg: Any, t0: float, arrivals: Sequence[float] | None = None
+) -> tuple[list, list[float | None]]:
+    """Decode on a streaming engine, request ``i`` added once ``arrivals[i]`` seconds have passed since
+    ``t0`` (all at once without ``arrivals``); the outputs and, in request order, each request's seconds
+    from its arrival to its first final token (None for one that produced no token). While the engine
+    has nothing to do and arrivals remain, it sleeps until the next one."""
+    arrivals = list(arrivals) if arrivals is not None else [0.0] * len(prompts)
     outs: dict[int, Any] = {}
     first: dict[int, float] = {}
-    while engine.has_unfinished():
+    added = 0
+    while added < len(prompts) or engine.has_unfinished():
+        now = time.perf_counter() - t0
+        while added < len(prompts) and now >= arrivals[added]:
+            engine.add_request(prompts[added], cfg, added)
+            added += 1
+        if not engine.has_unfinished():
+            time.sleep(max(0.0, arrivals[added] - (time.perf_counter() - t0)))
+            continue
         for o in engine.step():
             if o.new_token_ids and o.request_id not in first:
-                first[o.request_id] = time.perf_counter() - t0
+                first[o.request_id] = time.perf_counter() - t0 - arrivals[o.request_id]
             if o.finished:
                 outs[o.request_id] = o.output
-    return [outs[i] for i in range(len(prompts))], list(first.values())
+    return [outs[i] for i in range(len(prompts))], [first.get(i) for i in range(len(prompts))]
+
+
+def _percentile(values: Sequence[float], q: float) -> float:
+    """The ``q``-th percentile (0-100) of ``values``, linear between the nearest ranks."""
+    xs = sorted(values)
+    pos = (len(xs) - 1) * q / 100
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(xs) - 1)
+    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
 
 
 def _memory_counts(outs: list, stats: dict[str, Any], first: list[float]) -> dict[str, float]:
-    """Prefill forwards per request, time to first token (p50, ms), prefix reuse and preemptions."""
+    """Prefill forwards per request, prefix reuse, preemptions and, when ``first`` holds each request's
+    seconds from its arrival to its first token (at the start, or its Poisson arrival with a request
+    rate), time to first token: p50 and p99 from arrival, p50 from admission (ms)."""
     out = {
         "prefill_forwards_per_request": statistics.mean(o.stats.nfe_prefill for o in outs),
         "prefix_hit_rate": stats.get("prefix_hit_rate", 0.0),
@@ -135,6 +191,7 @@ def _memory_counts(outs: list, stats: dict[str, Any], first: list[float]) -> dic
     }
     if first:
         out["ttft_p50_ms"] = 1e3 * statistics.median(first)
+        out["ttft_p99_ms"] = 1e3 * _percentile(first, 99)
         out["ttft_admitted_p50_ms"] = 1e3 * statistics.median(o.stats.first_token_seconds for o in outs)
     return out
 
@@ -155,6 +212,7 @@ def run_throughput(
     kv_page_size: int = 16,
     kv_budget_tokens: int | None = None,
     shared_prefix: int = 0,
+    request_rate: float | None = None,
 ) -> dict[str, Any]:
     """Measure every (limit, configuration) cell on the same ``n`` tiny-gsm problems; see the module.
 
@@ -164,11 +222,15 @@ def run_throughput(
     KV memory: every cell runs once per ``prefix_cache`` setting (interleaved), on pages of
     ``kv_page_size`` positions within ``kv_budget_tokens``; ``shared_prefix`` puts the same N-token
     prefix of worked dev examples before every problem (:mod:`s2d2.bench.shared_prefix`) and measures
-    each request's time to first token."""
+    each request's time to first token. ``request_rate`` (requests/s): open-loop Poisson arrivals
+    (:func:`arrival_times`, the same in every cell) instead of every request at the start; time to first
+    token is then measured from arrival, with or without a shared prefix, and tokens/s is bound by the
+    arrivals."""
     if any(limit < 1 for limit in limits):
         raise S2D2Error("batch limits must be >= 1")
     if repeats < 1 or n < 1:
         raise S2D2Error("--n and --repeats must be >= 1")
+    check_request_rate(request_rate)
     cfgs = pick_configs(configs)
     # rows are spelled against the library's defaults, not the model's own preset (as in s2d2 bench)
     base = model.checkpoint_config()
@@ -193,7 +255,14 @@ def run_throughput(
                 for j in [(r + li + s) % k for s in range(k)]:
                     for mi in [(r + s) % len(memories) for s in range(len(memories))]:
                         cell = _one_cell(
-                            model, prompts, decode_cfgs[j], limit, cost, memories[mi], ttft=shared_prefix > 0
+                            model,
+                            prompts,
+                            decode_cfgs[j],
+                            limit,
+                            cost,
+                            memories[mi],
+                            ttft=shared_prefix > 0,
+                            request_rate=request_rate,
                         )
                         cells.setdefault((li, j, mi), []).append(cell)
                         bar.update(1)
@@ -201,7 +270,14 @@ def run_throughput(
     out = _summarize(
         cfgs, limits, cells, query_ceiling(model), peak_rss_mb, n, max_new_tokens, repeats, list(prefix_cache)
     )
-    out.update(shared_prefix=shared_prefix, kv_budget_tokens=kv_budget_tokens, kv_page_size=kv_page_size)
+    for row in out["rows"]:
+        row["request_rate"] = request_rate
+    out.update(
+        shared_prefix=shared_prefix,
+        kv_budget_tokens=kv_budget_tokens,
+        kv_page_size=kv_page_size,
+        request_rate=request_rate,
+    )
     if simulate is not None:
         out["projected"] = simulate
     return out
@@ -277,9 +353,10 @@ def _config_rows(
 
 
 def _ttft(runs: list[dict[str, float]]) -> dict[str, float]:
-    """Time to first token, p50 over requests (median over repeats): from arrival (every request
-    arrives at the start, so it includes waiting for a row) and from admission."""
-    return {k: _median(runs, k) for k in ("ttft_p50_ms", "ttft_admitted_p50_ms")}
+    """Time to first token over requests (medians over repeats): p50 and p99 from arrival (at the start,
+    or at its Poisson arrival time with a request rate; either way it includes waiting for a row) and
+    p50 from admission."""
+    return {k: _median(runs, k) for k in ("ttft_p50_ms", "ttft_p99_ms", "ttft_admitted_p50_ms")}
 
 
 def _predicted(runs: list[dict[str, float]], x: dict[str, float]) -> dict[str, float]:
@@ -335,8 +412,9 @@ def render(results: dict[str, Any]) -> str:
     if len({r["prefix_cache"] for r in results["rows"]}) > 1 or results.get("shared_prefix"):
         cols += (("prefix_cache", "prefix cache"), ("prefill_forwards_per_request", "prefill fwd/request"))
         cols += (("prefix_hit_rate", "prefix hit rate"),)
-        if results.get("shared_prefix"):
-            cols += (("ttft_p50_ms", "TTFT p50 ms"), ("ttft_admitted_p50_ms", "TTFT from admission p50 ms"))
+    if results["rows"] and "ttft_p50_ms" in results["rows"][0]:
+        cols += (("ttft_p50_ms", "TTFT p50 ms"), ("ttft_p99_ms", "TTFT p99 ms"))
+        cols += (("ttft_admitted_p50_ms", "TTFT from admission p50 ms"),)
     if results.get("kv_budget_tokens"):
         cols += (("preemptions", "preemptions"),)
     if results["rows"] and "predicted_ms_per_step" in results["rows"][0]:
@@ -356,6 +434,11 @@ def render(results: dict[str, Any]) -> str:
         f"peak RSS {results['peak_rss_mb']:.0f} MB; {results['n']} problems, "
         f"{results['threads']} threads, median of {results['repeats']}"
     )
+    if results.get("request_rate") is not None:
+        lines.append(
+            f"requests arrive as a Poisson process at {results['request_rate']:g}/s (seeded, the same in "
+            "every cell): TTFT is from arrival, and tokens/s is bound by the arrivals"
+        )
     if results.get("projected"):
         lines.append(
             f"PROJECTED: every step charged the time {results['projected']} predicts for the step the "

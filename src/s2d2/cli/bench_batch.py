@@ -84,11 +84,21 @@ def bench_batch_command(
             "time to first token.",
         ),
     ] = 0,
+    request_rate: Annotated[
+        float | None,
+        typer.Option(
+            "--request-rate",
+            help="Requests arrive as a seeded Poisson process at R requests/s instead of all at the start; "
+            "TTFT is measured from arrival, and tokens/s is bound by the arrivals.",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Decode the same N problems with every configuration at every batch limit (interleaved) and print
     output tokens/s, the speed-up against the first limit, forwards/s, rows per forward and query tokens
     against the model's measured query-token ceiling; with --shared-prefix, also prefill forwards per
-    request and time to first token (p50), with the prefix cache on, off or both."""
+    request and time to first token (p50), with the prefix cache on, off or both; with --request-rate,
+    open-loop Poisson arrivals (the same in every cell) and time to first token from arrival (p50, p99)."""
     import torch
 
     from .. import throughput
@@ -101,6 +111,7 @@ def bench_batch_command(
         raise S2D2Error(f"--prefix-cache takes on, off or both, got {prefix_cache!r}")
     if shared_prefix < 0:
         raise S2D2Error(f"--shared-prefix must be >= 0, got {shared_prefix}")
+    throughput.check_request_rate(request_rate)
     names = [c for c in configs.split(",") if c] if configs else list(throughput.DEFAULT_CONFIGS)
     if threads is not None:
         if threads < 1:
@@ -122,6 +133,7 @@ def bench_batch_command(
         kv_page_size=kv_page_size,
         kv_budget_tokens=kv_budget_tokens,
         shared_prefix=shared_prefix,
+        request_rate=request_rate,
     )
     typer.echo(throughput.render(results))
     if json_out is not None:

@@ -78,3 +78,12 @@ def test_bench_batch_rejects_a_bad_rate(capsys):
     for bad in ("0", "-2.5"):
         code, _, err = run_cli(capsys, "bench-batch", "--n", "2", "--request-rate", bad, "--no-progress")
         assert_one_line_error(code, err, "--request-rate must be > 0")
+
+
+def test_a_table_that_starts_with_a_planned_configuration_renders(tiny):
+    """A planned row carries the planner's predicted ms without a cost profile; with it first, the table
+    used to ask every row for projected tokens/s and fail (KeyError)."""
+    out = throughput.run_throughput(tiny, n=2, limits=(2,), configs=("lossless-auto", "ar"), max_new_tokens=8)
+    text = throughput.render(out)
+    assert "| lossless-auto | 2 |" in text and "| ar | 2 |" in text
+    assert "PROJECTED" not in text and "tokens/s, predicted" not in text

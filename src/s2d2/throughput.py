@@ -417,7 +417,7 @@ def render(results: dict[str, Any]) -> str:
         cols += (("ttft_admitted_p50_ms", "TTFT from admission p50 ms"),)
     if results.get("kv_budget_tokens"):
         cols += (("preemptions", "preemptions"),)
-    if results["rows"] and "predicted_ms_per_step" in results["rows"][0]:
+    if any("projected_tokens_per_s" in r for r in results["rows"]):  # a cost profile was given
         projected = results.get("projected")
         cols += (
             ("predicted_ms_per_step", "PROJECTED forward ms/step" if projected else "predicted ms/step"),
@@ -426,8 +426,8 @@ def render(results: dict[str, Any]) -> str:
         if not projected:
             cols += (("predicted_abs_error", "predicted vs measured (median error)"),)
     lines = ["| " + " | ".join(h for _, h in cols) + " |", "|" + "---|" * len(cols)]
-    for r in results["rows"]:
-        lines.append("| " + " | ".join(str(r[k]) for k, _ in cols) + " |")
+    for r in results["rows"]:  # a cell without a column's value (a planned row's own profile): "-"
+        lines.append("| " + " | ".join(str(r.get(k, "-")) for k, _ in cols) + " |")
     lines.append("")
     lines.append(
         f"query-token ceiling {results['query_ceiling_tokens_per_s']:.0f} tokens/s (one packed forward); "

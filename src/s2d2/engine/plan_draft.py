@@ -54,9 +54,9 @@ def tokens_per_verify(req: Request, n: int) -> float:
 def draft_value(req: Request) -> tuple[float, int, int]:
     """What drafting now buys and costs beyond the draft forward: expected committed tokens, the query
     tokens of the verification that follows and the row-steps taken. A row whose draft carries the AR
-    lead (``req.ar_lead``) commits its first candidate with the draft; the verification checks the rest
-    (none left: no verification step)."""
-    n, lead = len(req.cursor.candidates), int(req.ar_lead)
+    lead (:meth:`~.request.Request.draft_lead`) commits its first candidate with the draft; the
+    verification checks the rest (none left: no verification step)."""
+    n, lead = len(req.cursor.candidates), int(req.draft_lead() is not None)
     left = n - lead
     if left == 0:
         return 1.0, 0, 1

@@ -104,7 +104,7 @@ def fixed_tokens(req: Request, prefill_chunk: int) -> int:
         B = req.config.block_size
         return max(0, min(cache.prompt_blocks, st.length + prefill_positions(prefill_chunk, B)) - st.length)
     if req.action in (Action.DRAFT, Action.POST):
-        lead = int(req.ar_lead and req.action == Action.DRAFT)
+        lead = int(req.draft_lead() is not None)
         return max(0, cur.start - st.length) + cur.length - cache.block_cached + lead
     p = req.pending
     off = p.span_slots[0] - cache.block_cached

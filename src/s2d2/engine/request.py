@@ -28,6 +28,7 @@ from ..errors import PromptError
 from .block_cursor import BlockCursor
 from .draft_step import DraftStep, SlotDrafts
 from .logprobs import TokenLogprob
+from .request_limits import draft_room
 from .trace import NullTracer, StepTracer, Tracer
 
 #: The commit rule of each baseline decoder (S2D2 uses its ``fallback`` setting).
@@ -191,6 +192,16 @@ class Request:
     def kv_need(self) -> int:
         """Positions this row may hold in its cache at most (the KV budget's unit)."""
         return self.limit + self.config.block_size
+
+    def draft_lead(self) -> int | None:
+        """The slot whose AR lead the row's next draft forward carries (its first candidate), or None:
+        not a planned row that leads (:attr:`ar_lead`), not a draft, or no room for one more query token
+        within the engine's bound on a draft forward (:func:`~.request_limits.draft_room`)."""
+        if not self.ar_lead or self.action != Action.DRAFT:
+            return None
+        cur, cache, B = self.cursor, self.cache, self.config.block_size
+        fed = max(0, cur.start - self.state.length) + cur.length - cache.block_cached
+        return cur.candidates[0] if fed < draft_room(B, cache.fold_limit) else None
 
     def mark_started(self) -> None:
         self.status = Status.RUNNING

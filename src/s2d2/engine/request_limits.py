@@ -103,19 +103,20 @@ def row_query_tokens(
     verify = 2 * B
     if config.fuse:
         verify += predraft_rows(B, config.predraft_positions, config.predraft_tokens, vocab_size)
-    draft = max(B, fold_limit) + B + lead_tokens(config)
-    return RowQueryTokens(prefill=prefill_positions(prefill_chunk, B), draft=draft, verify=verify)
+    return RowQueryTokens(
+        prefill=prefill_positions(prefill_chunk, B), draft=draft_room(B, fold_limit), verify=verify
+    )
 
 
-def lead_tokens(config: DecodeConfig) -> int:
-    """Query tokens a draft forward may add for the AR-mode lead of its first masked slot (``plan=auto``
-    rows; :meth:`~s2d2.adapters.base.ModelAdapter.draft_segment`): at most one."""
-    return 1 if config.plan == "auto" else 0
+def draft_room(block_size: int, fold_limit: int) -> int:
+    """The most query tokens one draft forward feeds (pending tokens and the block); the AR lead of a
+    planned row rides only where it fits in this (:meth:`~.request.Request.draft_lead`)."""
+    return max(block_size, fold_limit) + block_size
 
 
 def fold_limit_for(limit: int, config: DecodeConfig, prefill_chunk: int) -> int:
     """The most prompt positions a first draft may carry so that it stays within ``limit`` tokens."""
-    return max(0, min(prefill_chunk, limit - config.block_size - lead_tokens(config)))
+    return max(0, min(prefill_chunk, limit - config.block_size))
 
 
 def default_max_query_tokens_per_row(model_block_size: int = 1, own: Iterable[dict[str, Any]] = ()) -> int:
@@ -189,7 +190,7 @@ __all__ = [
     "MAX_PREDRAFT_GROUPS",
     "default_max_query_tokens_per_row",
     "fold_limit_for",
-    "lead_tokens",
+    "draft_room",
     "predraft_groups",
     "predraft_rows",
     "row_query_tokens",

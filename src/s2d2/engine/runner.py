@@ -64,7 +64,7 @@ class ModelRunner:
             return ad.prefill_segment(st, ids, block_size=B, causal=causal)
         if req.action in (Action.DRAFT, Action.POST):
             pending = req.tokens[st.length : cur.start]  # empty once a causal cache holds the block's start
-            cur.lead = cur.candidates[0] if req.action == Action.DRAFT and req.ar_lead else None
+            cur.lead = req.draft_lead()
             seg = ad.draft_segment(
                 st,
                 pending,

@@ -208,21 +208,24 @@ class HFAdapter(ModelAdapter):
             "pending tokens must end where the block's uncached part starts"
         )
         flags = [t != self.info.mask_token_id for t in fed]
+        first_mask = next((i for i, f in enumerate(flags) if not f), len(flags))
         committed = tuple(flags) if causal else (False,) * (n - cached)
         if lead is not None:
-            first = next((i for i, f in enumerate(flags) if not f), None)
-            assert causal and first is not None and lead == cached + first, (
+            assert causal and lead == cached + first_mask < n, (
                 "the lead slot is the block's first masked slot, after its cached part, on a causal cache"
             )
-            mask = _lead_mask(m, committed, block_size, lead - cached)
+            mask = _lead_mask(m, committed, block_size, first_mask)
             fed = fed + [self.info.mask_token_id]
         else:
             mask = _draft_mask(m, committed, block_size, causal, start % block_size)
         ids = torch.tensor(pend + fed, dtype=torch.long)
-        pos = torch.cat([torch.arange(start - m, start), torch.arange(start + cached, start + n)])
+        if cached:
+            pos = torch.cat([torch.arange(start - m, start), torch.arange(start + cached, start + n)])
+        else:
+            pos = torch.arange(start - m, start + n)
         if lead is not None:
             pos = torch.cat([pos, torch.tensor([start + lead])])
-        ext = next((i for i, f in enumerate(flags) if not f), len(flags)) if extend and causal else 0
+        ext = first_mask if extend and causal else 0
         rows = len(fed)
         seg = Segment(state, ids, pos, mask, keep=m + ext, logit_rows=Segment.last_rows(m + rows, rows))
         if cached:

@@ -99,13 +99,12 @@ def expected_tokens(alpha: Sequence[float]) -> float:
 def fixed_tokens(req: Request, prefill_chunk: int) -> int:
     """Query tokens ``req``'s next forward feeds as its settings (or an earlier plan) say (as
     :meth:`~.runner.ModelRunner.segment` builds it)."""
-    cur, cache, st = req.cursor, req.cache, req.state
+    cache, st = req.cache, req.state
     if req.action == Action.PREFILL:
         B = req.config.block_size
         return max(0, min(cache.prompt_blocks, st.length + prefill_positions(prefill_chunk, B)) - st.length)
     if req.action in (Action.DRAFT, Action.POST):
-        lead = int(req.draft_lead() is not None)
-        return max(0, cur.start - st.length) + cur.length - cache.block_cached + lead
+        return req.draft_fed() + int(req.draft_lead() is not None)
     p = req.pending
     off = p.span_slots[0] - cache.block_cached
     if p.mode == VerifyMode.FUSED:

@@ -199,9 +199,14 @@ class Request:
         within the engine's bound on a draft forward (:func:`~.request_limits.draft_room`)."""
         if not self.ar_lead or self.action != Action.DRAFT:
             return None
-        cur, cache, B = self.cursor, self.cache, self.config.block_size
-        fed = max(0, cur.start - self.state.length) + cur.length - cache.block_cached
-        return cur.candidates[0] if fed < draft_room(B, cache.fold_limit) else None
+        room = draft_room(self.config.block_size, self.cache.fold_limit)
+        return self.cursor.candidates[0] if self.draft_fed() < room else None
+
+    def draft_fed(self) -> int:
+        """Tokens the row's next draft forward feeds without a lead: the committed tokens not cached yet
+        before the block, then the block from its cached prefix on."""
+        cur = self.cursor
+        return max(0, cur.start - self.state.length) + cur.length - self.cache.block_cached
 
     def mark_started(self) -> None:
         self.status = Status.RUNNING

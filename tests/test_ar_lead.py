@@ -125,3 +125,61 @@ def test_leads_keep_ar_greedy_and_save_forwards(model, monkeypatch):
         assert [o.token_ids for o in bare] == [o.token_ids for o in ar]
         assert sum(o.stats.ar_leads for o in bare) == 0
         assert sum(o.stats.nfe for o in auto) <= sum(o.stats.nfe for o in bare)
+
+
+@pytest.mark.parametrize("committed", [0, 2])
+@pytest.mark.parametrize("pending", [0, 8])
+def test_the_lead_alone_is_the_leads_row_and_keeps_the_drafts_keys(model, committed, pending):
+    """``lead_segment`` (an AR-only step where committed tokens are not cached yet): its one row is the
+    lead row of the draft forward, and the cache it leaves gives the same next forward as the draft's."""
+    B = 8
+    ad = model.adapter
+    if not ad.supports_lead(True):
+        pytest.skip(f"the {model.info.family} adapter has no lead")
+    prompt = _prompt(model, 8)
+    _, start, block = _block_after(model, prompt, B, committed)
+    lead = block.index(model.info.mask_token_id)
+    pend = prompt[start - pending : start]
+
+    def row(alone: bool):
+        st = ad.new_state()
+        ad.prefill(st, torch.tensor(prompt[: start - pending]), block_size=B, causal=True)
+        kw = {"start": start, "cached": 0, "extend": True}
+        if alone:
+            seg = ad.lead_segment(st, pend, block, **kw)
+        else:
+            seg = ad.draft_segment(st, pend, block, block_size=B, causal=True, lead=lead, **kw)
+        out = ad.run([seg])[0]
+        assert st.length == start + lead  # the pending tokens and the committed slots are kept
+        filled = torch.tensor(block)
+        nxt = ad.verify_segment(st, filled, start=start, slots=[lead + 1], cached=lead)
+        return out[-1], ad.run([nxt])[0][0]
+
+    (alone, after_alone), (led, after_draft) = row(True), row(False)
+    torch.testing.assert_close(alone, led, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(after_alone, after_draft, rtol=1e-4, atol=1e-4)
+
+
+def test_ar_only_steps_after_a_correction_take_the_lead_alone(model, monkeypatch):
+    """Forcing AR only everywhere: a block's first step (the previous block's last token is not cached)
+    is the lead alone, every forward after the prompt commits one token, and the tokens are AR's."""
+    prompts = [_prompt(model, k) for k in (0, 5)]
+    kw = {"max_new_tokens": 20, "ignore_eos": True}
+    ar = model.generate_batch(prompts, decoder="ar", causal_cache=True, **kw)
+    leads = []
+    real = type(model.adapter).lead_segment
+
+    def counting(self, *args, **kwargs):
+        leads.append(1)
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(type(model.adapter), "lead_segment", counting)
+    engine = LLMEngine(model.adapter, max_num_seqs=2)
+    engine.planner.force = lambda req, columns: 1 if columns == [0, 1] else 0
+    cfg = model.make_config(preset="lossless-auto", block_size=4, **kw)
+    outs = engine.generate(prompts, [cfg] * 2)
+    assert [o.token_ids for o in outs] == [o.token_ids for o in ar]
+    for o in outs:
+        assert o.stats.nfe - o.stats.nfe_prefill == o.stats.generated_tokens == 20
+        assert o.stats.nfe_draft == 0 and o.stats.ar_only_steps == 20
+    assert len(leads) >= 2 * 5  # each of the 5 blocks of 4 begins with the lead alone

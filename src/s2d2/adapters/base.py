@@ -145,6 +145,23 @@ class ModelAdapter(ABC):
         (``lead``): same-position families with a causal cache."""
         return False
 
+    def lead_segment(
+        self,
+        state: KVState,
+        pending: Sequence[int],
+        block: Sequence[int],
+        *,
+        start: int,
+        cached: int = 0,
+        extend: bool = False,
+    ) -> Segment:
+        """AR mode's prediction at the block's first masked slot, alone: the lead of :meth:`draft_segment`
+        without the drafted block (where :meth:`supports_lead`). It feeds ``pending``, the block's
+        committed slots from ``cached`` up to its first masked slot and one mask query there, all
+        token-causal; ``pending`` is kept, and with ``extend`` the fed committed slots too. Logits
+        ``[1, vocab]``."""
+        raise NotImplementedError(f"the {self.info.family} adapter has no AR lead")
+
     def can_fold_prefill(self, causal: bool) -> bool:
         """Whether a prompt's whole blocks may be written by the first draft forward (as its ``pending``
         tokens) instead of a prefill forward of their own: true wherever the two compute the same keys."""

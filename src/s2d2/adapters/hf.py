@@ -49,6 +49,12 @@ def _lead_mask(m: int, committed: tuple[bool, ...], block_size: int, lead: int) 
     return mask
 
 
+@functools.lru_cache(maxsize=256)
+def _causal_mask(n: int) -> torch.Tensor:
+    """Token-causal ``[n, n]`` (memoised, read-only)."""
+    return torch.ones(n, n, dtype=torch.bool).tril_()
+
+
 @functools.lru_cache(maxsize=4096)
 def _verify_mask(n_first: int, slots: tuple[int, ...]) -> torch.Tensor:
     """:func:`verify2l_mask` among the new tokens, memoised (read-only)."""
@@ -240,6 +246,31 @@ class HFAdapter(ModelAdapter):
 
     def supports_lead(self, causal: bool) -> bool:
         return causal and not self.info.shifted
+
+    def lead_segment(
+        self,
+        state: KVState,
+        pending: Sequence[int],
+        block: Sequence[int],
+        *,
+        start: int,
+        cached: int = 0,
+        extend: bool = False,
+    ) -> Segment:
+        """See :meth:`ModelAdapter.lead_segment`: the lead's query sees exactly what it sees in a draft
+        forward (:func:`_lead_mask`), and the rows before it are the draft's pending and committed rows,
+        token-causal, so the kept keys are the draft forward's."""
+        assert not self.info.shifted, "a shifted model's slot 0 draft is already the AR prediction"
+        m = len(pending)
+        assert state.length + m == start + cached, "pending tokens end where the block's uncached part starts"
+        mask_id = self.info.mask_token_id
+        first_mask = next(i for i in range(cached, len(block)) if block[i] == mask_id)
+        ids = list(pending) + list(block[cached:first_mask]) + [mask_id]
+        n = len(ids)
+        pos = torch.arange(state.length, state.length + n)
+        keep = m + (first_mask - cached if extend else 0)
+        return Segment(state, torch.tensor(ids, dtype=torch.long), pos, _causal_mask(n), keep=keep,
+                       logit_rows=Segment.last_rows(n, 1))  # fmt: skip
 
     def verify_segment(
         self, state: KVState, filled: torch.Tensor, *, start: int, slots: list[int], cached: int = 0

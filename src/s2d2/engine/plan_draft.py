@@ -5,11 +5,14 @@ with the smallest forward: the AR-mode prediction at its first masked slot, read
 verification of that one slot (the block's committed tokens before it in the first half, token-causal;
 one mask query in the second). The step is built here as a verification of a placeholder draft (the
 mask token, never the argmax), so strict acceptance rejects it and commits the AR argmax: AR greedy's
-token. It applies where nothing is pending before the block's uncached part (the cache ends where the
-block's committed run starts), as a verification requires.
+token. Where committed tokens before the block's uncached part are not cached yet (a block's first
+step after a block that ended on a correction), a verification cannot feed them: the step is then the
+draft forward's AR lead alone (:meth:`~s2d2.adapters.base.ModelAdapter.lead_segment`), which feeds them
+and the mask query, for adapters that carry leads.
 
 The choice compares milliseconds per committed token at the step's marginal cost ``m`` per query token
-and fixed share ``F / R`` per row: AR only ``m * tokens + F / R`` for one token; drafting
+and fixed share ``F / R`` per row: AR only ``m * tokens + F / R`` for one token (``tokens``:
+:meth:`~.request.Request.lead_fed`); drafting
 ``m * (draft + verify tokens) + 2 F / R`` (a draft step, then its verification) for the tokens a
 verification of its masked slots expects at the row's acceptance rate so far (accepted drafts over
 accepted plus rejected ones; a prior of :data:`PRIOR_ACCEPTANCE` before :data:`PRIOR_DRAFTS` of them),
@@ -35,9 +38,14 @@ def eligible(req: Request) -> bool:
         and req.auto_plan
         and cache.partial
         and req.state is not None
-        and req.state.length == cur.start + cache.block_cached
         and bool(cur.candidates)
+        and (req.ar_lead or not _pending(req))
     )
+
+
+def _pending(req: Request) -> bool:
+    """Whether committed tokens before the block's uncached part are not cached yet."""
+    return req.state.length != req.cursor.start + req.cache.block_cached
 
 
 def tokens_per_verify(req: Request, n: int) -> float:
@@ -65,25 +73,25 @@ def draft_value(req: Request) -> tuple[float, int, int]:
 
 def prefers_ar(req: Request, draft_tokens: int, m: float, share: float) -> bool:
     """Whether AR only is cheaper per committed token than drafting now (see the module docstring)."""
-    cur = req.cursor
-    off = cur.candidates[0] - req.cache.block_cached
-    ar = m * (off + 1) + share
+    ar = m * req.lead_fed() + share
     tokens, verify_tokens, steps = draft_value(req)
     draft = m * (draft_tokens + verify_tokens) + steps * share
     return ar * tokens < draft * (1.0 - MARGIN)
 
 
 def to_ar_only(req: Request) -> Plan:
-    """Turn ``req``'s draft into an AR-only step: its pending verification of the first masked slot."""
+    """Turn ``req``'s draft into an AR-only step: its pending verification of the first masked slot, or,
+    where committed tokens are not cached yet, the lead alone (:attr:`~.request.Action.LEAD`)."""
     cur = req.cursor
-    slot = cur.candidates[0]
-    mask_id = req.info.mask_token_id
-    tokens = slot - req.cache.block_cached + 1
-    plan = Plan(VerifyMode.AR_ONLY, 1, 0, 1.0, tokens, 1, drafted=False)
-    p = DraftStep(SlotDrafts([slot], [mask_id], [0.0], alpha=[0.0]), [False], 1, mode=VerifyMode.AR_ONLY)
-    p.span_len, p.filled, p.plan = 1, list(cur.ids), plan
+    plan = Plan(VerifyMode.AR_ONLY, 1, 0, 1.0, req.lead_fed(), 1, drafted=False)
     req.stats.steps += 1
     req.stats.ar_only_steps += 1
     req.tracer.begin_step(cur.start, cur.step)
+    if _pending(req):
+        req.action = Action.LEAD
+        return plan
+    slot, mask_id = cur.candidates[0], req.info.mask_token_id
+    p = DraftStep(SlotDrafts([slot], [mask_id], [0.0], alpha=[0.0]), [False], 1, mode=VerifyMode.AR_ONLY)
+    p.span_len, p.filled, p.plan = 1, list(cur.ids), plan
     req.pending, req.action = p, Action.VERIFY
     return plan

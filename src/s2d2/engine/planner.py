@@ -105,6 +105,8 @@ def fixed_tokens(req: Request, prefill_chunk: int) -> int:
         return max(0, min(cache.prompt_blocks, st.length + prefill_positions(prefill_chunk, B)) - st.length)
     if req.action in (Action.DRAFT, Action.POST):
         return req.draft_fed() + int(req.draft_lead() is not None)
+    if req.action == Action.LEAD:
+        return req.lead_fed()
     p = req.pending
     off = p.span_slots[0] - cache.block_cached
     if p.mode == VerifyMode.FUSED:
@@ -309,11 +311,9 @@ class StepPlanner:
         value, now, later = [], [], []
         steps = []
         for req in drafting:
-            cur = req.cursor
             tokens, verify_tokens, draft_steps = draft_value(req)
             value.append((tokens, 1.0))
-            ar_tokens = cur.candidates[0] - req.cache.block_cached + 1
-            now.append((fixed_tokens(req, self.prefill_chunk), ar_tokens))
+            now.append((fixed_tokens(req, self.prefill_chunk), req.lead_fed()))
             later.append((verify_tokens, 0))
             steps.append((draft_steps, 1))
         D = len(drafting)

@@ -43,6 +43,9 @@ class Action(StrEnum):
     VERIFY = "verify"
     #: LLaDA2.1's edit-only pass over a block without masks
     POST = "post"
+    #: AR mode's token at the block's first masked slot alone (a planned row's AR-only step; it also
+    #: writes the committed tokens not cached yet, which a 2L verification cannot)
+    LEAD = "lead"
 
 
 class Status(StrEnum):
@@ -207,6 +210,12 @@ class Request:
         before the block, then the block from its cached prefix on."""
         cur = self.cursor
         return max(0, cur.start - self.state.length) + cur.length - self.cache.block_cached
+
+    def lead_fed(self) -> int:
+        """Tokens an AR-only step feeds (:attr:`Action.LEAD`, or the 2L verification of the first masked
+        slot where nothing is pending): the committed tokens not cached yet, then one mask query."""
+        cur = self.cursor
+        return max(0, cur.start - self.state.length) + cur.candidates[0] - self.cache.block_cached + 1
 
     def mark_started(self) -> None:
         self.status = Status.RUNNING

@@ -95,6 +95,9 @@ def queries(dev: DeviceOps, req: Request, logits: torch.Tensor) -> RowWork:
             n = cur.length
             work.lead = VerifyQuery(req, logits[n : n + 1], [req.info.mask_token_id], True, None)
             _with_context(req, work.lead, [cur.lead], cur.ids)
+    elif req.action == Action.LEAD:
+        work.lead = VerifyQuery(req, logits, [req.info.mask_token_id], True, None)
+        _with_context(req, work.lead, [cur.lead], cur.ids)
     elif req.action == Action.VERIFY:
         p = req.pending
         span = p.span_len

@@ -78,6 +78,14 @@ class ModelRunner:
             )
             cache.block_extension = seg.keep - len(pending)
             return seg
+        if req.action == Action.LEAD:
+            pending = req.tokens[st.length : cur.start]
+            cur.lead = cur.candidates[0]
+            seg = ad.lead_segment(
+                st, pending, cur.ids, start=cur.start, cached=cache.block_cached, extend=cache.partial
+            )
+            cache.block_extension = seg.keep - len(pending)
+            return seg
         if req.action == Action.VERIFY:
             p, c = req.pending, cache.block_cached
             filled = torch.tensor(p.filled)

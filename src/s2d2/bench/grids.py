@@ -122,8 +122,10 @@ def _lossless_fused(b: int) -> BenchConfig:
 
 
 def _lossless_auto(b: int = 8) -> BenchConfig:
-    """The step planner over fused lossless decoding (``plan=auto``): named without its block size."""
-    return BenchConfig("lossless-auto", {"preset": "lossless-auto", "block_size": b})
+    """The step planner over fused lossless decoding (``plan=auto``): named without its block size at
+    the preset's B8, with it (``lossless-auto-b16``) at the others."""
+    name = "lossless-auto" if b == 8 else f"lossless-auto-b{b}"
+    return BenchConfig(name, {"preset": "lossless-auto", "block_size": b})
 
 
 def _default_grid() -> list[BenchConfig]:
@@ -136,7 +138,7 @@ def _default_grid() -> list[BenchConfig]:
         for routing in S2D2_ROUTINGS:
             grid += [_s2d2(b, routing, acc) for acc in ("strict", "probabilistic")]
         grid += [_lossless(b), _lossless_fused(b)]
-    grid.append(_lossless_auto())
+    grid += [_lossless_auto(b) for b in (8, 4, 16)]
     # cheap S2D2 points: dynamic-score routing with a low fallback threshold (to face dynamic tau .5/.7)
     grid += [_s2d2(b, "score-dynamic", "strict", fallback_tau=tau) for b in blocks for tau in (0.5, 0.7)]
     # routing that skips verification falls back to the threshold rule: a stricter fallback + causal cache

@@ -15,11 +15,14 @@ and fixed share ``F / R`` per row: AR only ``m * tokens + F / R`` for one token 
 :meth:`~.request.Request.lead_fed`); drafting
 ``m * (draft + verify tokens) + 2 F / R`` (a draft step, then its verification) for the tokens a
 verification of its masked slots expects at the row's acceptance rate so far (accepted drafts over
-accepted plus rejected ones; a prior of :data:`PRIOR_ACCEPTANCE` before :data:`PRIOR_DRAFTS` of them),
+accepted plus rejected ones; before :data:`PRIOR_DRAFTS` of them, the planned rows' rate together,
+:func:`pooled_acceptance`),
 plus the AR lead's token where the draft carries one (:func:`draft_value`).
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 from .draft_step import DraftStep, Plan, SlotDrafts, VerifyMode
 from .plan_choices import MARGIN
@@ -48,18 +51,34 @@ def _pending(req: Request) -> bool:
     return req.state.length != req.cursor.start + req.cache.block_cached
 
 
-def tokens_per_verify(req: Request, n: int) -> float:
-    """Committed tokens a verification of ``n`` fresh drafts expects at the row's acceptance rate so far
-    (``a``: the chance a reached draft is accepted, accepted drafts over accepted plus rejected ones;
-    position j is reached with probability ``a ** j``)."""
+def _seen(req: Request) -> tuple[int, int]:
+    """The row's verified drafts so far: (accepted, accepted + rejected)."""
     st = req.stats
     rejected = st.verify_steps - st.ar_only_steps - st.full_accepts
-    seen = st.accepted + rejected
-    a = st.accepted / seen if seen >= PRIOR_DRAFTS else PRIOR_ACCEPTANCE
+    return st.accepted, st.accepted + rejected
+
+
+def pooled_acceptance(rows: Sequence[Request]) -> float:
+    """The acceptance rate of the planned rows' verified drafts together (a row's prior until it has
+    :data:`PRIOR_DRAFTS` of its own), :data:`PRIOR_ACCEPTANCE` before that many in all."""
+    accepted = seen = 0
+    for r in rows:
+        if r.auto_plan:
+            a, s = _seen(r)
+            accepted, seen = accepted + a, seen + s
+    return accepted / seen if seen >= PRIOR_DRAFTS else PRIOR_ACCEPTANCE
+
+
+def tokens_per_verify(req: Request, n: int, prior: float = PRIOR_ACCEPTANCE) -> float:
+    """Committed tokens a verification of ``n`` fresh drafts expects at the row's acceptance rate so far
+    (``a``: the chance a reached draft is accepted, accepted drafts over accepted plus rejected ones;
+    ``prior`` before :data:`PRIOR_DRAFTS` of them; position j is reached with probability ``a ** j``)."""
+    accepted, seen = _seen(req)
+    a = accepted / seen if seen >= PRIOR_DRAFTS else prior
     return n if a >= 1.0 else (1.0 - a**n) / (1.0 - a)
 
 
-def draft_value(req: Request) -> tuple[float, int, int]:
+def draft_value(req: Request, prior: float = PRIOR_ACCEPTANCE) -> tuple[float, int, int]:
     """What drafting now buys and costs beyond the draft forward: expected committed tokens, the query
     tokens of the verification that follows and the row-steps taken. A row whose draft carries the AR
     lead (:meth:`~.request.Request.draft_lead`) commits its first candidate with the draft; the
@@ -68,13 +87,15 @@ def draft_value(req: Request) -> tuple[float, int, int]:
     left = n - lead
     if left == 0:
         return 1.0, 0, 1
-    return lead + tokens_per_verify(req, left), 2 * left, 2
+    return lead + tokens_per_verify(req, left, prior), 2 * left, 2
 
 
-def prefers_ar(req: Request, draft_tokens: int, m: float, share: float) -> bool:
+def prefers_ar(
+    req: Request, draft_tokens: int, m: float, share: float, prior: float = PRIOR_ACCEPTANCE
+) -> bool:
     """Whether AR only is cheaper per committed token than drafting now (see the module docstring)."""
     ar = m * req.lead_fed() + share
-    tokens, verify_tokens, steps = draft_value(req)
+    tokens, verify_tokens, steps = draft_value(req, prior)
     draft = m * (draft_tokens + verify_tokens) + steps * share
     return ar * tokens < draft * (1.0 - MARGIN)
 

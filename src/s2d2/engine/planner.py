@@ -54,7 +54,7 @@ from .plan_choices import (
     row_costs,
     search,
 )
-from .plan_draft import draft_value, eligible, prefers_ar, to_ar_only
+from .plan_draft import draft_value, eligible, pooled_acceptance, prefers_ar, to_ar_only
 from .plan_stats import PlannerStats
 from .request import Action, Request
 from .request_limits import prefill_positions
@@ -172,6 +172,9 @@ class StepPlanner:
         self._traced: list[dict[str, Any]] = []
         self._seen = (timing.steps, timing.forward_seconds)
         self._deferred_others: set[int] = set()
+        #: this step's acceptance prior for rows with few verified drafts
+        #: (:func:`.plan_draft.pooled_acceptance`)
+        self._prior = 0.0
         #: tests: ``force(req, columns)`` picks each planned row's choice among its valid columns (k - 1
         #: for a prefix of k positions, span + g for fused with g groups) instead of the cost model
         self.force: Callable[[Request, list[int]], int] | None = None
@@ -195,6 +198,7 @@ class StepPlanner:
         for r in live:
             (planned if plannable(r) else others).append(r)
         drafting = [r for r in others if eligible(r)]
+        self._prior = pooled_acceptance(live) if drafting else 0.0
         rows_before = self.stats.rows
         if not planned and not drafting and self.max_num_batched_tokens is None:
             return set()
@@ -240,7 +244,7 @@ class StepPlanner:
             if self.force is not None:
                 ar = self.force(req, [0, 1]) == 1
             else:
-                ar = prefers_ar(req, fixed_tokens(req, self.prefill_chunk), m, share)
+                ar = prefers_ar(req, fixed_tokens(req, self.prefill_chunk), m, share, self._prior)
             if ar:
                 self._record(req, to_ar_only(req), None)
 
@@ -311,7 +315,7 @@ class StepPlanner:
         value, now, later = [], [], []
         steps = []
         for req in drafting:
-            tokens, verify_tokens, draft_steps = draft_value(req)
+            tokens, verify_tokens, draft_steps = draft_value(req, self._prior)
             value.append((tokens, 1.0))
             now.append((fixed_tokens(req, self.prefill_chunk), req.lead_fed()))
             later.append((verify_tokens, 0))

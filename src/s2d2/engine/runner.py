@@ -62,28 +62,18 @@ class ModelRunner:
             chunk = prefill_positions(self.prefill_chunk, B)
             ids = torch.tensor(req.tokens[st.length : min(cache.prompt_blocks, st.length + chunk)])
             return ad.prefill_segment(st, ids, block_size=B, causal=causal)
-        if req.action in (Action.DRAFT, Action.POST):
+        if req.action in (Action.DRAFT, Action.POST, Action.LEAD):
             pending = req.tokens[st.length : cur.start]  # empty once a causal cache holds the block's start
-            cur.lead = req.draft_lead()
-            seg = ad.draft_segment(
-                st,
-                pending,
-                cur.ids,
-                start=cur.start,
-                block_size=B,
-                causal=causal,
-                cached=cache.block_cached,
-                extend=cache.partial,
-                lead=cur.lead,
-            )
-            cache.block_extension = seg.keep - len(pending)
-            return seg
-        if req.action == Action.LEAD:
-            pending = req.tokens[st.length : cur.start]
-            cur.lead = cur.candidates[0]
-            seg = ad.lead_segment(
-                st, pending, cur.ids, start=cur.start, cached=cache.block_cached, extend=cache.partial
-            )
+            c, ext = cache.block_cached, cache.partial
+            if req.action == Action.LEAD:
+                cur.lead = cur.candidates[0]
+                seg = ad.lead_segment(st, pending, cur.ids, start=cur.start, cached=c, extend=ext)
+            else:
+                cur.lead = req.draft_lead()
+                seg = ad.draft_segment(
+                    st, pending, cur.ids, start=cur.start, block_size=B, causal=causal, cached=c, extend=ext,
+                    lead=cur.lead,
+                )  # fmt: skip
             cache.block_extension = seg.keep - len(pending)
             return seg
         if req.action == Action.VERIFY:

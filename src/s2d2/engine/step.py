@@ -139,8 +139,7 @@ def apply(work: RowWork) -> None:
         req.stats.nfe_prefill += 1
     elif work.action == Action.DRAFT:
         req.stats.nfe_draft += 1
-        cache = req.cache
-        cache.block_cached, cache.block_extension = cache.block_cached + cache.block_extension, 0
+        _take_extension(req)
         _draft_step(req, work.draft.result, edit=work.edit, lead=work.lead)
     elif work.action == Action.LEAD:
         _lead_step(req, work.lead)
@@ -176,10 +175,8 @@ def _edit(req: Request, res: SlotDrafts) -> int:
 
 def _draft_source(req: Request, slot: int) -> LogprobSource:
     """Block size 1 drafts are the AR mode's predictions, and so is a shifted model's slot 0."""
-    return (
-        LogprobSource.AR
-        if req.config.block_size == 1 or (req.info.shifted and slot == 0)
-        else (LogprobSource.DRAFT)
+    return LogprobSource.AR if req.config.block_size == 1 or (req.info.shifted and slot == 0) else (
+        LogprobSource.DRAFT
     )
 
 
@@ -217,13 +214,19 @@ def _draft_step(
     _finish_step(req, p)
 
 
+def _take_extension(req: Request) -> None:
+    """The block's committed slots a draft or lead forward kept (``block_extension``) are cached now."""
+    cache = req.cache
+    cache.block_cached, cache.block_extension = cache.block_cached + cache.block_extension, 0
+
+
 def _lead_step(req: Request, lead: VerifyQuery) -> None:
     """An AR-only step's forward (:attr:`Action.LEAD`, begun by the planner): commit AR mode's token at
     the lead slot; the committed tokens it fed are cached now."""
-    st, cache, cur = req.stats, req.cache, req.cursor
+    st, cur = req.stats, req.cursor
     st.nfe_verify += 1
     st.verify_steps += 1
-    cache.block_cached, cache.block_extension = cache.block_cached + cache.block_extension, 0
+    _take_extension(req)
     drafts = SlotDrafts([cur.lead], [req.info.mask_token_id], [0.0])
     p = DraftStep(drafts, [False], 1, mode=VerifyMode.AR_ONLY)
     _commit_first(req, p, lead.correction, _at(lead.logprobs or None, 0), _at(lead.top or None, 0))

@@ -12,7 +12,7 @@ import random
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 import s2d2
@@ -24,6 +24,7 @@ from s2d2.engine.llm_engine import LLMEngine
 from s2d2.engine.plan_choices import Fixed, RowSpan, build, row_costs, search
 from s2d2.engine.planner import fixed_tokens
 from s2d2.errors import ConfigError
+from test_batch_invariance import GapRecorder
 
 BLOCK_SIZES = (2, 4, 8, 16)
 
@@ -129,9 +130,14 @@ def _forcing(seed: int):
 
 def _check(model, prompt: list[int], max_new: int, seed: int) -> None:
     common = dict(max_new_tokens=max_new, ignore_eos=True)
+    recorder = GapRecorder(model.adapter)
+    ar_cfg = model.make_config(decoder="ar", causal_cache=True, **common)
+    ar = LLMEngine(recorder, max_num_seqs=1).generate([prompt], [ar_cfg])[0]
+    # a near-tie of AR's own choice (random fixture weights meet top-2 gaps of 1e-6): another forward's
+    # shape may break it either way, so such examples say nothing about the plans
+    assume(recorder.min_gap > 1e-4)
     engine = LLMEngine(model.adapter, max_num_seqs=len(BLOCK_SIZES) + 2)
     engine.planner.force = _forcing(seed)
-    ar = engine.generate([prompt], [model.make_config(decoder="ar", causal_cache=True, **common)])[0]
     cfgs = [model.make_config(preset="lossless-auto", block_size=b, **common) for b in BLOCK_SIZES]
     cfgs.append(model.make_config(preset="lossless", block_size=4, plan="auto", **common))
     cfgs.append(model.make_config(preset="lossless-fused", block_size=8, **common))  # plan fixed
@@ -144,7 +150,9 @@ def _check(model, prompt: list[int], max_new: int, seed: int) -> None:
     assert alone.generate([prompt], cfgs[2:3])[0].token_ids == ar.token_ids
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(
+    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much]
+)
 @given(data=st.data())
 def test_any_plan_sequence_equals_ar(model, data):
     info = model.info

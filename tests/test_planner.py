@@ -21,7 +21,7 @@ from s2d2.bench.suites import load_problems
 from s2d2.engine.cost import FittedCost
 from s2d2.engine.draft_step import VerifyMode
 from s2d2.engine.llm_engine import LLMEngine
-from s2d2.engine.plan_choices import Fixed, RowSpan, build, row_costs, search
+from s2d2.engine.plan_choices import Drafting, Fixed, RowSpan, build, row_costs, search
 from s2d2.engine.planner import fixed_tokens
 from s2d2.errors import ConfigError
 from test_batch_invariance import GapRecorder
@@ -103,6 +103,27 @@ def test_a_fixed_cost_step_verifies_everything_and_a_token_bound_step_verifies_l
     # fused groups are worth their tokens when a forward's size barely matters
     ch, picks = _pick(FittedCost((5.0, 0.0, 0.0001, 0.0)), [_span(unsure, nxt=8)])
     assert picks[0] >= ch.n_max + 1
+
+
+def test_prompt_tokens_in_the_step_do_not_make_dear_drafts_look_cheap():
+    """Drafting rows whose draft costs more per committed token than AR only (a compute-bound step) go AR
+    only, with or without another row's prompt chunk in the step: the chunk's time is spent whatever is
+    chosen, so it must not lower the ratio a choice has to beat (it used to turn every row to a draft)."""
+    D = 32
+    drafting = Drafting(
+        np.tile([3.0, 1.0], (D, 1)),
+        np.tile([10, 2], (D, 1)),
+        np.tile([12, 0], (D, 1)),
+        np.tile([2, 1], (D, 1)),
+        np.full(D, 100),
+    )
+    ch = build([])
+    cost = FittedCost((0.0, 0.0, 1.0, 0.0))
+    for prompt in (0, 4000):
+        tokens = np.array([prompt] if prompt else [], dtype=np.int64)
+        fixed = Fixed(tokens, np.zeros(tokens.size, dtype=np.int64), 0.0, prompt)
+        _, dpicks, _ = search(cost, ch, np.zeros(0, dtype=np.int64), fixed, np.zeros(0, int), 0.0, drafting)
+        assert dpicks.tolist() == [1] * D, prompt
 
 
 def test_fixed_tokens_match_the_segments(tiny):

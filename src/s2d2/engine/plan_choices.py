@@ -145,11 +145,13 @@ def build(rows: Sequence[RowSpan]) -> Choices:
 @dataclass
 class Fixed:
     """The step's rows the planner does not choose for: their query tokens, contexts and expected
-    committed tokens."""
+    committed tokens; ``sunk``: the query tokens among them that commit nothing this step whatever is
+    chosen (prompt chunks)."""
 
     tokens: np.ndarray
     contexts: np.ndarray
     value: float
+    sunk: int = 0
 
 
 def predict(cost: StepCost, tokens: np.ndarray, contexts: np.ndarray) -> float:
@@ -177,13 +179,15 @@ class Drafting:
     """Rows about to draft, each with two choices (column 0: draft, 1: AR only, :mod:`.plan_draft`):
     ``value`` ``[D, 2]`` tokens (a draft's: what its verification expects), ``now`` this step's query
     tokens, ``later`` the later verification's tokens and ``steps`` the row-steps it takes (a draft and
-    its verification: 2; AR only: 1); ``contexts`` ``[D]``."""
+    its verification: 2; AR only: 1); ``contexts`` ``[D]``; ``sunk``: the prompt tokens their forwards
+    carry in either choice (a folded prompt's tail), which commit nothing."""
 
     value: np.ndarray
     now: np.ndarray
     later: np.ndarray
     steps: np.ndarray
     contexts: np.ndarray
+    sunk: int = 0
 
 
 def search(
@@ -201,8 +205,11 @@ def search(
     only everywhere): each pass linearises the cost profile at the current picks' shape (the marginal ms
     of a query token and a row's fixed share), takes each row's best choice at the current ratio of
     expected tokens to effective ms (this step's predicted ms plus the rows' later costs, see the module
-    docstring), and is kept if its exact ratio is better; the best picks then try caps on one row's
-    query tokens (the padded attention grows with the longest row). ``host``: ms per pre-draft group."""
+    docstring, less the marginal ms of the prompt tokens it carries: they commit nothing whatever is
+    chosen, and counting them would lower the ratio a choice has to beat, so that a step carrying
+    prompts would take drafts that cost more per token than the engine's rate), and is kept if its
+    exact ratio is better; the best picks then try caps on one row's query tokens (the padded
+    attention grows with the longest row). ``host``: ms per pre-draft group."""
     R = ch.valid.shape[0]
     rix = np.arange(R)
     d = drafting if drafting is not None else _no_drafting()
@@ -225,7 +232,8 @@ def search(
         c, dc = (rix, picks), (dix, dpicks)
         later = m * ch.rest[c] + ch.cont[c] * share - ch.hit[c] * HIT_WORTH * (m * ch.draft + share)
         later_d = m * d.later[dc] + (d.steps[dc] - 1) * share
-        eff = ms + float(later.sum()) + float(later_d.sum()) + host * float(ch.groups[c].sum())
+        eff = ms - m * (fixed.sunk + d.sunk) + float(later.sum()) + float(later_d.sum())
+        eff += host * float(ch.groups[c].sum())
         return (base_value + float(d.value[dc].sum())) / max(eff, 1e-9)
 
     smallest = np.argmin(np.where(ch.valid, ch.tokens, 1 << 30), axis=1)

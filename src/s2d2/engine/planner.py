@@ -227,10 +227,12 @@ class StepPlanner:
         return deferred
 
     def _fixed(self, others: list[Request]) -> Fixed:
+        tokens = [fixed_tokens(r, self.prefill_chunk) for r in others]
         return Fixed(
-            np.array([fixed_tokens(r, self.prefill_chunk) for r in others], dtype=np.int64),
+            np.array(tokens, dtype=np.int64),
             np.array([r.state.length if r.state is not None else 0 for r in others], dtype=np.int64),
             sum(expected_tokens(_alpha(r.pending, r.pending.span_len)) for r in others if _verifying(r)),
+            sum(t for r, t in zip(others, tokens, strict=True) if r.action == Action.PREFILL),
         )
 
     def _draft_or_ar(self, drafting: list[Request], spans: list[RowSpan], others: list[Request]) -> None:
@@ -328,6 +330,7 @@ class StepPlanner:
             np.array(later, dtype=np.int64).reshape(shape),
             np.array(steps, dtype=np.int64).reshape(shape),
             np.array([r.state.length for r in drafting], dtype=np.int64),
+            sum(max(0, min(r.n_prompt, r.cursor.start) - r.state.length) for r in drafting),
         )
 
     # ------------------------------------------------------------------ the choice, applied

@@ -41,6 +41,7 @@ import numpy as np
 from .cost import FittedCost, StepCost
 from .draft_step import DraftStep, Plan, VerifyMode
 from .fusion import plan_groups
+from .host_timed_cost import HostTimedCost
 from .plan_budget import fit_budget
 from .plan_choices import (
     MARGIN,
@@ -164,13 +165,19 @@ class StepPlanner:
         max_num_batched_tokens: int | None = None,
     ):
         self.cost = cost if cost is not None else GENERIC_COST
-        self.host_ms_per_group = HOST_MS_PER_GROUP if isinstance(self.cost, FittedCost) else 0.0
+        measured = isinstance(self.cost, FittedCost)  # a profile of this host: its host time counts too
+        self.host_ms_per_group = HOST_MS_PER_GROUP if measured else 0.0
+        #: what the choices are priced with: the profile, plus the measured host ms per row where the
+        #: profile was measured on this host (:mod:`.host_timed_cost`)
+        self.host = HostTimedCost(self.cost) if measured else None
+        self.decide = self.host if self.host is not None else self.cost
         self.prefill_chunk = prefill_chunk
         self.max_num_batched_tokens = max_num_batched_tokens
         self.timing = timing
         self.stats = PlannerStats()
         self._traced: list[dict[str, Any]] = []
-        self._seen = (timing.steps, timing.forward_seconds)
+        self._seen = (timing.steps, timing.forward_seconds, timing.other_seconds)
+        self._rows = 0
         self._deferred_others: set[int] = set()
         #: this step's acceptance prior for rows with few verified drafts
         #: (:func:`.plan_draft.pooled_acceptance`)
@@ -192,8 +199,8 @@ class StepPlanner:
 
     def _plan(self, running: Sequence[Request]) -> set[int]:
         t0 = time.perf_counter()
-        self._fill_measured()
         live = [r for r in running if r.action is not None and not r.abort_requested and not r.status.done]
+        self._fill_measured(len(live))
         planned, others = [], []
         for r in live:
             (planned if plannable(r) else others).append(r)
@@ -220,9 +227,10 @@ class StepPlanner:
         deferred = {id(r) for r, plan in zip(planned, plans, strict=True) if plan is None}
         deferred |= self._deferred_others
         if not planned:
-            ms = predict(self.cost, fixed.tokens, fixed.contexts)
+            ms = predict(self.decide, fixed.tokens, fixed.contexts)
         if planned or self._traced or self.stats.rows > rows_before:
-            self._apply(planned, plans, ms)
+            host = self.host.host_ms_per_row * len(live) if self.host is not None else 0.0
+            self._apply(planned, plans, ms - host)  # reported beside the measured forward
         self.stats.seconds += time.perf_counter() - t0
         return deferred
 
@@ -241,7 +249,7 @@ class StepPlanner:
         toks = [_plain_tokens(s) for s in spans]
         toks += [fixed_tokens(r, self.prefill_chunk) for r in others]
         ctx = [s.context for s in spans] + [r.state.length if r.state is not None else 0 for r in others]
-        m, share = marginal(self.cost, np.array(toks, dtype=np.int64), np.array(ctx, dtype=np.int64))
+        m, share = marginal(self.decide, np.array(toks, dtype=np.int64), np.array(ctx, dtype=np.int64))
         for req in drafting:
             if self.force is not None:
                 ar = self.force(req, [0, 1]) == 1
@@ -267,8 +275,8 @@ class StepPlanner:
         defaults = [_plain_tokens(s) for s in spans]
         toks = np.array(defaults + fixed.tokens.tolist(), dtype=np.int64)
         ctx = np.array([s.context for s in spans] + fixed.contexts.tolist(), dtype=np.int64)
-        m, share = marginal(self.cost, toks, ctx)
-        ms0 = predict(self.cost, toks, ctx)
+        m, share = marginal(self.decide, toks, ctx)
+        ms0 = predict(self.decide, toks, ctx)
         plans = []
         for i, s in enumerate(spans):
             options = row_costs(s, m, share, self.host_ms_per_group)
@@ -279,7 +287,7 @@ class StepPlanner:
                 _, col, tokens, expected = plain
             plans.append(_plan(col, n, tokens, expected))
             toks[i] = tokens
-        return plans, predict(self.cost, toks, ctx)
+        return plans, predict(self.decide, toks, ctx)
 
     def _matrices(
         self,
@@ -295,7 +303,7 @@ class StepPlanner:
         ctx = np.array([s.context for s in spans], dtype=np.int64)
         start = np.argmax(np.where(ch.valid, np.arange(ch.valid.shape[1]), -1), axis=1)
         d = self._drafting(drafting)
-        picks, dpicks, ms = search(self.cost, ch, ctx, fixed, start, self.host_ms_per_group, d)
+        picks, dpicks, ms = search(self.decide, ch, ctx, fixed, start, self.host_ms_per_group, d)
         for req, pick in zip(drafting, dpicks, strict=True):
             if pick == 1:
                 self._record(req, to_ar_only(req), None)
@@ -362,16 +370,20 @@ class StepPlanner:
             req.tracer.steps[-1].plan = rec
             self._traced.append(rec)
 
-    def _fill_measured(self) -> None:
-        """The previous step's measured forward ms into its trace records (known once it ran)."""
+    def _fill_measured(self, rows: int) -> None:
+        """The previous step's measured forward ms into its trace records and its host ms per row into
+        the decision cost (known once it ran); ``rows``: this step's rows, for the next call."""
         t = self.timing
-        steps, seconds = self._seen
-        if self._traced and t.steps == steps + 1:
+        steps, seconds, other = self._seen
+        if t.steps == steps + 1:
             ms = round(1e3 * (t.forward_seconds - seconds), 4)
             for rec in self._traced:
                 rec["measured_ms"] = ms
+            if self.host is not None:
+                self.host.observe(1e3 * (t.other_seconds - other), self._rows)
         self._traced = []
-        self._seen = (t.steps, t.forward_seconds)
+        self._seen = (t.steps, t.forward_seconds, t.other_seconds)
+        self._rows = rows
 
 
 def _plain_tokens(s: RowSpan) -> int:

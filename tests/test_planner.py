@@ -320,6 +320,6 @@ def test_the_planner_learns_host_time_only_for_a_profile_of_this_host(tiny):
     prompts = [tiny.encode(p["question"]) for p in load_problems("tiny-gsm", "test", 4)]
     engine = LLMEngine(tiny.adapter, max_num_seqs=4)
     engine.generate(prompts, [cfg] * 4)
-    assert engine.planner.host is not None and engine.planner.host.host_ms_per_row > 0
+    assert engine.planner.host_time is not None and engine.planner.host_time.host_ms_per_row > 0
     roofline = s2d2.load("tiny-gsm", cost_profile="roofline:h200", use_preset=False).engine
-    assert roofline.planner.host is None
+    assert roofline.planner.host_time is None

@@ -169,8 +169,8 @@ class StepPlanner:
         self.host_ms_per_group = HOST_MS_PER_GROUP if measured else 0.0
         #: what the choices are priced with: the profile, plus the measured host ms per row where the
         #: profile was measured on this host (:mod:`.host_timed_cost`)
-        self.host = HostTimedCost(self.cost) if measured else None
-        self.decide = self.host if self.host is not None else self.cost
+        self.host_time = HostTimedCost(self.cost) if measured else None
+        self.decide = self.host_time if self.host_time is not None else self.cost
         self.prefill_chunk = prefill_chunk
         self.max_num_batched_tokens = max_num_batched_tokens
         self.timing = timing
@@ -229,7 +229,7 @@ class StepPlanner:
         if not planned:
             ms = predict(self.decide, fixed.tokens, fixed.contexts)
         if planned or self._traced or self.stats.rows > rows_before:
-            host = self.host.host_ms_per_row * len(live) if self.host is not None else 0.0
+            host = self.host_time.host_ms_per_row * len(live) if self.host_time is not None else 0.0
             self._apply(planned, plans, ms - host)  # reported beside the measured forward
         self.stats.seconds += time.perf_counter() - t0
         return deferred
@@ -379,8 +379,8 @@ class StepPlanner:
             ms = round(1e3 * (t.forward_seconds - seconds), 4)
             for rec in self._traced:
                 rec["measured_ms"] = ms
-            if self.host is not None:
-                self.host.observe(1e3 * (t.other_seconds - other), self._rows)
+            if self.host_time is not None:
+                self.host_time.observe(1e3 * (t.other_seconds - other), self._rows)
         self._traced = []
         self._seen = (t.steps, t.forward_seconds, t.other_seconds)
         self._rows = rows

@@ -69,6 +69,11 @@ GENERIC_COST = FittedCost((0.926, 0.0561, 0.0197, 0.0552), {"model": "generic-cp
 #: on tiny-gsm, one row, one thread: about 0.25 ms more outside the forward per step than plain B8;
 #: 0.15 (against 0.08) gave the better one-row run, within this CPU's noise.
 HOST_MS_PER_GROUP = 0.15
+#: Host milliseconds per row of a step outside the forward, charged with a measured profile (whose
+#: forwards run on the same host): the engine's other ms per row-step on tiny-gsm, one thread of this
+#: project's CPU (`s2d2 bench-batch --n 128`, other ms per step over rows per forward), was 0.07-0.08
+#: for AR and 0.11 for lossless B8 at 16 and 64 rows.
+HOST_MS_PER_ROW = 0.1
 #: Up to this many planned rows the choices are computed in plain Python (numpy's per-call cost would
 #: dominate), beyond it as matrices (:mod:`.plan_choices`).
 SMALL_ROWS = 4
@@ -167,17 +172,16 @@ class StepPlanner:
         self.cost = cost if cost is not None else GENERIC_COST
         measured = isinstance(self.cost, FittedCost)  # a profile of this host: its host time counts too
         self.host_ms_per_group = HOST_MS_PER_GROUP if measured else 0.0
-        #: what the choices are priced with: the profile, plus the measured host ms per row where the
-        #: profile was measured on this host (:mod:`.host_timed_cost`)
-        self.host_time = HostTimedCost(self.cost) if measured else None
+        #: what the choices are priced with: the profile, plus :data:`HOST_MS_PER_ROW` where the profile
+        #: was measured on this host (:mod:`.host_timed_cost`)
+        self.host_time = HostTimedCost(self.cost, HOST_MS_PER_ROW) if measured else None
         self.decide = self.host_time if self.host_time is not None else self.cost
         self.prefill_chunk = prefill_chunk
         self.max_num_batched_tokens = max_num_batched_tokens
         self.timing = timing
         self.stats = PlannerStats()
         self._traced: list[dict[str, Any]] = []
-        self._seen = (timing.steps, timing.forward_seconds, timing.other_seconds)
-        self._rows = 0
+        self._seen = (timing.steps, timing.forward_seconds)
         self._deferred_others: set[int] = set()
         #: this step's acceptance prior for rows with few verified drafts
         #: (:func:`.plan_draft.pooled_acceptance`)
@@ -199,8 +203,8 @@ class StepPlanner:
 
     def _plan(self, running: Sequence[Request]) -> set[int]:
         t0 = time.perf_counter()
+        self._fill_measured()
         live = [r for r in running if r.action is not None and not r.abort_requested and not r.status.done]
-        self._fill_measured(len(live))
         planned, others = [], []
         for r in live:
             (planned if plannable(r) else others).append(r)
@@ -370,20 +374,16 @@ class StepPlanner:
             req.tracer.steps[-1].plan = rec
             self._traced.append(rec)
 
-    def _fill_measured(self, rows: int) -> None:
-        """The previous step's measured forward ms into its trace records and its host ms per row into
-        the decision cost (known once it ran); ``rows``: this step's rows, for the next call."""
+    def _fill_measured(self) -> None:
+        """The previous step's measured forward ms into its trace records (known once it ran)."""
         t = self.timing
-        steps, seconds, other = self._seen
-        if t.steps == steps + 1:
+        steps, seconds = self._seen
+        if self._traced and t.steps == steps + 1:
             ms = round(1e3 * (t.forward_seconds - seconds), 4)
             for rec in self._traced:
                 rec["measured_ms"] = ms
-            if self.host_time is not None:
-                self.host_time.observe(1e3 * (t.other_seconds - other), self._rows)
         self._traced = []
-        self._seen = (t.steps, t.forward_seconds, t.other_seconds)
-        self._rows = rows
+        self._seen = (t.steps, t.forward_seconds)
 
 
 def _plain_tokens(s: RowSpan) -> int:

@@ -85,13 +85,15 @@ def build(rows: Sequence[RowSpan]) -> Choices:
     if not R:
         z, zi = np.zeros((0, 1)), np.zeros((0, 1), dtype=np.int64)
         return Choices(z.astype(bool), zi, z, z, z, zi, z, np.zeros(0), np.zeros(0, np.int64), 1)
-    n = np.array([len(r.alpha) for r in rows])
+    attrs = np.array(
+        [(len(r.alpha), r.off, r.span0, r.length, r.next_rows, r.positions, r.branches, r.draft_tokens)
+         for r in rows], dtype=np.int64,
+    )  # fmt: skip
+    n, off, span0, L, next_rows, positions, branches, draft = attrs.T
     n_max = int(n.max())
-    P = max(r.positions for r in rows)
+    P = int(positions.max())
     P = -1 if P < 0 else min(P, n_max)
-    alpha = np.zeros((R, n_max))
-    for i, r in enumerate(rows):
-        alpha[i, : n[i]] = r.alpha
+    alpha = np.array([[*r.alpha, *[0.0] * (n_max - len(r.alpha))] for r in rows], dtype=float)
     np.clip(alpha, 0.0, 1.0, out=alpha)
     reach = np.ones((R, n_max + 1))
     np.cumprod(alpha, axis=1, out=reach[:, 1:])
@@ -99,32 +101,27 @@ def build(rows: Sequence[RowSpan]) -> Choices:
     k = np.arange(1, n_max + 1)[None, :]
     n_col = n[:, None]
     valid = k <= n_col
-    off = np.array([r.off for r in rows])[:, None]
+    off, span0, L, branches = off[:, None], span0[:, None], L[:, None], branches[:, None]
     rix = np.arange(R)
     total = expected[rix, n - 1]
-    cont = np.where(k < n_col, reach[:, 1:], 0.0)
-    rest = np.where(k < n_col, 2 * (total[:, None] - expected), 0.0)
+    inside = k < n_col
+    cont = np.where(inside, reach[:, 1:], 0.0)
+    rest = np.where(inside, 2 * (total[:, None] - expected), 0.0)
     plain = (valid, off + 2 * k - 1, cont, rest, np.zeros((R, n_max)), np.zeros((R, n_max)))
-    draft = np.array([r.draft_tokens for r in rows])
     if P < 0:
         return Choices(*plain, np.where(valid, expected, 0.0), total, draft, n_max)
-    span0 = np.array([r.span0 for r in rows])[:, None]
-    L = np.array([r.length for r in rows])[:, None]
     j = np.arange(n_max)[None, :]
     first_reject = np.where((j < n_col) & (span0 + j != L - 1), reach[:, :-1] - reach[:, 1:], -1.0)
     order = np.argsort(-first_reject, axis=1, kind="stable")[:, :P]
     fr = np.take_along_axis(first_reject, order, axis=1)
     ok = fr >= 0
-    branches = np.array([r.branches for r in rows])[:, None]
     zero = np.zeros((R, 1))
     g_rows = np.hstack([zero, np.cumsum(np.where(ok, branches * (L - span0 - order), 0), axis=1)])
-    next_rows = np.array([r.next_rows for r in rows])
     hit = np.where(next_rows > 0, reach[rix, n], 0.0)[:, None] + np.hstack(
         [zero, np.cumsum(np.where(ok, fr, 0.0), axis=1)]
     )
-    positions = np.array([r.positions for r in rows])[:, None]
     g = np.arange(P + 1)[None, :]
-    f_valid = (positions >= 0) & (g <= positions) & np.hstack([np.ones((R, 1), bool), ok])
+    f_valid = (positions[:, None] >= 0) & (g <= positions[:, None]) & np.hstack([np.ones((R, 1), bool), ok])
     f_tokens = (off[:, 0] + 2 * n + next_rows)[:, None] + g_rows
     f_groups = (next_rows > 0)[:, None] + g * branches
     fz = np.zeros((R, P + 1))
@@ -156,22 +153,31 @@ class Fixed:
 
 def predict(cost: StepCost, tokens: np.ndarray, contexts: np.ndarray) -> float:
     """Predicted ms of a step whose rows feed ``tokens`` after ``contexts`` (one attention group)."""
-    if tokens.size == 0:
-        return 0.0
-    keys = tokens + contexts
-    attention = float((tokens * keys).sum())
-    padded = float(tokens.size * tokens.max() * keys.max())
-    return cost.predict_totals(int(tokens.size), int(tokens.sum()), attention, int(keys.sum()), padded)
+    return point(cost, tokens, contexts)[0]
 
 
 def marginal(cost: StepCost, tokens: np.ndarray, contexts: np.ndarray) -> tuple[float, float]:
     """At a step of this shape: the marginal ms of one more query token (a secant over two more per
     row) and the fixed ms per row (what the step costs beyond its tokens, shared by its rows)."""
-    if tokens.size == 0:
-        return 0.0, 0.0
-    ms = predict(cost, tokens, contexts)
-    m = max(predict(cost, tokens + 2, contexts) - ms, 0.0) / (2 * tokens.size)
-    return m, max(ms - m * int(tokens.sum()), 0.0) / tokens.size
+    _, m, share = point(cost, tokens, contexts)
+    return m, share
+
+
+def point(cost: StepCost, tokens: np.ndarray, contexts: np.ndarray) -> tuple[float, float, float]:
+    """The predicted ms of a step whose rows feed ``tokens`` ``[rows]`` after ``contexts`` ``[rows]``,
+    and the profile linearised there: ``(ms, m, share)``, ``m`` the marginal ms of a query token (the
+    secant over two more a row), ``share`` a row's part of the rest. The shape's totals are taken once;
+    those of two more tokens a row follow from them exactly (integer sums)."""
+    n = int(tokens.size)
+    if n == 0:
+        return 0.0, 0.0, 0.0
+    keys = tokens + contexts
+    T, K, A = int(tokens.sum()), int(keys.sum()), int((tokens * keys).sum())
+    t_max, k_max = int(tokens.max()), int(keys.max())
+    ms = cost.predict_totals(n, T, float(A), K, float(n * t_max * k_max))
+    wider = (n, T + 2 * n, float(A + 2 * T + 2 * K + 4 * n), K + 2 * n, float(n * (t_max + 2) * (k_max + 2)))
+    m = max(cost.predict_totals(*wider) - ms, 0.0) / (2 * n)
+    return ms, m, max(ms - m * T, 0.0) / n
 
 
 @dataclass
@@ -216,25 +222,17 @@ def search(
     dix = np.arange(d.value.shape[0])
     all_ctx = np.concatenate([contexts, d.contexts, fixed.contexts])
     base_value = float(ch.total.sum()) + fixed.value
+    later = _Later.of(ch, d, host)
 
     def tokens(picks: np.ndarray, dpicks: np.ndarray) -> np.ndarray:
         return np.concatenate([ch.tokens[rix, picks], d.now[dix, dpicks], fixed.tokens])
 
-    def point(picks: np.ndarray, dpicks: np.ndarray) -> tuple[float, float, float]:
-        """Predicted ms of these picks, and the profile linearised there: (ms, m, share)."""
-        toks = tokens(picks, dpicks)
-        ms = predict(cost, toks, all_ctx)
-        m = max(predict(cost, toks + 2, all_ctx) - ms, 0.0) / (2 * toks.size)
-        return ms, m, max(ms - m * int(toks.sum()), 0.0) / toks.size
-
     def ratio_of(picks: np.ndarray, dpicks: np.ndarray, ms: float, m: float, share: float) -> float:
         """Expected tokens over effective ms: this step's plus the rows' later costs (at m, share)."""
-        c, dc = (rix, picks), (dix, dpicks)
-        later = m * ch.rest[c] + ch.cont[c] * share - ch.hit[c] * HIT_WORTH * (m * ch.draft + share)
-        later_d = m * d.later[dc] + (d.steps[dc] - 1) * share
-        eff = ms - m * (fixed.sunk + d.sunk) + float(later.sum()) + float(later_d.sum())
-        eff += host * float(ch.groups[c].sum())
-        return (base_value + float(d.value[dc].sum())) / max(eff, 1e-9)
+        per_m, per_share, fixed_ms = later.rows[rix, picks].sum(axis=0)
+        d_m, d_share, d_value = later.drafting[dix, dpicks].sum(axis=0)
+        eff = ms - m * (fixed.sunk + d.sunk) + m * (per_m + d_m) + share * (per_share + d_share) + fixed_ms
+        return (base_value + float(d_value)) / max(float(eff), 1e-9)
 
     smallest = np.argmin(np.where(ch.valid, ch.tokens, 1 << 30), axis=1)
     plain = np.argmax(np.where(ch.valid[:, : ch.n_max], np.arange(ch.n_max), -1), axis=1)
@@ -245,11 +243,11 @@ def search(
         starts.pop(1)
     found = []  # (ratio, ms, picks, dpicks, m, share)
     for picks, dpicks in starts:
-        ms, m, share = point(picks, dpicks)
+        ms, m, share = point(cost, tokens(picks, dpicks), all_ctx)
         ratio = ratio_of(picks, dpicks, ms, m, share)
         found.append((ratio, ms, picks, dpicks, m, share))
         for _ in range(PASSES):
-            picks, dpicks = _repick(ch, d, m, share, ratio, host, None)
+            picks, dpicks = later.repick(m, share, ratio, None)
             ms = predict(cost, tokens(picks, dpicks), all_ctx)
             ratio = ratio_of(picks, dpicks, ms, m, share)
             found.append((ratio, ms, picks, dpicks, m, share))
@@ -260,7 +258,7 @@ def search(
     ratio0, _, _, _, m, share = best
     floor = int(fixed.tokens.max()) if fixed.tokens.size else 0
     for cap in [c for c in CAPS if c > floor] if R + D + fixed.tokens.size >= CAP_ROWS else []:
-        picks, dpicks = _repick(ch, d, m, share, ratio0, host, cap)
+        picks, dpicks = later.repick(m, share, ratio0, cap)
         ms = predict(cost, tokens(picks, dpicks), all_ctx)
         ratio = ratio_of(picks, dpicks, ms, m, share)
         if ratio > best[0]:
@@ -268,23 +266,51 @@ def search(
     return best[2], best[3], best[1]
 
 
-def _repick(
-    ch: Choices, d: Drafting, m: float, share: float, ratio: float, host: float, cap: int | None
-) -> tuple[np.ndarray, np.ndarray]:
-    """Each row's best choice at marginal ``m``, fixed share ``share`` and price ``ratio`` (tokens per
-    ms); planned rows' choices differ in cost only, drafting rows' in value and cost."""
-    cost_ms = m * (ch.tokens + ch.rest) + ch.cont * share + host * ch.groups
-    cost_ms = cost_ms - ch.hit * (HIT_WORTH * (m * ch.draft + share))[:, None]
-    cost_ms = np.where(ch.valid, cost_ms, np.inf)
-    if cap is not None:
+@dataclass
+class _Later:
+    """What each choice costs beyond this step's query tokens, linear in the step's marginal ms ``m``
+    and fixed share ``share``, computed once a search: ``rows`` ``[R, C, 3]`` (ms per ``m``, per
+    ``share``, and fixed ms) of every planned row's choices (the later verification of the rest, a
+    fused group's host work, minus what a hit saves); ``drafting`` ``[D, 2, 3]`` (per ``m``, per
+    ``share``, tokens valued) of every drafting row's; and the repick's matrices."""
+
+    rows: np.ndarray
+    drafting: np.ndarray
+    cost_per_m: np.ndarray
+    cost_per_share: np.ndarray
+    cost_fixed: np.ndarray
+    tokens: np.ndarray
+    smallest: np.ndarray
+    d_per_m: np.ndarray
+    d_steps: np.ndarray
+    d_value: np.ndarray
+
+    @classmethod
+    def of(cls, ch: Choices, d: Drafting, host: float) -> _Later:
+        per_m = ch.rest - HIT_WORTH * ch.hit * ch.draft[:, None]
+        per_share = ch.cont - HIT_WORTH * ch.hit
+        fixed_ms = host * ch.groups
+        rows = np.stack([per_m, per_share, fixed_ms], axis=2)
+        drafting = np.stack([d.later, d.steps - 1, d.value], axis=2).astype(float)
+        invalid = np.where(ch.valid, 0.0, np.inf)
         smallest = np.argmin(np.where(ch.valid, ch.tokens, 1 << 30), axis=1)
-        capped = np.where(ch.tokens <= cap, cost_ms, np.inf)
-        rix = np.arange(cost_ms.shape[0])
-        capped[rix, smallest] = cost_ms[rix, smallest]
-        cost_ms = capped
-    d_cost = m * (d.now + d.later) + d.steps * share
-    dpicks = np.argmax(d.value - ratio * d_cost, axis=1) if d.value.size else np.zeros(0, int)
-    return np.argmin(cost_ms, axis=1), dpicks
+        return cls(rows, drafting, ch.tokens + per_m, per_share, fixed_ms + invalid, ch.tokens, smallest,
+                   d.now + d.later, d.steps, d.value)  # fmt: skip
+
+    def repick(self, m: float, share: float, ratio: float, cap: int | None) -> tuple[np.ndarray, np.ndarray]:
+        """Each row's best choice at marginal ``m``, fixed share ``share`` and price ``ratio`` (tokens
+        per ms), with at most ``cap`` query tokens a row (its smallest choice always allowed); planned
+        rows' choices differ in cost only, drafting rows' in value and cost."""
+        cost_ms = m * self.cost_per_m + share * self.cost_per_share + self.cost_fixed
+        if cap is not None:
+            allowed = self.tokens <= cap
+            allowed[np.arange(allowed.shape[0]), self.smallest] = True
+            cost_ms = np.where(allowed, cost_ms, np.inf)
+        if self.d_value.size:
+            dpicks = np.argmax(self.d_value - ratio * (m * self.d_per_m + self.d_steps * share), axis=1)
+        else:
+            dpicks = np.zeros(0, int)
+        return np.argmin(cost_ms, axis=1), dpicks
 
 
 def _no_drafting() -> Drafting:

@@ -7,7 +7,7 @@ import time
 import pytest
 
 from conftest import assert_one_line_error, load_or_skip, run_cli
-from s2d2 import throughput
+from s2d2 import throughput, throughput_table
 from s2d2.bench.suites import load_problems
 from s2d2.engine.llm_engine import LLMEngine
 from s2d2.errors import S2D2Error
@@ -65,13 +65,13 @@ def test_run_throughput_with_a_rate_streams_the_same_arrivals_in_every_cell(tiny
     for r in out["rows"]:  # TTFT without --shared-prefix
         assert r["request_rate"] == 50.0
         assert r["ttft_p99_ms"] >= r["ttft_p50_ms"] > 0 and r["ttft_admitted_p50_ms"] > 0
-    text = throughput.render(out)
+    text = throughput_table.render(out)
     assert "TTFT p99 ms" in text and "Poisson process at 50/s" in text
 
     seen.clear()
     closed = throughput.run_throughput(tiny, n=2, limits=(2,), configs=("ar",), max_new_tokens=8)
     assert not seen and closed["request_rate"] is None and closed["rows"][0]["request_rate"] is None
-    assert "ttft_p50_ms" not in closed["rows"][0] and "TTFT" not in throughput.render(closed)
+    assert "ttft_p50_ms" not in closed["rows"][0] and "TTFT" not in throughput_table.render(closed)
 
 
 def test_bench_batch_rejects_a_bad_rate(capsys):
@@ -84,6 +84,6 @@ def test_a_table_that_starts_with_a_planned_configuration_renders(tiny):
     """A planned row carries the planner's predicted ms without a cost profile; with it first, the table
     used to ask every row for projected tokens/s and fail (KeyError)."""
     out = throughput.run_throughput(tiny, n=2, limits=(2,), configs=("lossless-auto", "ar"), max_new_tokens=8)
-    text = throughput.render(out)
+    text = throughput_table.render(out)
     assert "| lossless-auto | 2 |" in text and "| ar | 2 |" in text
     assert "PROJECTED" not in text and "tokens/s, predicted" not in text

@@ -101,7 +101,7 @@ def bench_batch_command(
     open-loop Poisson arrivals (the same in every cell) and time to first token from arrival (p50, p99)."""
     import torch
 
-    from .. import throughput
+    from .. import throughput, throughput_table
     from ..model import load
 
     lims = _int_list(limits, "--limits")
@@ -135,6 +135,6 @@ def bench_batch_command(
         shared_prefix=shared_prefix,
         request_rate=request_rate,
     )
-    typer.echo(throughput.render(results))
+    typer.echo(throughput_table.render(results))
     if json_out is not None:
         json_out.write_text(json.dumps(results, indent=1) + "\n")

@@ -7,7 +7,8 @@ verifies (its draft forward, then its verification forward); its batch-mates do 
 Per row, :func:`advance` walks the block loop until the row needs a forward (``req.action``) or is
 finished. After the forward, :func:`~.row_queries.queries` says what the row needs from its logits
 (:mod:`.step_math` computes every row's on the device and brings the values back in one transfer), and
-:func:`apply` consumes them: route, verify, accept, fall back, edit. All of it is host bookkeeping on
+:func:`apply` consumes them: route, verify, accept, fall back, edit (the routing decision and the
+baseline rule's picks are :mod:`.step_routing`). All of it is host bookkeeping on
 Python lists. Forward accounting: a finished block is committed to the cache inside the next block's
 first draft forward, so commits cost no forward of their own.
 """
@@ -16,23 +17,15 @@ from __future__ import annotations
 
 import time
 
-import numpy as np
-import torch
-
 from ..decoding import functional as F
-from ..decoding.policies import RouteFeatures, SkipCheck
+from ..decoding.policies import SkipCheck
 from .draft_step import DraftStep, SlotDrafts, VerifyMode
-from .fusion import pick_group, plan_groups, stale_drafts
+from .fusion import pick_group, stale_drafts
 from .logprobs import LogprobSource, TokenLogprob
 from .request import Action, Request, Status
 from .row_queries import RowWork
 from .step_math import DraftQuery, VerifyQuery
-
-
-def f32(x: float) -> float:
-    """``x`` rounded to float32: comparing a float32 value with it on the host decides exactly as torch
-    does comparing the float32 tensor with the Python number."""
-    return float(np.float32(x))
+from .step_routing import f32, fallback_picks, route
 
 
 # ------------------------------------------------------------------------------------ the block loop
@@ -207,7 +200,7 @@ def _draft_step(
         # a shifted model predicts slot 0 from the previous position: that draft IS the AR token
         _commit_first(req, p, values.drafts[0], _at(values.logprob, 0), _at(values.top, 0))
     if req.policy is not None and p.span_offset < len(cand):
-        _route(req, p)
+        route(req, p)
         if p.verified:
             req.pending = p
             return
@@ -248,42 +241,13 @@ def _at(values: list | None, i: int):
     return None if values is None else values[i]
 
 
-def _route(req: Request, p: DraftStep) -> None:
-    """The routing decision of a drafted step: set ``p.mode`` (and the verification's input) to verify."""
-    cfg, cur, v = req.config, req.cursor, p.drafts
-    off, slots = p.span_offset, v.slots
-    n = 1
-    while off + n < len(slots) and slots[off + n] == slots[off] + n:
-        n += 1
-    p.span_len = n
-    tau = f32(cfg.threshold)
-    p.features = RouteFeatures(
-        span_len=n,
-        alpha=None if v.alpha is None else v.alpha[off : off + n],
-        norm_entropy=None if v.norm_entropy is None else v.norm_entropy[off : off + n],
-        block_size=cfg.block_size,
-        progress=cur.n_committed / cur.length,
-        n_dynamic=sum(1 for c in v.conf[off:] if c > tau),
-        config=cfg,
-    )
-    if not req.policy.decide(p.features):
-        return
-    p.mode = VerifyMode.FUSED if cfg.fuse else VerifyMode.PLAIN
-    p.filled = list(cur.ids)
-    for s, t, done in zip(slots, v.drafts, p.done, strict=True):
-        if not done:  # a committed first candidate keeps its AR token
-            p.filled[s] = t
-    if p.mode == VerifyMode.FUSED and not (req.auto_plan and req.cache.partial):
-        p.groups = plan_groups(req, p)  # a planned row's groups are the planner's (.planner)
-
-
 def _verify_step(req: Request, vq: VerifyQuery, group_drafts: list[SlotDrafts]) -> None:
     """Accept the verified span left to right as the AR-mode check decided."""
     p, cur = req.pending, req.cursor
     req.pending = None
     n_acc, correction = vq.n_accepted, vq.correction
     if req.policy is not None and req.policy.learns_from_checks:
-        p.check = SkipCheck.of(_fallback_picks(req, p) or [], p.span_offset, n_acc)
+        p.check = SkipCheck.of(fallback_picks(req, p) or [], p.span_offset, n_acc)
     span = p.span_slots
     for i in range(n_acc):
         cur.ids[span[i]] = p.drafts.drafts[p.span_offset + i]
@@ -362,7 +326,7 @@ def _reuse_stale(req: Request, p: DraftStep) -> None:
 
 def _finish_step(req: Request, p: DraftStep) -> None:
     """Top the step up to its quota with the baseline rule, feed the policy back, count the step."""
-    chosen = _fallback_picks(req, p)
+    chosen = fallback_picks(req, p)
     cur, v = req.cursor, p.drafts
     if chosen is not None:
         how = "baseline"
@@ -378,30 +342,3 @@ def _finish_step(req: Request, p: DraftStep) -> None:
     if req.policy is not None and p.features is not None:
         req.policy.update(p.features, p.verified, p.n_committed, p.check)
     cur.step += 1
-
-
-def _fallback_picks(req: Request, p: DraftStep) -> list[int] | None:
-    """Indices into the step's candidates the baseline rule commits if the step ends now: none once the
-    step's commits reach its quota (None), else :func:`_top_up`'s."""
-    return _top_up(req, p) if p.n_committed < p.quota else None
-
-
-def _top_up(req: Request, p: DraftStep) -> list[int] | None:
-    """Indices into the candidates the baseline rule commits to reach the quota (None: nothing to commit).
-
-    The rules run on host float32 tensors of the drafter's values, so ties break as they always did."""
-    n = len(p.done)
-    if n == 1 and p.n_committed == 0:  # one candidate, nothing committed yet (AR, a block's last slot)
-        return [0]
-    rest = [i for i in range(n) if not p.done[i]]
-    if not rest:
-        return None
-    need = p.quota - p.n_committed
-    v = p.drafts
-    if req.rule == "static":
-        sel = F.select_static(torch.tensor([v.conf[i] for i in rest]), need)
-    elif req.rule == "dynamic":
-        sel = F.select_dynamic(torch.tensor([v.conf[i] for i in rest]), req.config.threshold, need)
-    else:
-        sel = F.select_entropy_bounded(torch.tensor([v.entropy[i] for i in rest]), req.config.gamma, need)
-    return [rest[i] for i in sel.tolist()]

@@ -13,7 +13,16 @@ from .options import DeviceOpt, DtypeOpt, ModelOpt, PresetOpt, check_kv_options
 
 HostOpt = Annotated[str, typer.Option(help="Address to listen on.")]
 PortOpt = Annotated[int, typer.Option(help="Port to listen on.")]
-RowsOpt = Annotated[int, typer.Option("--max-num-seqs", help="Rows the engine decodes together.")]
+#: The server's rows by default: every client of a busy server decodes in the running batch (keys and
+#: values are paged and taken as rows grow, so rows cost memory only as they use it).
+SERVE_MAX_NUM_SEQS = 64
+RowsOpt = Annotated[
+    int,
+    typer.Option(
+        "--max-num-seqs",
+        help="Rows the engine decodes together (memory is taken as rows grow; --kv-budget-tokens bounds it).",
+    ),
+]
 QueueOpt = Annotated[int, typer.Option("--max-queue", help="Requests that may wait for a row (then 429).")]
 GraceOpt = Annotated[float, typer.Option(help="Seconds running requests get to finish after SIGTERM.")]
 BodyOpt = Annotated[int, typer.Option("--max-body-bytes", help="Largest request body (413 above).")]
@@ -129,7 +138,7 @@ def serve_command(
     host: HostOpt = "127.0.0.1",
     port: PortOpt = 8000,
     preset: PresetOpt = None,
-    max_num_seqs: RowsOpt = 16,
+    max_num_seqs: RowsOpt = SERVE_MAX_NUM_SEQS,
     max_queue: QueueOpt = 64,
     grace: GraceOpt = 30.0,
     max_body_bytes: BodyOpt = 1 << 20,

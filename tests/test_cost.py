@@ -4,11 +4,13 @@ and bench-batch recording predicted step time beside the measured one."""
 from __future__ import annotations
 
 import json
+from types import SimpleNamespace
 
 import pytest
+import torch
 
 from conftest import assert_one_line_error, run_cli
-from s2d2 import load
+from s2d2 import cost_profile, load
 from s2d2.engine.cost import (
     HARDWARE,
     FittedCost,
@@ -74,6 +76,34 @@ def test_measured_profile_calibrates_only_when_the_key_differs(tmp_path):
     assert len(calls) == 1  # read back, not measured again
     measured_profile(None, path, {**key, "threads": 2}, measure)
     assert len(calls) == 2 and json.loads(path.read_text())["key"]["threads"] == 2
+
+
+def test_without_a_profile_an_accelerator_is_measured_once_and_the_cpu_is_not(tmp_path, monkeypatch):
+    calls = []
+
+    def measure(adapter, queries, contexts, batches, repeats):
+        calls.append(1)
+        return _cells((3.0, 0.001, 0.0001, 0.0))  # a GPU's shape of costs: the forward's fixed part
+
+    monkeypatch.setattr(cost_profile, "measure", measure)
+    monkeypatch.setenv("S2D2_CACHE_DIR", str(tmp_path / "cache"))
+    gpu = SimpleNamespace(device=torch.device("meta"), dtype=torch.bfloat16, fast=object())
+    resolve = cost_profile.resolve_cost_profile
+    first = resolve(None, gpu, model_path=tmp_path, model_name="m")
+    assert isinstance(first, FittedCost) and first.coef == pytest.approx((3.0, 0.001, 0.0001, 0.0), abs=1e-9)
+    (cached,) = (tmp_path / "cache" / "cost-profiles").iterdir()
+    assert resolve(None, gpu, model_path=tmp_path, model_name="m").coef == first.coef and len(calls) == 1
+    other = tmp_path / "other"
+    resolve(None, gpu, model_path=other, model_name="m")  # another model of the same name: its own entry
+    assert len(calls) == 2 and len(list(cached.parent.iterdir())) == 2
+    cached.write_text("{not json")  # a broken cache entry is ours to replace
+    again = resolve(None, gpu, model_path=tmp_path, model_name="m")
+    assert again.coef == pytest.approx(first.coef, abs=1e-9) and len(calls) == 3
+    assert FittedCost.load(cached).coef == pytest.approx(first.coef, abs=1e-9)
+    cpu = SimpleNamespace(device=torch.device("cpu"), dtype=torch.float32, fast=object())
+    assert resolve(None, cpu, model_path=tmp_path, model_name="m") is None and len(calls) == 3
+    lean_less = SimpleNamespace(device=torch.device("meta"), dtype=torch.bfloat16, fast=None)
+    assert resolve(None, lean_less, model_path=tmp_path, model_name="m") is None
 
 
 def test_roofline_is_memory_bound_at_one_row_and_compute_bound_when_wide():

@@ -363,8 +363,10 @@ def load(
     file) gets those settings as its defaults (explicit settings and ``preset=`` still win); pass
     ``use_preset=False`` to ignore it. ``cost_profile``: a measured step-cost profile file (calibrated
     and written when missing) or ``roofline:h200`` / ``roofline:a100`` (a projection); see
-    :mod:`s2d2.engine.cost`; the step planner of ``plan="auto"`` requests plans with it (without one,
-    with :data:`s2d2.engine.planner.GENERIC_COST`, the built-in model's CPU profile).
+    :mod:`s2d2.engine.cost`; the step planner of ``plan="auto"`` requests plans with it. Without one, on
+    an accelerator a profile of this machine is measured on first use and cached
+    (:func:`s2d2.cost_profile.default_profile_path`); on the CPU the planner plans with
+    :data:`s2d2.engine.planner.GENERIC_COST`, the built-in model's CPU profile.
     ``max_num_batched_tokens``: most query tokens of one engine step over all rows (as vLLM's; the
     planner degrades planned verifications and defers prefill chunks to keep it; at least
     ``max_query_tokens_per_row``).

@@ -29,6 +29,8 @@ from .cost import StepCost
 #: Caps tried on the query tokens of one row (besides none), for batches of at least :data:`CAP_ROWS`.
 CAPS = (8, 16)
 CAP_ROWS = 8
+#: Steps of at most this many rows have their totals summed in plain Python (:func:`point`).
+SMALL_POINT = 8
 #: Dinkelbach passes from each start.
 PASSES = 1
 #: How much better (predicted) than plain verification of every span and a draft for every drafting row
@@ -171,9 +173,15 @@ def point(cost: StepCost, tokens: np.ndarray, contexts: np.ndarray) -> tuple[flo
     n = int(tokens.size)
     if n == 0:
         return 0.0, 0.0, 0.0
-    keys = tokens + contexts
-    T, K, A = int(tokens.sum()), int(keys.sum()), int((tokens * keys).sum())
-    t_max, k_max = int(tokens.max()), int(keys.max())
+    if n <= SMALL_POINT:  # the same integer totals in plain Python (numpy's per-call cost would dominate)
+        toks = tokens.tolist()
+        keys_list = [t + c for t, c in zip(toks, contexts.tolist(), strict=True)]
+        T, K, A = sum(toks), sum(keys_list), sum(t * k for t, k in zip(toks, keys_list, strict=True))
+        t_max, k_max = max(toks), max(keys_list)
+    else:
+        keys = tokens + contexts
+        T, K, A = int(tokens.sum()), int(keys.sum()), int((tokens * keys).sum())
+        t_max, k_max = int(tokens.max()), int(keys.max())
     ms = cost.predict_totals(n, T, float(A), K, float(n * t_max * k_max))
     wider = (n, T + 2 * n, float(A + 2 * T + 2 * K + 4 * n), K + 2 * n, float(n * (t_max + 2) * (k_max + 2)))
     m = max(cost.predict_totals(*wider) - ms, 0.0) / (2 * n)

@@ -106,6 +106,25 @@ def test_without_a_profile_an_accelerator_is_measured_once_and_the_cpu_is_not(tm
     assert resolve(None, lean_less, model_path=tmp_path, model_name="m") is None
 
 
+def test_a_default_profile_that_cannot_be_measured_or_cached_does_not_stop_a_load(tmp_path, monkeypatch):
+    gpu = SimpleNamespace(device=torch.device("meta"), dtype=torch.bfloat16, fast=object())
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    monkeypatch.setenv("S2D2_CACHE_DIR", str(blocker))  # nothing can be written below a file
+    monkeypatch.setattr(cost_profile, "measure", lambda *a: _cells((3.0, 0.001, 0.0001, 0.0)))
+    with pytest.warns(UserWarning, match="not cached"):
+        prof = cost_profile.resolve_cost_profile(None, gpu, model_path=tmp_path, model_name="m")
+    assert isinstance(prof, FittedCost) and blocker.read_text() == "not a folder"
+
+    def out_of_memory(*args):
+        raise torch.OutOfMemoryError("CUDA out of memory")
+
+    monkeypatch.setenv("S2D2_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(cost_profile, "measure", out_of_memory)
+    with pytest.warns(UserWarning, match="built-in"):
+        assert cost_profile.resolve_cost_profile(None, gpu, model_path=tmp_path, model_name="m") is None
+
+
 def test_roofline_is_memory_bound_at_one_row_and_compute_bound_when_wide():
     cost = roofline("roofline:h200", SDAR_8B)
     weights = 2 * ModelShape.from_config(SDAR_8B).params

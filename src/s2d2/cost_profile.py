@@ -8,12 +8,13 @@ import hashlib
 import json
 import os
 import re
+import warnings
 from pathlib import Path
 from typing import Any
 
 import platformdirs
 
-from .engine.cost import StepCost, calibrate, measured_profile, profile_key, roofline
+from .engine.cost import FittedCost, StepCost, calibrate, measured_profile, profile_key, roofline
 from .errors import S2D2Error
 from .forward_cost import measure
 
@@ -64,14 +65,31 @@ def default_profile_path(key: dict[str, Any], model_path: Path | None) -> Path:
 
 
 def _default_profile(adapter: Any, model_path: Path | None, model_name: str) -> StepCost | None:
+    """The cached profile of this accelerator, measured when missing (see :func:`resolve_cost_profile`).
+    The default must not stop a load: when measuring fails the planner keeps its built-in profile, and a
+    cache folder that cannot be written only costs the next load a new measurement (each with a warning)."""
     device = getattr(adapter, "device", None)
     if device is None or device.type == "cpu" or getattr(adapter, "fast", True) is None:
         return None
     key = profile_key(adapter, model_name)
     path = default_profile_path(key, model_path)
     try:
-        return measured_profile(adapter, path, key, measure)
-    except S2D2Error:  # an unreadable cache entry (ours, not a user's file): measure again over it
+        cached = FittedCost.load(path) if path.is_file() else None
+    except S2D2Error:  # an unreadable cache entry (ours, not a user's file): measured again below
+        cached = None
+    if cached is not None and cached.key == key:
+        return cached
+    try:
         prof = calibrate(adapter, key, measure)
+    except (RuntimeError, S2D2Error) as exc:  # e.g. out of device memory
+        warnings.warn(
+            f"measuring a step-cost profile failed ({type(exc).__name__}); the planner uses its built-in"
+            " CPU profile (give cost_profile= / --cost-profile to choose one)",
+            stacklevel=2,
+        )
+        return None
+    try:
         prof.save(path)
-        return prof
+    except S2D2Error as exc:
+        warnings.warn(f"the step-cost profile is not cached: {exc}", stacklevel=2)
+    return prof

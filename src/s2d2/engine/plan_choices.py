@@ -242,7 +242,7 @@ def search(
         eff = ms - m * (fixed.sunk + d.sunk) + m * (per_m + d_m) + share * (per_share + d_share) + fixed_ms
         return (base_value + float(d_value)) / max(float(eff), 1e-9)
 
-    smallest = np.argmin(np.where(ch.valid, ch.tokens, 1 << 30), axis=1)
+    smallest = later.smallest
     plain = np.argmax(np.where(ch.valid[:, : ch.n_max], np.arange(ch.n_max), -1), axis=1)
     D = dix.size
     draft, ar = np.zeros(D, int), np.ones(D, int)

@@ -51,6 +51,7 @@ from .plan_choices import (
     RowSpan,
     build,
     marginal,
+    point,
     predict,
     row_costs,
     search,
@@ -279,8 +280,7 @@ class StepPlanner:
         defaults = [_plain_tokens(s) for s in spans]
         toks = np.array(defaults + fixed.tokens.tolist(), dtype=np.int64)
         ctx = np.array([s.context for s in spans] + fixed.contexts.tolist(), dtype=np.int64)
-        m, share = marginal(self.decide, toks, ctx)
-        ms0 = predict(self.decide, toks, ctx)
+        ms0, m, share = point(self.decide, toks, ctx)
         plans = []
         for i, s in enumerate(spans):
             options = row_costs(s, m, share, self.host_ms_per_group)

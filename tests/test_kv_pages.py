@@ -48,6 +48,25 @@ def test_growth_at_page_boundaries():
     assert pool.pages_needed("r", 17) == 1 and pool.pages_needed("new", 17) == 5
 
 
+def test_a_growing_row_takes_the_page_after_its_last_one_where_it_can():
+    pool = PagePool(8, page_size=4)
+    assert pool.ensure("a", 8) == [0, 1]
+    assert pool.ensure("b", 4) == [2]
+    assert pool.ensure("a", 16) == [3, 4]  # its next page is taken: the lowest free one, then on from it
+    assert pool.ensure("c", 4) == [5]
+    pool.release("b")
+    assert pool.ensure("d", 4) == [2]  # a new row starts at the lowest free page
+    pool.release("a")
+    assert pool.ensure("c", 16) == [6, 7, 0]  # on from page 5, then the lowest free one
+    pool.release("c")
+    pool.release("d")
+    for _ in range(50):  # many out-of-order takes never hand out a page twice
+        pool.ensure("e", 32)
+        assert sorted(pool.table("e")) == list(range(8))
+        pool.release("e")
+    assert pool.pages_free == 8
+
+
 def test_out_of_pages_is_all_or_nothing():
     pool = PagePool(4, page_size=4)
     pool.ensure("a", 12)

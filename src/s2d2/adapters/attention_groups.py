@@ -3,9 +3,10 @@
 Projections and MLPs run on all tokens packed together; attention needs each row's queries padded to a
 common length. Padding a batch of one-token decode rows to the length of one prefill row would multiply
 the attention work of every row, so segments are split into groups of similar length (a long group and
-a short group at most), each padded to its own longest segment. A group gathers its rows' keys/values
-from the paged pool (:mod:`~s2d2.adapters.kv_pool`) with one index of every (row, head, position) into
-the pool's rows of ``head_dim`` values, built once a step from the page tables and used by every layer.
+a short group at most), each padded to its own longest segment. A group reads its rows' keys/values
+from the paged pool (:mod:`~s2d2.adapters.kv_pool`) a whole page at a time, with one index of pages
+built once a step from the page tables and used by every layer; a group of one row whose pages are
+consecutive reads them in place.
 """
 
 from __future__ import annotations
@@ -20,26 +21,30 @@ from .segment import Segment
 
 @dataclass
 class AttentionGroup:
-    """Segments attended together. ``tokens`` ``[t]`` index the packed sequence; ``row`` / ``col``
-    ``[t]`` place each token in the padded ``[n_rows, n_q]`` query grid; ``index`` ``[n_rows * kv_heads *
-    n_k]`` picks, for each row, head and key position in order, its vector in a layer buffer viewed as
-    ``[(num_pages + 1) * kv_heads * page_size, head_dim]`` (the zero page past a row's own pages);
-    ``mask`` is the float ``[n_rows, 1, n_q, n_k]`` mask."""
+    """Segments attended together, ``n_rows`` rows of ``n_q`` padded queries over ``n_k`` keys (whole
+    pages). ``tokens`` ``[t]`` index the packed sequence (None: the group is the whole sequence, in
+    order); ``row`` / ``col`` ``[t]`` place each token in the padded ``[n_rows, n_q]`` query grid (None:
+    one row, the tokens in order). Keys and values are pages of a head-major layer buffer ``[kv_heads,
+    num_pages + 1, page_size, head_dim]``: ``pages`` ``[n_rows * n_k / page_size]`` lists each row's
+    storage pages in order (the zero page past a row's own), or is None when the group is one row whose
+    pages are consecutive from ``first_page`` (read as a view). ``mask`` is the float ``[1, n_rows, n_q,
+    n_k]`` mask (broadcast over heads)."""
 
-    tokens: torch.Tensor
-    row: torch.Tensor
-    col: torch.Tensor
+    tokens: torch.Tensor | None
+    row: torch.Tensor | None
+    col: torch.Tensor | None
     n_rows: int
     n_q: int
     n_k: int
-    index: torch.Tensor
+    pages: torch.Tensor | None
+    first_page: int
     mask: torch.Tensor
 
 
 def group_mask(
     segments: Sequence[Segment], rows: Sequence[int], n_rows: int, n_q: int, n_k: int
 ) -> torch.Tensor:
-    """Float attention mask ``[n_rows, 1, n_q, n_k]`` (0 = visible, -inf = hidden).
+    """Float attention mask ``[1, n_rows, n_q, n_k]`` (0 = visible, -inf = hidden).
 
     Segment i occupies attention row ``rows[i]``: its valid queries see its cached keys ``[0, length)``
     and its own new keys as its ``mask`` allows. Padding queries and rows without a segment see key 0
@@ -68,7 +73,7 @@ def group_mask(
     out = torch.full((n_rows, n_q, n_k), float("-inf"))
     out[:, :, 0] = 0.0
     out[torch.tensor(list(rows))] = bias.masked_fill(~visible, float("-inf"))
-    return out[:, None]
+    return out[None]
 
 
 def split_by_length(segments: Sequence[Segment]) -> list[list[int]]:
@@ -94,38 +99,46 @@ def query_grid(
     return torch.tensor(list(starts))[row] + col, row, col
 
 
-def key_index(tables: torch.Tensor, n_k: int, n_kv: int, page_size: int) -> torch.Tensor:
-    """The flat gather index ``[rows * n_kv * n_k]`` of the first ``n_k`` positions of every head of the
-    rows whose storage pages are ``tables`` ``[rows, pages]`` (on the tables' device)."""
-    j = torch.arange(n_k, device=tables.device)
-    pages = tables[:, j // page_size]  # [rows, n_k]
-    heads = torch.arange(n_kv, device=tables.device)[None, :, None]
-    return ((pages[:, None, :] * n_kv + heads) * page_size + j % page_size).reshape(-1)
+def consecutive(pages: Sequence[int]) -> bool:
+    """Whether storage ``pages`` are ``p, p + 1, ...`` (one stretch of every head's buffer)."""
+    return bool(pages) and pages[-1] - pages[0] == len(pages) - 1 and all(
+        b == a + 1 for a, b in zip(pages, pages[1:], strict=False))
 
 
 def build_groups(
     segments: Sequence[Segment],
+    page_lists: Sequence[Sequence[int]],
     tables: torch.Tensor,
     page_size: int,
-    n_kv: int,
     dtype: torch.dtype,
     device: torch.device,
 ) -> list[AttentionGroup]:
-    """The attention groups of a packed batch (see the module docstring); ``tables`` ``[rows, pages]``
-    (on ``device``) holds each segment's storage pages, padded with the zero page."""
+    """The attention groups of a packed batch (see the module docstring). ``page_lists`` holds each
+    segment's storage pages, ``tables`` ``[rows, pages]`` (on ``device``) the same padded with the zero
+    page."""
     starts = [0]
     for s in segments[:-1]:
         starts.append(starts[-1] + s.n)
+    split = split_by_length(segments)
     groups = []
-    for idx in split_by_length(segments):
+    for idx in split:
         segs = [segments[i] for i in idx]
-        rows = list(range(len(segs)))
         n_q = max(s.n for s in segs)
-        n_k = max(s.state.length + s.n for s in segs)
-        tokens, row, col = query_grid([starts[i] for i in idx], [s.n for s in segs])
-        mask = group_mask(segs, rows, len(segs), n_q, n_k).to(device=device, dtype=dtype)
-        rows_tables = tables if len(idx) == len(segments) else tables[torch.tensor(idx, device=device)]
-        index = key_index(rows_tables, n_k, n_kv, page_size)
-        grid = (tokens.to(device), row.to(device), col.to(device))
-        groups.append(AttentionGroup(*grid, len(segs), n_q, n_k, index, mask))
+        width = -(-max(s.state.length + s.n for s in segs) // page_size)
+        n_k = width * page_size
+        if len(segs) == 1:
+            tokens = None if len(split) == 1 else torch.arange(starts[idx[0]], starts[idx[0]] + n_q)
+            row = col = None
+        else:
+            tokens, row, col = query_grid([starts[i] for i in idx], [s.n for s in segs])
+            tokens = None if len(split) == 1 else tokens
+        mask = group_mask(segs, range(len(segs)), len(segs), n_q, n_k).to(device=device, dtype=dtype)
+        own = page_lists[idx[0]][:width]
+        if len(segs) == 1 and len(own) == width and consecutive(own):
+            pages, first = None, own[0]
+        else:
+            rows_tables = tables if len(idx) == len(segments) else tables[torch.tensor(idx, device=device)]
+            pages, first = rows_tables[:, :width].reshape(-1), 0
+        grid = [None if t is None else t.to(device) for t in (tokens, row, col)]
+        groups.append(AttentionGroup(*grid, len(segs), n_q, n_k, pages, first, mask))
     return groups

@@ -73,13 +73,16 @@ class FastDecoder:
     def _attend(
         self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor, scale: float
     ) -> torch.Tensor:
-        """Attention ``[rows, heads, n_q, hd]`` over ``[rows, kv_heads, n_k, hd]`` with a float mask."""
+        """Attention ``[heads, rows, n_q, hd]`` over ``[kv_heads, rows, n_k, hd]`` with a float mask
+        ``[1, rows, n_q, n_k]`` (head-major, as the pool holds keys)."""
         if not self.cpu_kernels:
             gqa = self.n_kv != self.n_heads
-            return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale, enable_gqa=gqa)
+            q, k, v, mask = (t.transpose(0, 1) for t in (q, k, v, mask))
+            o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale, enable_gqa=gqa)
+            return o.transpose(0, 1)
         if self.n_kv != self.n_heads:
             rep = self.n_heads // self.n_kv
-            k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
+            k, v = k.repeat_interleave(rep, dim=0), v.repeat_interleave(rep, dim=0)
         scores = torch.matmul(q, k.transpose(-1, -2)).mul_(scale).add_(mask)
         return torch.matmul(torch.softmax(scores, dim=-1), v)
 
@@ -116,6 +119,7 @@ class FastDecoder:
         page_lists = [pool.table(s.state) for s in segments]
         width = max(map(len, page_lists))
         tables = torch.tensor([p + [0] * (width - len(p)) for p in page_lists], dtype=torch.long)
+        tables_dev = tables.to(dev)
         sizes = torch.tensor([s.n for s in segments])
         ids = torch.cat([s.ids for s in segments]).to(dev)
         pos = torch.cat([s.pos for s in segments]).to(dev)
@@ -125,7 +129,7 @@ class FastDecoder:
         col = lengths[r_idx] + j_idx
         write_page = tables[r_idx, col // ps].to(dev)
         write_off = (col % ps).to(dev)
-        groups = build_groups(segments, tables.to(dev), ps, self.n_kv, self.dtype, dev)
+        groups = build_groups(segments, page_lists, tables_dev, ps, self.dtype, dev)
         x = self.embed(ids[None])  # [1, T, hidden]
         cos, sin = self.rotary(x, pos[None])
         cos, sin = cos[0, :, None], sin[0, :, None]  # [T, 1, rot]
@@ -139,8 +143,8 @@ class FastDecoder:
             if self.qk_norm:
                 q, k = self._norm(attn.q_norm, q), self._norm(attn.k_norm, k)
             q, k = _rope(q, cos, sin), _rope(k, cos, sin)
-            pool.k[i][write_page, :, write_off] = k
-            pool.v[i][write_page, :, write_off] = v
+            pool.k[i][:, write_page, write_off] = k.transpose(0, 1)
+            pool.v[i][:, write_page, write_off] = v.transpose(0, 1)
             o = self._grouped_attention(pool, i, q, groups, attn.scaling)
             x = x + attn.o_proj(o.reshape(1, T, H * hd))
             x = x + layer.mlp(self._norm(layer.post_attention_layernorm, x))
@@ -158,21 +162,28 @@ class FastDecoder:
     ) -> torch.Tensor:
         """Attention output ``[T, heads, hd]`` of the packed queries ``q`` ``[T, heads, hd]``."""
         pk, pv = pool.k[layer], pool.v[layer]
-        single = len(groups) == 1  # then its tokens are the whole packed sequence, in order
-        out = None if single else q.new_empty(q.shape)
+        out = None if groups[0].tokens is None else q.new_empty(q.shape)
         for g in groups:
             keys, values = self._gather(pk, g), self._gather(pv, g)
-            q_pad = q.new_zeros(g.n_rows, g.n_q, self.n_heads, self.head_dim)
-            q_pad[g.row, g.col] = q if single else q[g.tokens]
-            o = self._attend(q_pad.transpose(1, 2), keys, values, g.mask, scale).transpose(1, 2)[g.row, g.col]
-            if single:
+            q_g = q if g.tokens is None else q[g.tokens]
+            if g.row is None:
+                q_pad = q_g[None]
+            else:
+                q_pad = q.new_zeros(g.n_rows, g.n_q, self.n_heads, self.head_dim)
+                q_pad[g.row, g.col] = q_g
+            o = self._attend(q_pad.permute(2, 0, 1, 3), keys, values, g.mask, scale).permute(1, 2, 0, 3)
+            o = o[0] if g.row is None else o[g.row, g.col]  # [t, heads, hd]
+            if g.tokens is None:
                 return o
             out[g.tokens] = o
         return out
 
     @staticmethod
     def _gather(pages: torch.Tensor, g: AttentionGroup) -> torch.Tensor:
-        """The group's keys (or values) ``[n_rows, kv_heads, n_k, hd]`` from the paged layer buffer
-        ``[num_pages + 1, kv_heads, page_size, hd]``: one gather, in position order."""
-        kv, hd = pages.shape[1], pages.shape[3]
-        return pages.view(-1, hd).index_select(0, g.index).view(g.n_rows, kv, g.n_k, hd)
+        """The group's keys (or values) ``[kv_heads, n_rows, n_k, hd]`` from the head-major paged layer
+        buffer ``[kv_heads, num_pages + 1, page_size, hd]``: a view of one row's consecutive pages, else
+        one gather of whole pages, in position order."""
+        kv, _, ps, hd = pages.shape
+        if g.pages is None:
+            return pages[:, g.first_page:g.first_page + g.n_k // ps].view(kv, 1, g.n_k, hd)
+        return pages.index_select(1, g.pages).view(kv, g.n_rows, g.n_k, hd)

@@ -33,9 +33,10 @@ preemption and publishing with this bookkeeping.
 from __future__ import annotations
 
 import hashlib
+import heapq
 import math
 from array import array
-from collections import OrderedDict, deque
+from collections import OrderedDict
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 
@@ -93,7 +94,8 @@ class PagePool:
             raise ValueError(f"page_size must be >= 1, got {page_size}")
         self.num_pages, self.page_size = num_pages, page_size
         self._pages = [_Page() for _ in range(num_pages)]
-        self._free: deque[int] = deque(range(num_pages))
+        self._free: set[int] = set(range(num_pages))
+        self._free_heap: list[int] = list(range(num_pages))  # a min-heap over _free (stale ids skipped)
         self._cached: OrderedDict[int, None] = OrderedDict()  # unreferenced published pages, LRU first
         self._index: dict[bytes, int] = {}  # chain digest -> page id
         self._roots: dict[Hashable, bytes] = {}  # cache_key -> its root digest
@@ -106,7 +108,8 @@ class PagePool:
         """Hold ``num_pages`` pages in all (the new ones are free); a smaller number is a no-op."""
         if num_pages > self.num_pages:
             self._pages += [_Page() for _ in range(num_pages - self.num_pages)]
-            self._free.extend(range(self.num_pages, num_pages))
+            for pid in range(self.num_pages, num_pages):
+                self._give_back(pid)
             self.num_pages = num_pages
 
     # ---- counters -------------------------------------------------------------------------------
@@ -173,8 +176,10 @@ class PagePool:
         if need > self.pages_available:
             raise OutOfPages(row, need, self.pages_available)
         state = self._rows.setdefault(row, _Row())
-        taken = [self._take() for _ in range(need)]
-        state.pages.extend(taken)
+        taken = []
+        for _ in range(need):
+            taken.append(self._take(state.pages[-1] if state.pages else None))
+            state.pages.append(taken[-1])
         state.length = max(state.length, length)
         return taken
 
@@ -192,7 +197,7 @@ class PagePool:
                 if page.digest is not None:
                     self._cached[pid] = None
                 else:
-                    self._free.append(pid)
+                    self._give_back(pid)
         return len(state.pages)
 
     def preempt(self, row: Hashable) -> Preemption:
@@ -315,11 +320,26 @@ class PagePool:
         page = self._pages[pid]
         del self._index[page.digest]
         page.digest, page.parent = None, b""
-        self._free.append(pid)
+        self._give_back(pid)
 
-    def _take(self) -> int:
+    def _give_back(self, pid: int) -> None:
+        self._free.add(pid)
+        heapq.heappush(self._free_heap, pid)
+        if len(self._free_heap) > 4 * self.num_pages:  # ids taken out of order pile up: rebuild
+            self._free_heap = sorted(self._free)
+
+    def _take(self, after: int | None) -> int:
+        """A free page for a row whose last page is ``after`` (None: a row without pages), evicting the
+        least recently used cached page when none is free: the page after ``after`` if it is free, so a
+        row's pages stay consecutive where they can (one view instead of a gather), else the lowest."""
         if not self._free:
             self._evict_one()
-        pid = self._free.popleft()
+        if after is not None and after + 1 in self._free:
+            pid = after + 1
+        else:
+            while self._free_heap[0] not in self._free:
+                heapq.heappop(self._free_heap)
+            pid = heapq.heappop(self._free_heap)
+        self._free.remove(pid)
         self._pages[pid].ref = 1
         return pid

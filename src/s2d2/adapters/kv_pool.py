@@ -1,8 +1,10 @@
 """Key/value memory in fixed-size pages: one pool per engine, a page table per row.
 
-:class:`KVPool` holds per-layer buffers ``[num_pages + 1, kv_heads, page_size, head_dim]``. Position
-``p`` of a row lives in page ``table[p // page_size]`` at offset ``p % page_size``; storage page 0 is a
-page of zeros that no row owns (padding reads it, so every key a padded query sees is finite). Which
+:class:`KVPool` holds per-layer buffers ``[kv_heads, num_pages + 1, page_size, head_dim]`` (head-major:
+a run of consecutive pages is, for every head, one stretch of positions, so a row whose pages are
+consecutive is read as a view). Position ``p`` of a row lives in page ``table[p // page_size]`` at offset
+``p % page_size``; storage page 0 is a page of zeros that no row owns (padding reads it, so every key a
+padded query sees is finite). Which
 page holds what is decided by a :class:`~s2d2.adapters.kv_pages.PagePool` (page tables, reference
 counts, the prefix cache); a row takes pages as it grows and gives them back when it retires.
 
@@ -88,15 +90,15 @@ class KVPool:
     def _allocate(self, num_pages: int) -> None:
         """Storage for ``num_pages`` pages (plus the zero page), keeping what the old storage held."""
         n_layers, n_kv, hd = self.shape
-        old = len(self.k[0]) if self.k else 0
+        old = self.k[0].shape[1] if self.k else 0
 
         def grow(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
             new = [
-                torch.zeros(num_pages + 1, n_kv, self.page_size, hd, dtype=self.dtype, device=self.device)
+                torch.zeros(n_kv, num_pages + 1, self.page_size, hd, dtype=self.dtype, device=self.device)
                 for _ in range(n_layers)
             ]
             for dst, src in zip(new, tensors, strict=False):
-                dst[:old] = src
+                dst[:, :old] = src
             return new
 
         self.k, self.v = grow(self.k), grow(self.v)

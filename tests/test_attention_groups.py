@@ -1,0 +1,87 @@
+"""How the lean forward reads paged keys: a row's consecutive pages in place, scattered ones gathered,
+and bit-equal logits either way (tiny-gsm, and the random SDAR model, whose attention is grouped-query)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import s2d2
+from s2d2.adapters import attention_groups
+from s2d2.adapters.segment import Segment
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    return s2d2.load("tiny-gsm", use_preset=False)
+
+
+def _segment(state, ids: list[int]) -> Segment:
+    n = len(ids)
+    pos = torch.arange(state.length, state.length + n)
+    mask = torch.ones(n, n, dtype=torch.bool).tril_()
+    return Segment(state, torch.tensor(ids), pos, mask, keep=n, logit_rows=torch.arange(n))
+
+
+def _prefill(fast, pool, state, ids: list[int]) -> None:
+    fast.forward(pool, [_segment(state, ids)])
+    state.advance(len(ids))
+
+
+def _groups_seen(monkeypatch) -> list:
+    seen: list = []
+    build = attention_groups.build_groups
+
+    def spy(*args):
+        groups = build(*args)
+        seen.extend(groups)
+        return groups
+
+    monkeypatch.setattr("s2d2.adapters.fastpath.build_groups", spy)
+    return seen
+
+
+@pytest.mark.parametrize("model", ["tiny", "random_sdar"])
+def test_consecutive_pages_are_read_in_place_and_give_the_gathered_logits(model, request, monkeypatch):
+    fast = request.getfixturevalue(model).adapter.fast
+    vocab = fast.lm_head.out_features
+    ids = [int(t) for t in torch.randint(3, vocab, (60,), generator=torch.Generator().manual_seed(0))]
+    pool = fast.new_pool(page_size=16)
+    alone, interleaved = pool.new_state(), pool.new_state()
+    _prefill(fast, pool, alone, ids[:40])  # pages 1-3, in order
+    other = pool.new_state()
+    for i in range(0, 40, 8):  # two rows growing in turns: their pages alternate
+        _prefill(fast, pool, interleaved, ids[i:i + 8])
+        _prefill(fast, pool, other, ids[i + 1:i + 9])
+    assert attention_groups.consecutive(pool.table(alone))
+    assert not attention_groups.consecutive(pool.table(interleaved))
+    seen = _groups_seen(monkeypatch)
+    query = ids[40:48]  # within the three pages it holds
+    in_place = fast.forward(pool, [_segment(alone, query)])[0]
+    gathered = fast.forward(pool, [_segment(interleaved, query)])[0]
+    assert seen[0].pages is None and seen[1].pages is not None
+    assert torch.allclose(in_place, gathered, atol=1e-4)  # its keys were computed 8 at a time
+    monkeypatch.setattr(attention_groups, "consecutive", lambda pages: False)
+    assert torch.equal(fast.forward(pool, [_segment(alone, query)])[0], in_place)
+    assert seen[2].pages is not None
+    batched = fast.forward(pool, [_segment(alone, query), _segment(interleaved, query[:5])])
+    assert torch.allclose(batched[0], in_place, atol=1e-5)
+    assert torch.allclose(batched[1], gathered[:5], atol=1e-5)
+
+
+def test_groups_cover_whole_pages_and_mask_past_the_keys(tiny):
+    fast = tiny.adapter.fast
+    pool = fast.new_pool(page_size=16)
+    state = pool.new_state()
+    _prefill(fast, pool, state, list(range(3, 23)))  # 20 cached positions
+    seg = _segment(state, [5, 6, 7])
+    pool.ensure(state, state.length + seg.n)
+    pages = pool.table(state)
+    tables = torch.tensor([pages])
+    (group,) = attention_groups.build_groups([seg], [pages], tables, 16, torch.float32, torch.device("cpu"))
+    assert (group.n_rows, group.n_q, group.n_k) == (1, 3, 32)
+    assert group.tokens is None and group.row is None and group.pages is None
+    assert group.first_page == pages[0] and group.mask.shape == (1, 1, 3, 32)
+    visible = group.mask[0, 0] == 0
+    assert visible[:, :20].all() and not visible[:, 23:].any()
+    assert visible[:, 20:23].equal(torch.ones(3, 3, dtype=torch.bool).tril_())

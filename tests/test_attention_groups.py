@@ -85,3 +85,17 @@ def test_groups_cover_whole_pages_and_mask_past_the_keys(tiny):
     visible = group.mask[0, 0] == 0
     assert visible[:, :20].all() and not visible[:, 23:].any()
     assert visible[:, 20:23].equal(torch.ones(3, 3, dtype=torch.bool).tril_())
+
+
+@pytest.mark.parametrize("length", [0, 5, 16, 37])
+def test_the_one_row_mask_is_the_group_mask(tiny, length):
+    pool = tiny.adapter.fast.new_pool(page_size=16)
+    state = pool.new_state()
+    state.length = length
+    rng = torch.Generator().manual_seed(length)
+    for n in (1, 2, 7, 31):
+        seg = _segment(state, [5] * n)
+        seg.mask = torch.rand(n, n, generator=rng) < 0.5
+        n_k = -(-(length + n) // 16) * 16
+        want = attention_groups.group_mask([seg], [0], 1, n, n_k)
+        assert torch.equal(attention_groups.one_row_mask(seg, n_k), want)

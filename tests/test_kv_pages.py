@@ -67,6 +67,19 @@ def test_a_growing_row_takes_the_page_after_its_last_one_where_it_can():
     assert pool.pages_free == 8
 
 
+def test_a_growing_row_evicts_the_cached_page_after_its_last_one_first():
+    pool = PagePool(4, page_size=2)
+    assert pool.ensure("x", 2) == [0]
+    for row, tok in (("y", 5), ("w", 6), ("v", 7)):
+        _row_with(pool, row, "k", [tok, tok])  # pages 1, 2, 3, published
+    for row in ("v", "w", "y"):
+        pool.release(row)  # least recently used first: 3, 2, 1
+    assert pool.ensure("x", 4) == [1]  # page 1 follows x's page 0: evicted out of turn
+    assert pool.match("k", [5, 5])[1] == 0 and pool.match("k", [7, 7])[1] == 2
+    assert pool.ensure("new", 2) == [3]  # a new row evicts the least recently used
+    assert pool.evictions == 2
+
+
 def test_out_of_pages_is_all_or_nothing():
     pool = PagePool(4, page_size=4)
     pool.ensure("a", 12)

@@ -76,6 +76,16 @@ def group_mask(
     return out[None]
 
 
+def one_row_mask(seg: Segment, n_k: int) -> torch.Tensor:
+    """:func:`group_mask` of a group of the one segment ``seg`` without a bias, in four operations:
+    ``[1, 1, seg.n, n_k]``, its cache visible, its new keys as its ``mask`` allows, nothing past them."""
+    length, n = seg.state.length, seg.n
+    out = torch.full((1, 1, n, n_k), float("-inf"))
+    out[..., :length] = 0.0
+    out[0, 0, :, length:length + n].masked_fill_(seg.mask, 0.0)
+    return out
+
+
 def split_by_length(segments: Sequence[Segment]) -> list[list[int]]:
     """Segment indices in one group, or two (short, long) when the longest segments are much longer
     than the typical one (a prefill chunk among decode steps)."""
@@ -132,7 +142,10 @@ def build_groups(
         else:
             tokens, row, col = query_grid([starts[i] for i in idx], [s.n for s in segs])
             tokens = None if len(split) == 1 else tokens
-        mask = group_mask(segs, range(len(segs)), len(segs), n_q, n_k).to(device=device, dtype=dtype)
+        plain = len(segs) == 1 and segs[0].bias is None and not segs[0].context_bias
+        rows = range(len(segs))
+        mask = one_row_mask(segs[0], n_k) if plain else group_mask(segs, rows, len(segs), n_q, n_k)
+        mask = mask.to(device=device, dtype=dtype)
         own = page_lists[idx[0]][:width]
         if len(segs) == 1 and len(own) == width and consecutive(own):
             pages, first = None, own[0]

@@ -8,7 +8,8 @@ Every page is in exactly one of three states:
 
 - **used**: referenced by at least one row's page table (``ref > 0``); never freed or handed out;
 - **cached**: referenced by no row but holding a published prefix; reusable by :meth:`PagePool.match`,
-  evicted least recently used (the tail of a released chain before its head) when free pages run out;
+  evicted least recently used (the tail of a released chain before its head) when free pages run out,
+  except that a growing row evicts the page after its last one first (its pages stay consecutive);
 - **free**: holding nothing.
 
 So ``pages_used + pages_cached + pages_free == num_pages`` at all times.
@@ -167,8 +168,10 @@ class PagePool:
         """Give ``row`` pages for positions ``[0, length)``; returns the pages newly taken, in order.
 
         A new row is created on first use. All or nothing: raises :class:`OutOfPages` (and changes
-        nothing) if free + cached pages cannot cover the growth. Free pages go first, then cached
-        ones are evicted least recently used. A smaller ``length`` than before is a no-op.
+        nothing) if free + cached pages cannot cover the growth. Free pages go first (the one after
+        the row's last page if free, else the lowest), then cached ones are evicted: the one after the
+        row's last page if cached, else the least recently used. A smaller ``length`` than before is
+        a no-op.
         """
         if length < 0:
             raise ValueError(f"length must be >= 0, got {length}")
@@ -310,8 +313,12 @@ class PagePool:
             count += 1
         return count
 
-    def _evict_one(self) -> None:
-        pid, _ = self._cached.popitem(last=False)
+    def _evict_one(self, pid: int | None = None) -> None:
+        """Evict the cached page ``pid``, or the least recently used one."""
+        if pid is None:
+            pid, _ = self._cached.popitem(last=False)
+        else:
+            del self._cached[pid]
         self._unpublish(pid)
         self.evictions += 1
 
@@ -329,12 +336,14 @@ class PagePool:
             self._free_heap = sorted(self._free)
 
     def _take(self, after: int | None) -> int:
-        """A free page for a row whose last page is ``after`` (None: a row without pages), evicting the
-        least recently used cached page when none is free: the page after ``after`` if it is free, so a
-        row's pages stay consecutive where they can (one view instead of a gather), else the lowest."""
+        """A page for a row whose last page is ``after`` (None: a row without pages), so that a row's
+        pages stay consecutive where they can (read as one view instead of a gather): the page after
+        ``after`` if it is free, else the lowest free page. When no page is free one cached page is
+        evicted: the page after ``after`` if it is cached, else the least recently used."""
+        after = -2 if after is None else after
         if not self._free:
-            self._evict_one()
-        if after is not None and after + 1 in self._free:
+            self._evict_one(after + 1 if after + 1 in self._cached else None)
+        if after + 1 in self._free:
             pid = after + 1
         else:
             while self._free_heap[0] not in self._free:

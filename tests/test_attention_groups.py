@@ -99,3 +99,33 @@ def test_the_one_row_mask_is_the_group_mask(tiny, length):
         n_k = -(-(length + n) // 16) * 16
         want = attention_groups.group_mask([seg], [0], 1, n, n_k)
         assert torch.equal(attention_groups.one_row_mask(seg, n_k), want)
+
+
+def _shaped(tiny, shapes: list[tuple[int, int]]) -> list[Segment]:
+    """Segments of ``(cached length, new tokens)``."""
+    pool = tiny.adapter.fast.new_pool(page_size=16)
+    out = []
+    for length, n in shapes:
+        state = pool.new_state()
+        state.length = length
+        out.append(_segment(state, [5] * n))
+    return out
+
+
+def test_rows_are_grouped_where_padding_them_together_costs_more_than_a_group(tiny):
+    split = attention_groups.split_by_length
+    assert split(_shaped(tiny, [(100, 2)] * 40)) == [list(range(40))]
+    # a prefill chunk among decode rows
+    decode_and_chunk = _shaped(tiny, [(100, 2)] * 8 + [(0, 256)])
+    assert split(decode_and_chunk) == [list(range(8)), [8]]
+    # drafts (17 tokens) beside verifications (31): apart when many rows with long contexts pad
+    many = _shaped(tiny, [(300, 17), (300, 31)] * 16)
+    assert split(many) == [list(range(0, 32, 2)), list(range(1, 32, 2))]
+    assert split(_shaped(tiny, [(40, 17), (40, 31)])) == [[0, 1]]  # two short rows: one group
+    # many distinct counts: every row in exactly one group, groups in order of their query counts
+    mixed = _shaped(tiny, [(50 + 7 * i, 1 + (i * 5) % 23) for i in range(40)])
+    groups = split(mixed)
+    assert sorted(i for g in groups for i in g) == list(range(40))
+    assert 1 < len(groups) <= attention_groups.MAX_BUCKETS
+    sizes = [[mixed[i].n for i in g] for g in groups]
+    assert all(max(a) <= min(b) for a, b in zip(sizes, sizes[1:], strict=False))

@@ -2,11 +2,12 @@
 
 Projections and MLPs run on all tokens packed together; attention needs each row's queries padded to a
 common length. Padding a batch of one-token decode rows to the length of one prefill row would multiply
-the attention work of every row, so segments are split into groups of similar length (a long group and
-a short group at most), each padded to its own longest segment. A group reads its rows' keys/values
-from the paged pool (:mod:`~s2d2.adapters.kv_pool`) a whole page at a time, with one index of pages
-built once a step from the page tables and used by every layer; a group of one row whose pages are
-consecutive reads them in place.
+the attention work of every row, and padding drafts to the length of verifications wastes a third of
+it, so segments are split into groups of similar length where the padding saved outweighs a group's
+own cost (:func:`split_by_length`), each padded to its own longest segment. A group reads its rows'
+keys/values from the paged pool (:mod:`~s2d2.adapters.kv_pool`) a whole page at a time, with one
+index of pages built once a step from the page tables and used by every layer; a group of one row
+whose pages are consecutive reads them in place.
 """
 
 from __future__ import annotations
@@ -86,16 +87,47 @@ def one_row_mask(seg: Segment, n_k: int) -> torch.Tensor:
     return out
 
 
+#: What one more attention group costs a forward, in padded query-key pairs: its gathers, mask and
+#: kernels, against the pairs that padding rows of other query counts together would compute.
+GROUP_COST = 8192
+#: Per row and key, padded attention also costs about this many query-key pairs (the key's gather,
+#: its softmax column): few-query rows cost more per pair than many-query ones.
+KEY_COST = 4
+#: Query counts split into at most this many runs before grouping (bounds the search).
+MAX_BUCKETS = 8
+
+
 def split_by_length(segments: Sequence[Segment]) -> list[list[int]]:
-    """Segment indices in one group, or two (short, long) when the longest segments are much longer
-    than the typical one (a prefill chunk among decode steps)."""
-    lengths = sorted(s.n for s in segments)
-    typical = lengths[(len(lengths) - 1) // 2]
-    cut = max(4 * typical, 8)
-    if lengths[-1] <= cut or lengths[0] > cut:
+    """Segment indices per attention group, each group padded to its longest segment and its most keys.
+
+    Rows are taken in order of their query count (a run of counts per group) and cut where the pairs
+    that padding saves exceed :data:`GROUP_COST` a group: decode rows apart from a prefill chunk,
+    drafts apart from verifications. The cuts minimise ``sum(rows * (queries + KEY_COST) * keys) +
+    GROUP_COST * groups`` over runs of the distinct counts (grouped into :data:`MAX_BUCKETS` runs
+    when there are more), by dynamic programming."""
+    by_n: dict[int, list[int]] = {}
+    for i, s in enumerate(segments):
+        by_n.setdefault(s.n, []).append(i)
+    if len(by_n) == 1:
         return [list(range(len(segments)))]
-    short = [i for i, s in enumerate(segments) if s.n <= cut]
-    return [short, [i for i, s in enumerate(segments) if s.n > cut]]
+    values = sorted(by_n)
+    per = -(-len(values) // MAX_BUCKETS)
+    buckets = [values[i:i + per] for i in range(0, len(values), per)]
+    rows = [sum(len(by_n[n]) for n in b) for b in buckets]
+    keys = [max(segments[i].state.length + n for n in b for i in by_n[n]) for b in buckets]
+    best, cut = [0.0] + [float("inf")] * len(buckets), [0] * (len(buckets) + 1)
+    for j in range(1, len(buckets) + 1):
+        n_rows = n_keys = 0
+        for i in range(j - 1, -1, -1):  # the group of buckets i..j-1
+            n_rows, n_keys = n_rows + rows[i], max(n_keys, keys[i])
+            cost = best[i] + n_rows * (buckets[j - 1][-1] + KEY_COST) * n_keys + GROUP_COST
+            if cost < best[j]:
+                best[j], cut[j] = cost, i
+    groups, j = [], len(buckets)
+    while j > 0:
+        groups.append(sorted(i for b in buckets[cut[j]:j] for n in b for i in by_n[n]))
+        j = cut[j]
+    return groups[::-1]
 
 
 def query_grid(

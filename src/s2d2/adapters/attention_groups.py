@@ -143,8 +143,7 @@ def query_grid(
 
 def consecutive(pages: Sequence[int]) -> bool:
     """Whether storage ``pages`` are ``p, p + 1, ...`` (one stretch of every head's buffer)."""
-    return bool(pages) and pages[-1] - pages[0] == len(pages) - 1 and all(
-        b == a + 1 for a, b in zip(pages, pages[1:], strict=False))
+    return bool(pages) and all(b == a + 1 for a, b in zip(pages, pages[1:], strict=False))
 
 
 def build_groups(
@@ -168,12 +167,13 @@ def build_groups(
         n_q = max(s.n for s in segs)
         width = -(-max(s.state.length + s.n for s in segs) // page_size)
         n_k = width * page_size
-        if len(segs) == 1:
-            tokens = None if len(split) == 1 else torch.arange(starts[idx[0]], starts[idx[0]] + n_q)
-            row = col = None
-        else:
+        tokens = row = col = None  # one group: the whole packed sequence; one row: its tokens in order
+        if len(segs) > 1:
             tokens, row, col = query_grid([starts[i] for i in idx], [s.n for s in segs])
-            tokens = None if len(split) == 1 else tokens
+        elif len(split) > 1:
+            tokens = torch.arange(starts[idx[0]], starts[idx[0]] + n_q)
+        if len(split) == 1:
+            tokens = None
         plain = len(segs) == 1 and segs[0].bias is None and not segs[0].context_bias
         rows = range(len(segs))
         mask = one_row_mask(segs[0], n_k) if plain else group_mask(segs, rows, len(segs), n_q, n_k)

@@ -340,11 +340,11 @@ class PagePool:
         pages stay consecutive where they can (read as one view instead of a gather): the page after
         ``after`` if it is free, else the lowest free page. When no page is free one cached page is
         evicted: the page after ``after`` if it is cached, else the least recently used."""
-        after = -2 if after is None else after
+        nxt = None if after is None else after + 1
         if not self._free:
-            self._evict_one(after + 1 if after + 1 in self._cached else None)
-        if after + 1 in self._free:
-            pid = after + 1
+            self._evict_one(nxt if nxt in self._cached else None)
+        if nxt in self._free:
+            pid = nxt
         else:
             while self._free_heap[0] not in self._free:
                 heapq.heappop(self._free_heap)

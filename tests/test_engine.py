@@ -38,7 +38,7 @@ class Spy:
         return self.inner.draft_segment(state, pending, block, **kw)
 
     def verify_segment(self, state, filled, **kw):
-        self.calls.append(("verify", filled.tolist(), kw["slots"]))
+        self.calls.append(("verify", list(filled), kw["slots"]))
         return self.inner.verify_segment(state, filled, **kw)
 
     def run(self, segments):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+import torch
 
 import s2d2
 from s2d2.engine.fault_isolation import isolate
@@ -50,7 +51,8 @@ def _marked_prompt(model, marker: int) -> list[int]:
 
 def marked(seg, marker: int) -> bool:
     """Whether ``seg`` carries the marked prompt's marker (the marker token at its prompt position)."""
-    return bool(((seg.ids == marker) & (seg.pos == MARK_AT)).any())
+    ids, pos = torch.as_tensor(seg.ids), torch.as_tensor(seg.pos)  # segments hold lists or tensors
+    return bool(((ids == marker) & (pos == MARK_AT)).any())
 
 
 def _decode(adapter, prompts, configs):

@@ -18,6 +18,7 @@ import threading
 import time
 
 import pytest
+import torch
 
 pytest.importorskip("fastapi")
 pytest.importorskip("uvicorn")
@@ -207,6 +208,11 @@ def test_routing_state_keeps_the_most_recently_used_tables():
 
 
 # ---------------------------------------------------------------------------------------------- isolation
+def marked(seg, marker: int, at: int) -> bool:
+    """Whether ``seg`` carries ``marker`` at position ``at`` (segments hold lists or tensors)."""
+    return bool(((torch.as_tensor(seg.ids) == marker) & (torch.as_tensor(seg.pos) == at)).any())
+
+
 class Poisoned:
     """The model's adapter, but its forward fails (an allocator error) while any segment carries
     ``marker`` at prompt position ``at``: exactly the forwards holding the poisoned request's prompt."""
@@ -218,7 +224,7 @@ class Poisoned:
         return getattr(self.inner, name)
 
     def run(self, segments):
-        if any(bool(((s.ids == self.marker) & (s.pos == self.at)).any()) for s in segments):
+        if any(marked(s, self.marker, self.at) for s in segments):
             raise RuntimeError("[enforce fail at alloc_cpu.cpp:127] DefaultCPUAllocator: not enough memory")
         return self.inner.run(segments)
 

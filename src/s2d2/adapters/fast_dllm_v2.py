@@ -181,7 +181,13 @@ class FastDLLMv2Adapter(HFAdapter):
         return seg
 
     def verify_segment(
-        self, state: KVState, filled: torch.Tensor, *, start: int, slots: list[int], cached: int = 0
+        self,
+        state: KVState,
+        filled: Sequence[int] | torch.Tensor,
+        *,
+        start: int,
+        slots: list[int],
+        cached: int = 0,
     ) -> Segment:
         assert cached == 0, "a shifted model's block is not cached in parts"
         assert state.length == start, "commit pending tokens (draft) before verifying"

@@ -24,7 +24,7 @@ import torch.nn.functional as F
 
 from .attention_groups import AttentionGroup, build_groups
 from .kv_pool import DEFAULT_PAGE_SIZE, KVPool
-from .segment import Segment
+from .segment import Segment, packed
 
 
 def _rotate_half(x: torch.Tensor) -> torch.Tensor:
@@ -121,8 +121,8 @@ class FastDecoder:
         tables = torch.tensor([p + [0] * (width - len(p)) for p in page_lists], dtype=torch.long)
         tables_dev = tables.to(dev)
         sizes = torch.tensor([s.n for s in segments])
-        ids = torch.cat([s.ids for s in segments]).to(dev)
-        pos = torch.cat([s.pos for s in segments]).to(dev)
+        ids = packed([s.ids for s in segments]).to(dev)
+        pos = packed([s.pos for s in segments]).to(dev)
         r_idx = torch.repeat_interleave(torch.arange(len(segments)), sizes)
         j_idx = torch.arange(int(sizes.sum())) - (sizes.cumsum(0) - sizes)[r_idx]
         lengths = torch.tensor([s.state.length for s in segments])

@@ -141,8 +141,8 @@ class HFAdapter(ModelAdapter):
             attention_mask = bias.to(self.dtype)[None, None].to(self.device)
         k = seg.logit_rows.numel()
         out = self.model(
-            input_ids=seg.ids.view(1, -1).to(self.device),
-            position_ids=seg.pos.view(1, -1).to(self.device),
+            input_ids=torch.as_tensor(seg.ids, dtype=torch.long).view(1, -1).to(self.device),
+            position_ids=torch.as_tensor(seg.pos, dtype=torch.long).view(1, -1).to(self.device),
             attention_mask=attention_mask,
             cache=state.cache,
             use_cache=True,
@@ -224,13 +224,10 @@ class HFAdapter(ModelAdapter):
             fed = fed + [self.info.mask_token_id]
         else:
             mask = _draft_mask(m, committed, block_size, causal, start % block_size)
-        ids = torch.tensor(pend + fed, dtype=torch.long)
-        if cached:
-            pos = torch.cat([torch.arange(start - m, start), torch.arange(start + cached, start + n)])
-        else:
-            pos = torch.arange(start - m, start + n)
+        ids = pend + fed  # lists: the lean forward makes one tensor of every row's (segment.packed)
+        pos = [*range(start - m, start), *range(start + cached, start + n)]
         if lead is not None:
-            pos = torch.cat([pos, torch.tensor([start + lead])])
+            pos.append(start + lead)
         ext = first_mask if extend and causal else 0
         rows = len(fed)
         seg = Segment(state, ids, pos, mask, keep=m + ext, logit_rows=Segment.last_rows(m + rows, rows))
@@ -267,13 +264,19 @@ class HFAdapter(ModelAdapter):
         first_mask = next(i for i in range(cached, len(block)) if block[i] == mask_id)
         ids = list(pending) + list(block[cached:first_mask]) + [mask_id]
         n = len(ids)
-        pos = torch.arange(state.length, state.length + n)
+        pos = list(range(state.length, state.length + n))
         keep = m + (first_mask - cached if extend else 0)
-        return Segment(state, torch.tensor(ids, dtype=torch.long), pos, _causal_mask(n), keep=keep,
+        return Segment(state, ids, pos, _causal_mask(n), keep=keep,
                        logit_rows=Segment.last_rows(n, 1))  # fmt: skip
 
     def verify_segment(
-        self, state: KVState, filled: torch.Tensor, *, start: int, slots: list[int], cached: int = 0
+        self,
+        state: KVState,
+        filled: Sequence[int] | torch.Tensor,
+        *,
+        start: int,
+        slots: list[int],
+        cached: int = 0,
     ) -> Segment:
         """The 2L verification of ``slots``: first half ``filled[cached : max(slots)]`` (the query for slot
         s only needs first-half keys < s; slots before ``cached`` are in the cache)."""
@@ -282,7 +285,7 @@ class HFAdapter(ModelAdapter):
     def fused_verify_segment(
         self,
         state: KVState,
-        filled: torch.Tensor,
+        filled: Sequence[int] | torch.Tensor,
         *,
         start: int,
         slots: list[int],
@@ -300,7 +303,7 @@ class HFAdapter(ModelAdapter):
     def _two_halves(
         self,
         state: KVState,
-        filled: torch.Tensor,
+        filled: Sequence[int] | torch.Tensor,
         start: int,
         slots: list[int],
         cached: int,
@@ -309,11 +312,13 @@ class HFAdapter(ModelAdapter):
     ) -> Segment:
         assert state.length == start + cached, "commit pending tokens (draft) before verifying"
         n1, n2 = n_first - cached, len(slots)
-        ids = [filled[cached:n_first], torch.full((n2,), self.info.mask_token_id, dtype=filled.dtype)]
-        pos = [torch.arange(start + cached, start + n_first), start + torch.tensor(slots, dtype=torch.long)]
-        ids += [g.ids for g in predrafts]
-        pos += [g.pos for g in predrafts]
-        n = n1 + n2 + sum(g.ids.numel() for g in predrafts)
+        block = filled.tolist() if isinstance(filled, torch.Tensor) else filled
+        ids = [*block[cached:n_first], *[self.info.mask_token_id] * n2]
+        pos = [*range(start + cached, start + n_first), *[start + s for s in slots]]
+        for g in predrafts:
+            ids += g.ids.tolist()
+            pos += g.pos.tolist()
+        n = len(ids)
         two_l = _verify_mask(n1, tuple(s - cached for s in slots))
         if not predrafts:
             mask = two_l
@@ -326,7 +331,7 @@ class HFAdapter(ModelAdapter):
                 mask[at : at + size, : g.visible] = True
                 mask[at : at + size, at : at + size] = g.inner
                 at += size
-        return Segment(state, torch.cat(ids), torch.cat(pos), mask, keep=0, logit_rows=torch.arange(n1, n))
+        return Segment(state, ids, pos, mask, keep=0, logit_rows=Segment.last_rows(n, n - n1))
 
     def score_segment(
         self, state: KVState, prefix: torch.Tensor, branches: Sequence[torch.Tensor], *, score_from: int

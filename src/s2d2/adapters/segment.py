@@ -10,7 +10,8 @@ rest are written but not kept, so a read-only forward (a draft block, a verifica
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+import itertools
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -23,17 +24,18 @@ from .kv_pool import KVState
 class Segment:
     """The new tokens of one row in one forward.
 
-    ``ids`` and ``pos`` are ``[n]`` token ids and absolute positions; ``mask`` is the boolean ``[n, n]``
-    mask among the new tokens (True = the query may see the key). ``bias`` (optional, ``[n, n]`` float)
-    is added to the scores of the visible new keys and ``context_bias`` to those of the cached keys (the
-    LLaDA2 official prefill). ``logit_rows`` are the indices (into the segment) whose logits the caller
-    needs; ``finish`` maps those raw rows ``[len(logit_rows), vocab]`` to what the adapter returns (the
-    shifted family re-aligns them); it runs after the row's length has advanced.
+    ``ids`` and ``pos`` are ``[n]`` token ids and absolute positions, as long tensors or as int lists
+    (the lean forward packs every row's lists into one tensor a step, :func:`packed`); ``mask`` is the
+    boolean ``[n, n]`` mask among the new tokens (True = the query may see the key). ``bias`` (optional,
+    ``[n, n]`` float) is added to the scores of the visible new keys and ``context_bias`` to those of the
+    cached keys (the LLaDA2 official prefill). ``logit_rows`` are the indices (into the segment) whose
+    logits the caller needs; ``finish`` maps those raw rows ``[len(logit_rows), vocab]`` to what the
+    adapter returns (the shifted family re-aligns them); it runs after the row's length has advanced.
     """
 
     state: KVState
-    ids: torch.Tensor
-    pos: torch.Tensor
+    ids: torch.Tensor | list[int]
+    pos: torch.Tensor | list[int]
     mask: torch.Tensor
     keep: int
     logit_rows: torch.Tensor
@@ -43,13 +45,21 @@ class Segment:
 
     @cached_property
     def n(self) -> int:
-        return int(self.ids.numel())
+        return len(self.ids) if isinstance(self.ids, list) else int(self.ids.numel())
 
     @staticmethod
     @functools.lru_cache(maxsize=4096)
     def last_rows(n: int, k: int) -> torch.Tensor:
         """Indices of the last ``k`` of ``n`` rows (a shared tensor: never modify it in place)."""
         return torch.arange(n - k, n, dtype=torch.long)
+
+
+def packed(parts: Sequence[torch.Tensor | list[int]]) -> torch.Tensor:
+    """Segments' ``ids`` (or ``pos``) end to end, one long ``[sum n]`` host tensor: one tensor made from
+    the lists, not one a row."""
+    if all(isinstance(p, list) for p in parts):
+        return torch.tensor(list(itertools.chain.from_iterable(parts)), dtype=torch.long)
+    return torch.cat([torch.as_tensor(p, dtype=torch.long) for p in parts])
 
 
 @dataclass

@@ -78,7 +78,7 @@ class ModelRunner:
             return seg
         if req.action == Action.VERIFY:
             p, c = req.pending, cache.block_cached
-            filled = torch.tensor(p.filled)
+            filled = p.filled  # token ids (a list; adapters take lists or host tensors)
             if p.mode == VerifyMode.FUSED:
                 groups = predraft_inputs(req, p.groups)
                 return ad.fused_verify_segment(

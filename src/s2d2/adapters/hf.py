@@ -116,9 +116,9 @@ class HFAdapter(ModelAdapter):
         out = []
         for s in segments:
             s.state.advance(s.keep)
-            rows = raw.get(
-                id(s), torch.zeros(0, self.info.vocab_size, dtype=torch.float32, device=self.device)
-            )
+            rows = raw.get(id(s))
+            if rows is None:  # an empty segment: no logits (made only here, not for every row)
+                rows = torch.zeros(0, self.info.vocab_size, dtype=torch.float32, device=self.device)
             out.append(s.finish(rows) if s.finish is not None else rows)
         return out
 

@@ -110,14 +110,9 @@ class ModelAdapter(ABC):
 
     @abstractmethod
     def verify_segment(
-        self,
-        state: KVState,
-        filled: Sequence[int] | torch.Tensor,
-        *,
-        start: int,
-        slots: list[int],
+        self, state: KVState, filled: Sequence[int] | torch.Tensor, *, start: int, slots: list[int],
         cached: int = 0,
-    ) -> Segment:
+    ) -> Segment:  # fmt: skip
         """AR-mode logits ``[len(slots), vocab]``: row i is q for ``s = slots[i]`` given ``filled[:s]``
         (its first ``cached`` slots read from the cache)."""
 

@@ -181,14 +181,9 @@ class FastDLLMv2Adapter(HFAdapter):
         return seg
 
     def verify_segment(
-        self,
-        state: KVState,
-        filled: Sequence[int] | torch.Tensor,
-        *,
-        start: int,
-        slots: list[int],
+        self, state: KVState, filled: Sequence[int] | torch.Tensor, *, start: int, slots: list[int],
         cached: int = 0,
-    ) -> Segment:
+    ) -> Segment:  # fmt: skip
         assert cached == 0, "a shifted model's block is not cached in parts"
         assert state.length == start, "commit pending tokens (draft) before verifying"
         top = max(slots)  # slot s is predicted by the row of slot s-1: no need to feed filled[top:]

@@ -270,14 +270,9 @@ class HFAdapter(ModelAdapter):
                        logit_rows=Segment.last_rows(n, 1))  # fmt: skip
 
     def verify_segment(
-        self,
-        state: KVState,
-        filled: Sequence[int] | torch.Tensor,
-        *,
-        start: int,
-        slots: list[int],
+        self, state: KVState, filled: Sequence[int] | torch.Tensor, *, start: int, slots: list[int],
         cached: int = 0,
-    ) -> Segment:
+    ) -> Segment:  # fmt: skip
         """The 2L verification of ``slots``: first half ``filled[cached : max(slots)]`` (the query for slot
         s only needs first-half keys < s; slots before ``cached`` are in the cache)."""
         return self._two_halves(state, filled, start, slots, cached, max(slots), ())

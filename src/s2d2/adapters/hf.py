@@ -61,6 +61,29 @@ def _verify_mask(n_first: int, slots: tuple[int, ...]) -> torch.Tensor:
     return verify2l_mask(0, n_first, list(slots))
 
 
+@functools.lru_cache(maxsize=4096)
+def _fused_mask(
+    n_first: int, slots: tuple[int, ...], groups: tuple[tuple[int, int, bool], ...]
+) -> torch.Tensor:
+    """The 2L verification mask of ``slots`` followed by pre-draft groups (``Predraft.key`` each: rows,
+    visible first-half keys, head alone), memoised (read-only)."""
+    two_l = _verify_mask(n_first, slots)
+    if not groups:
+        return two_l
+    head = n_first + len(slots)
+    n = head + sum(rows for rows, _, _ in groups)
+    mask = torch.zeros(n, n, dtype=torch.bool)
+    mask[:head, :head] = two_l
+    at = head
+    for rows, visible, head_alone in groups:
+        mask[at : at + rows, :visible] = True
+        mask[at : at + rows, at : at + rows] = True
+        if head_alone:
+            mask[at, at + 1 : at + rows] = False
+        at += rows
+    return mask
+
+
 class DynamicCachePool:
     """Rows for transformers' own forward: one ``DynamicCache`` each (no shared memory)."""
 
@@ -311,21 +334,10 @@ class HFAdapter(ModelAdapter):
         ids = [*block[cached:n_first], *[self.info.mask_token_id] * n2]
         pos = [*range(start + cached, start + n_first), *[start + s for s in slots]]
         for g in predrafts:
-            ids += g.ids.tolist()
-            pos += g.pos.tolist()
+            ids += g.ids
+            pos += g.pos
         n = len(ids)
-        two_l = _verify_mask(n1, tuple(s - cached for s in slots))
-        if not predrafts:
-            mask = two_l
-        else:
-            mask = torch.zeros(n, n, dtype=torch.bool)
-            mask[: n1 + n2, : n1 + n2] = two_l
-            at = n1 + n2
-            for g in predrafts:
-                size = g.ids.numel()
-                mask[at : at + size, : g.visible] = True
-                mask[at : at + size, at : at + size] = g.inner
-                at += size
+        mask = _fused_mask(n1, tuple(s - cached for s in slots), tuple(g.key for g in predrafts))
         return Segment(state, ids, pos, mask, keep=0, logit_rows=Segment.last_rows(n, n - n1))
 
     def score_segment(

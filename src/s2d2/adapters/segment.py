@@ -62,16 +62,21 @@ def packed(parts: Sequence[torch.Tensor | list[int]]) -> torch.Tensor:
     return torch.cat([torch.as_tensor(p, dtype=torch.long) for p in parts])
 
 
-@dataclass
+@dataclass(frozen=True)
 class Predraft:
     """A group of next-step draft queries carried by a fused verification forward.
 
-    ``ids`` / ``pos`` ``[g]``: its tokens and absolute positions; its rows see the cache, the first
-    ``visible`` tokens of the verification's first half (the draft-filled block, token-causal) and each
-    other as ``inner`` ``[g, g]`` allows.
+    ``ids`` / ``pos`` (``g`` ints each): its tokens and absolute positions; its rows see the cache, the
+    first ``visible`` tokens of the verification's first half (the draft-filled block, token-causal) and
+    each other, except that with ``head_alone`` the first row (a committed correction) sees only itself.
     """
 
-    ids: torch.Tensor
-    pos: torch.Tensor
+    ids: list[int]
+    pos: list[int]
     visible: int
-    inner: torch.Tensor
+    head_alone: bool = False
+
+    @property
+    def key(self) -> tuple[int, int, bool]:
+        """What the group's mask depends on: ``(rows, visible, head_alone)``."""
+        return len(self.ids), self.visible, self.head_alone

@@ -81,24 +81,16 @@ def plan_groups(req: Request, p: DraftStep, positions: int | None = None) -> lis
 
 
 def predraft_inputs(req: Request, plans: list[GroupPlan]) -> list[Predraft]:
-    """The adapter's view of the groups: tokens, positions, visible first-half keys, inner masks (host)."""
+    """The adapter's view of the groups: tokens, positions, visible first-half keys (host lists)."""
     mask_id, out, cur = req.info.mask_token_id, [], req.cursor
-    cached = req.cache.block_cached
+    cached, end = req.cache.block_cached, cur.start + cur.length
     for g in plans:
-        if g.slot is None:
-            ids = torch.full((g.rows,), mask_id, dtype=torch.long)
-            pos = torch.arange(cur.start + cur.length, cur.start + cur.length + g.rows)
-            visible = cur.length - cached  # the whole first half (it starts at the cache point)
-            out.append(Predraft(ids, pos, visible, torch.ones(g.rows, g.rows, dtype=torch.bool)))
+        if g.slot is None:  # the next block: it sees the whole first half (from the cache point)
+            out.append(Predraft([mask_id] * g.rows, list(range(end, end + g.rows)), cur.length - cached))
             continue
-        n_masks = cur.length - g.first_slot
-        head = [] if g.token is None else [g.token]
-        ids = torch.tensor(head + [mask_id] * n_masks, dtype=torch.long)
-        pos = cur.start + torch.arange(g.slot, cur.length)
-        inner = torch.ones(ids.numel(), ids.numel(), dtype=torch.bool)
-        if g.token is not None:
-            inner[0, 1:] = False  # the committed correction sees only itself (token-causal)
-        out.append(Predraft(ids, pos, g.slot - cached, inner))
+        head = [] if g.token is None else [g.token]  # a committed correction sees only itself
+        ids = head + [mask_id] * (cur.length - g.first_slot)
+        out.append(Predraft(ids, list(range(cur.start + g.slot, end)), g.slot - cached, bool(head)))
     return out
 
 

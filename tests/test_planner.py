@@ -202,6 +202,25 @@ def test_every_mode_is_taken_and_auto_batch_equals_alone(tiny):
     assert s["plan_rows"] > 0 and s["plan_ms_per_step"] > 0 and s["plan_predicted_ms_per_step"] > 0
 
 
+def test_without_a_budget_every_batch_size_plans_in_one_python_pass(tiny, monkeypatch):
+    """The matrix search is for token budgets only: at 16 rows without one the planner still plans
+    (cheaper in the engine than the matrices), and its tokens stay AR's."""
+    from s2d2.engine import planner as planner_module
+
+    def no_matrices(*args, **kwargs):
+        raise AssertionError("the matrix search ran without a token budget")
+
+    monkeypatch.setattr(planner_module, "search", no_matrices)
+    prompts = [tiny.encode(p["question"]) for p in load_problems("tiny-gsm", "test", 16)]
+    cfg = tiny.make_config(preset="lossless-auto", block_size=8, max_new_tokens=32)
+    ar_cfg = tiny.make_config(decoder="ar", max_new_tokens=32)
+    ar = [o.token_ids for o in LLMEngine(tiny.adapter, max_num_seqs=16).generate(prompts, [ar_cfg] * 16)]
+    engine = LLMEngine(tiny.adapter, max_num_seqs=16)
+    assert [o.token_ids for o in engine.generate(prompts, [cfg] * 16)] == ar
+    s = engine.stats()
+    assert s["plan_errors"] == 0 and s["plan_rows"] > 0 and s["mean_rows_per_forward"] > 8
+
+
 # ------------------------------------------------------------------------------ the budget
 def test_the_token_budget_is_kept_and_tokens_do_not_change(tiny):
     prompts = [tiny.encode(p["question"]) for p in load_problems("tiny-gsm", "test", 10)]

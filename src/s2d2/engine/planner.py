@@ -15,19 +15,26 @@ Every choice commits AR greedy's tokens (strict acceptance: accepted drafts equa
 correction is the AR argmax), so the planner changes speed only. The drafts a verification leaves
 unverified or unused are verified by the next step (stale reuse) instead of drafting afresh.
 
-Objective: the batch's expected committed tokens per predicted millisecond, ``sum(v_r) / T(shape)``,
-maximised by Dinkelbach iterations: with ``lam`` the current ratio and ``m`` the step's marginal
-milliseconds per query token (a secant of the cost profile at the current shape), each row takes the
-choice maximising ``v - lam * m * tokens``; a few passes, the best ratio seen is kept. A row's value
-``v``: with ``a_i`` the drafter's acceptance estimates over the span and ``r_j = prod_{i<j} a_i`` the
-probability that position j is reached, ``E_k = sum_{j<k} r_j`` tokens for a verification of k
-positions (accepted drafts plus the correction); a fused forward adds, per group, its hit probability
-times the tokens it saves (a next-block group: the row's next step needs no draft forward, worth
-``E_n``; a rejection group: fresh drafts instead of stale ones, worth
-:data:`~.plan_choices.FRESH_GAIN` x ``E_n``). The choices and the search are :mod:`.plan_choices`.
+Objective: the batch's expected committed tokens per predicted millisecond, ``sum(v_r) / T(shape)``
+(Dinkelbach: with ``lam`` the current ratio, a row takes the choice maximising ``v - lam * cost``).
+With ``a_i`` the drafter's acceptance estimates over the span and ``r_j = prod_{i<j} a_i`` the
+probability that position j is reached, a verification of k positions commits ``E_k = sum_{j<k} r_j``
+tokens (accepted drafts plus the correction). A verifying row's choices all commit, now or at its next
+verification, the span's ``E_n``, so they differ in cost only: this step's query tokens at the step's
+marginal ms per token; for a prefix of k positions, the later verification of the rest; for a fused
+forward, its groups' host work less, with each group's hit probability, the draft forward a hit saves
+(:data:`~.plan_choices.HIT_WORTH` of it). A row about to draft chooses between a draft (its
+verification's expected tokens, two steps) and AR only (one token, one step). The choices and their
+prices are :mod:`.plan_choices`.
 
+Two paths compute the same prices. Without a token budget, one pass in plain Python: each row about to
+draft takes AR only where that is clearly cheaper per committed token than its draft and verification
+(:mod:`.plan_draft`), then each verifying row takes its cheapest choice at the resulting shape where it
+is clearly cheaper than plain verification (:func:`~.plan_choices.row_costs`); in the engine this
+costs less than the matrices at every batch size measured (BENCHMARKS.md: numpy's per-call cost on
+small arrays dominates them between forwards).
 ``max_num_batched_tokens`` (as vLLM's): the step's query tokens are kept within it
-(:mod:`.plan_budget`).
+(:mod:`.plan_budget`), over the matrices of :mod:`.plan_choices` and their search.
 """
 
 from __future__ import annotations
@@ -50,7 +57,6 @@ from .plan_choices import (
     Fixed,
     RowSpan,
     build,
-    marginal,
     point,
     predict,
     row_costs,
@@ -75,9 +81,6 @@ HOST_MS_PER_GROUP = 0.15
 #: project's CPU (`s2d2 bench-batch --n 128`, other ms per step over rows per forward), was 0.07-0.08
 #: for AR and 0.11 for lossless B8 at 16 and 64 rows.
 HOST_MS_PER_ROW = 0.1
-#: Up to this many planned rows the choices are computed in plain Python (numpy's per-call cost would
-#: dominate), beyond it as matrices (:mod:`.plan_choices`).
-SMALL_ROWS = 4
 
 
 def plannable(req: Request) -> bool:
@@ -215,7 +218,7 @@ class StepPlanner:
         if not planned and not drafting and self.max_num_batched_tokens is None:
             return set()
         spans = [row_span(r) for r in planned]
-        small = self.force is not None or (len(live) <= SMALL_ROWS and self.max_num_batched_tokens is None)
+        small = self.force is not None or self.max_num_batched_tokens is None
         if drafting and small:
             self._draft_or_ar(drafting, spans, others)
             drafting = []
@@ -254,7 +257,7 @@ class StepPlanner:
         toks = [_plain_tokens(s) for s in spans]
         toks += [fixed_tokens(r, self.prefill_chunk) for r in others]
         ctx = [s.context for s in spans] + [r.state.length if r.state is not None else 0 for r in others]
-        m, share = marginal(self.decide, np.array(toks, dtype=np.int64), np.array(ctx, dtype=np.int64))
+        _, m, share = point(self.decide, np.array(toks, dtype=np.int64), np.array(ctx, dtype=np.int64))
         for req in drafting:
             if self.force is not None:
                 ar = self.force(req, [0, 1]) == 1
@@ -274,8 +277,8 @@ class StepPlanner:
         return plans
 
     def _small(self, spans: list[RowSpan], fixed: Fixed) -> tuple[list[Plan], float]:
-        """A few planned rows: each one's cheapest choice at the shape of plain verification (plain
-        Python), where it is clearly cheaper than plain (:data:`~.plan_choices.MARGIN`)."""
+        """Each planned row's cheapest choice at the shape of plain verification (plain Python), where it
+        is clearly cheaper than plain (:data:`~.plan_choices.MARGIN`)."""
         self._deferred_others = set()
         defaults = [_plain_tokens(s) for s in spans]
         toks = np.array(defaults + fixed.tokens.tolist(), dtype=np.int64)
@@ -301,8 +304,8 @@ class StepPlanner:
         fixed: Fixed,
         drafting: list[Request],
     ) -> tuple[list[Plan | None], float]:
-        """Many rows, or a token budget: the matrix search (drafting rows choose AR only or not in it),
-        then the budget."""
+        """A token budget: the matrix search (drafting rows choose AR only or not in it), then the
+        budget."""
         ch = build(spans)
         ctx = np.array([s.context for s in spans], dtype=np.int64)
         start = np.argmax(np.where(ch.valid, np.arange(ch.valid.shape[1]), -1), axis=1)

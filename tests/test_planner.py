@@ -23,7 +23,8 @@ from s2d2.engine.draft_step import VerifyMode
 from s2d2.engine.host_timed_cost import HostTimedCost
 from s2d2.engine.llm_engine import LLMEngine
 from s2d2.engine.plan_choices import Drafting, Fixed, RowSpan, build, row_costs, search
-from s2d2.engine.planner import fixed_tokens
+from s2d2.engine.plan_draft import EXPLORE_ROWS
+from s2d2.engine.plan_rows import fixed_tokens
 from s2d2.errors import ConfigError
 from test_batch_invariance import GapRecorder
 
@@ -219,6 +220,25 @@ def test_without_a_budget_every_batch_size_plans_in_one_python_pass(tiny, monkey
     assert [o.token_ids for o in engine.generate(prompts, [cfg] * 16)] == ar
     s = engine.stats()
     assert s["plan_errors"] == 0 and s["plan_rows"] > 0 and s["mean_rows_per_forward"] > 8
+
+
+def test_a_prompt_tail_does_not_make_the_first_draft_look_cheap(tiny):
+    """A row's first forward after a folded prompt carries the prompt whether it drafts or takes AR only:
+    left out of both prices, AR only wins where query tokens are all that cost (it used to weigh on AR's
+    one token as on a draft's several, so every first step drafted). The first rows of a step with no
+    acceptance measured yet still draft, so that it will be."""
+    prompts = [tiny.encode(p["question"]) for p in load_problems("tiny-gsm", "test", 4)]
+    cfg = tiny.make_config(preset="lossless-auto", block_size=8, max_new_tokens=16)
+    token_bound = FittedCost((0.0, 0.0, 1.0, 0.0))
+    engine = LLMEngine(tiny.adapter, max_num_seqs=4, cost=token_bound)
+    for p in prompts:
+        engine.add_request(p, cfg)
+    engine.step()  # the prompts and each row's first draft or AR-only step, in one forward
+    assert 1 <= engine.stats()["plan_ar_only"] <= len(prompts) - EXPLORE_ROWS
+    ar_cfg = tiny.make_config(decoder="ar", max_new_tokens=16)
+    ar = LLMEngine(tiny.adapter, max_num_seqs=4).generate(prompts, [ar_cfg] * 4)
+    outs = LLMEngine(tiny.adapter, max_num_seqs=4, cost=token_bound).generate(prompts, [cfg] * 4)
+    assert [o.token_ids for o in outs] == [o.token_ids for o in ar]
 
 
 # ------------------------------------------------------------------------------ the budget

@@ -31,6 +31,9 @@ from .request import Action, Request
 #: Acceptance rate assumed for a row that has had fewer than :data:`PRIOR_DRAFTS` drafts verified.
 PRIOR_ACCEPTANCE = 0.6
 PRIOR_DRAFTS = 8
+#: Rows about to draft that draft whatever the prices say while no acceptance is measured: were AR only
+#: cheaper at the prior for every row, no draft would ever be verified and the prior never replaced.
+EXPLORE_ROWS = 2
 
 
 def eligible(req: Request) -> bool:
@@ -58,15 +61,22 @@ def _seen(req: Request) -> tuple[int, int]:
     return st.accepted, st.accepted + rejected
 
 
-def pooled_acceptance(rows: Sequence[Request]) -> float:
-    """The acceptance rate of the planned rows' verified drafts together (a row's prior until it has
-    :data:`PRIOR_DRAFTS` of its own), :data:`PRIOR_ACCEPTANCE` before that many in all."""
+def measured_acceptance(rows: Sequence[Request]) -> float | None:
+    """The acceptance rate of the planned rows' verified drafts together, or None before
+    :data:`PRIOR_DRAFTS` of them in all."""
     accepted = seen = 0
     for r in rows:
         if r.auto_plan:
             a, s = _seen(r)
             accepted, seen = accepted + a, seen + s
-    return accepted / seen if seen >= PRIOR_DRAFTS else PRIOR_ACCEPTANCE
+    return accepted / seen if seen >= PRIOR_DRAFTS else None
+
+
+def pooled_acceptance(rows: Sequence[Request]) -> float:
+    """The planned rows' acceptance rate together (:func:`measured_acceptance`; a row's prior until it
+    has :data:`PRIOR_DRAFTS` of its own), :data:`PRIOR_ACCEPTANCE` before that many in all."""
+    rate = measured_acceptance(rows)
+    return PRIOR_ACCEPTANCE if rate is None else rate
 
 
 def tokens_per_verify(req: Request, n: int, prior: float = PRIOR_ACCEPTANCE) -> float:
@@ -90,13 +100,23 @@ def draft_value(req: Request, prior: float = PRIOR_ACCEPTANCE) -> tuple[float, i
     return lead + tokens_per_verify(req, left, prior), 2 * left, 2
 
 
+def prompt_tail(req: Request) -> int:
+    """Prompt tokens the row's next forward carries, whether it drafts or takes AR only (a folded
+    prompt's tail, not cached yet): they commit nothing whatever is chosen."""
+    return max(0, min(req.n_prompt, req.cursor.start) - req.state.length)
+
+
 def prefers_ar(
     req: Request, draft_tokens: int, m: float, share: float, prior: float = PRIOR_ACCEPTANCE
 ) -> bool:
-    """Whether AR only is cheaper per committed token than drafting now (see the module docstring)."""
-    ar = m * req.lead_fed() + share
+    """Whether AR only is cheaper per committed token than drafting now (see the module docstring).
+    The prompt tail both choices carry (:func:`prompt_tail`) is left out of both: counted, it would
+    weigh on AR's one token as much as on a draft's several, and a row's first step after its prompt
+    would always draft."""
+    sunk = prompt_tail(req)
+    ar = m * (req.lead_fed() - sunk) + share
     tokens, verify_tokens, steps = draft_value(req, prior)
-    draft = m * (draft_tokens + verify_tokens) + steps * share
+    draft = m * (draft_tokens - sunk + verify_tokens) + steps * share
     return ar * tokens < draft * (1.0 - MARGIN)
 
 

@@ -29,10 +29,11 @@ prices are :mod:`.plan_choices`.
 
 Two paths compute the same prices. Without a token budget, one pass in plain Python: each row about to
 draft takes AR only where that is clearly cheaper per committed token than its draft and verification
-(:mod:`.plan_draft`), then each verifying row takes its cheapest choice at the resulting shape where it
-is clearly cheaper than plain verification (:func:`~.plan_choices.row_costs`); in the engine this
-costs less than the matrices at every batch size measured (BENCHMARKS.md: numpy's per-call cost on
-small arrays dominates them between forwards).
+(:mod:`.plan_draft`; with a roofline profile, also checked as a whole step, :mod:`.drafting_choice`),
+then each verifying row takes its cheapest choice at the resulting shape where it is clearly cheaper
+than plain verification (:func:`~.plan_choices.row_costs`); in the engine this costs less than the
+matrices at every batch size measured (BENCHMARKS.md: numpy's per-call cost on small arrays dominates
+them between forwards).
 ``max_num_batched_tokens`` (as vLLM's): the step's query tokens are kept within it
 (:mod:`.plan_budget`), over the matrices of :mod:`.plan_choices` and their search.
 """
@@ -46,7 +47,8 @@ from typing import Any
 import numpy as np
 
 from .cost import FittedCost, StepCost
-from .draft_step import DraftStep, Plan, VerifyMode
+from .draft_step import Plan, VerifyMode
+from .drafting_choice import DraftingChoice
 from .fusion import plan_groups
 from .host_timed_cost import HostTimedCost
 from .plan_budget import fit_budget
@@ -62,10 +64,27 @@ from .plan_choices import (
     row_costs,
     search,
 )
-from .plan_draft import draft_value, eligible, pooled_acceptance, prefers_ar, to_ar_only
+from .plan_draft import (
+    EXPLORE_ROWS,
+    PRIOR_ACCEPTANCE,
+    draft_value,
+    eligible,
+    measured_acceptance,
+    prefers_ar,
+    prompt_tail,
+    to_ar_only,
+)
+from .plan_rows import (
+    expected_tokens,
+    fixed_tokens,
+    plain_tokens,
+    plannable,
+    row_span,
+    span_alpha,
+    verifying,
+)
 from .plan_stats import PlannerStats
 from .request import Action, Request
-from .request_limits import prefill_positions
 from .step_timing import StepTiming
 
 #: The profile used without one (``ms = a + b rows + c tokens + d padded attention / 1000``): the
@@ -81,70 +100,6 @@ HOST_MS_PER_GROUP = 0.15
 #: project's CPU (`s2d2 bench-batch --n 128`, other ms per step over rows per forward), was 0.07-0.08
 #: for AR and 0.11 for lossless B8 at 16 and 64 rows.
 HOST_MS_PER_ROW = 0.1
-
-
-def plannable(req: Request) -> bool:
-    """Whether the planner chooses this row's verification (see the module docstring)."""
-    p = req.pending
-    if not (req.auto_plan and req.action == Action.VERIFY and p is not None and p.mode is not None):
-        return False
-    return req.cache.partial and (p.plan is None or p.plan.drafted)
-
-
-def _alpha(p: DraftStep, n: int) -> list[float]:
-    a = p.drafts.alpha
-    return [0.5] * n if a is None else a[p.span_offset : p.span_offset + n]
-
-
-def expected_tokens(alpha: Sequence[float]) -> float:
-    """Committed tokens a strict verification of a span with these acceptance estimates expects: the
-    sum over positions of the probability that every earlier draft is accepted."""
-    total, r = 0.0, 1.0
-    for a in alpha:
-        total += r
-        r *= a
-    return total
-
-
-def fixed_tokens(req: Request, prefill_chunk: int) -> int:
-    """Query tokens ``req``'s next forward feeds as its settings (or an earlier plan) say (as
-    :meth:`~.runner.ModelRunner.segment` builds it)."""
-    cache, st = req.cache, req.state
-    if req.action == Action.PREFILL:
-        B = req.config.block_size
-        return max(0, min(cache.prompt_blocks, st.length + prefill_positions(prefill_chunk, B)) - st.length)
-    if req.action in (Action.DRAFT, Action.POST):
-        return req.draft_fed() + int(req.draft_lead() is not None)
-    if req.action == Action.LEAD:
-        return req.lead_fed()
-    p = req.pending
-    off = p.span_slots[0] - cache.block_cached
-    if p.mode == VerifyMode.FUSED:
-        return off + 2 * p.span_len + sum(g.rows for g in p.groups)
-    return off + 2 * p.span_len - 1
-
-
-def row_span(req: Request) -> RowSpan:
-    """The planner's view of a plannable row, its pending step restored to the routed span."""
-    p, cfg, cur = req.pending, req.config, req.cursor
-    if p.plan is not None:
-        p.span_len = p.plan.full_span
-    n, slots, L = p.span_len, p.span_slots, cur.length
-    next_start = cur.start + L
-    nxt = 0
-    if cfg.fuse and slots[-1] == L - 1 and next_start < req.limit and req.end is None:
-        nxt = min(cfg.block_size, req.info.max_length - next_start)
-    return RowSpan(
-        alpha=_alpha(p, n),
-        off=slots[0] - req.cache.block_cached,
-        span0=slots[0],
-        length=L,
-        next_rows=nxt,
-        positions=min(cfg.predraft_positions, n) if cfg.fuse else -1,
-        branches=max(1, cfg.predraft_tokens),
-        context=req.state.length,
-        draft_tokens=L + 1,
-    )
 
 
 def plan_of(ch: Choices, row: int, col: int, full_span: int) -> Plan:
@@ -180,6 +135,10 @@ class StepPlanner:
         #: was measured on this host (:mod:`.host_timed_cost`)
         self.host_time = HostTimedCost(self.cost, HOST_MS_PER_ROW) if measured else None
         self.decide = self.host_time if self.host_time is not None else self.cost
+        #: whether rows about to draft are also checked as a whole step (:mod:`.drafting_choice`): for a
+        #: profile with a ridge (a roofline's compute and memory bounds); a fitted profile is linear in a
+        #: shape's totals, where the per-row prices at one shape rank the choices already
+        self.whole_step = not measured
         self.prefill_chunk = prefill_chunk
         self.max_num_batched_tokens = max_num_batched_tokens
         self.timing = timing
@@ -188,8 +147,8 @@ class StepPlanner:
         self._seen = (timing.steps, timing.forward_seconds)
         self._deferred_others: set[int] = set()
         #: this step's acceptance prior for rows with few verified drafts
-        #: (:func:`.plan_draft.pooled_acceptance`)
-        self._prior = 0.0
+        #: (:func:`.plan_draft.pooled_acceptance`), and whether it is measured (else the assumed prior)
+        self._prior, self._measured = 0.0, False
         #: tests: ``force(req, columns)`` picks each planned row's choice among its valid columns (k - 1
         #: for a prefix of k positions, span + g for fused with g groups) instead of the cost model
         self.force: Callable[[Request, list[int]], int] | None = None
@@ -213,7 +172,9 @@ class StepPlanner:
         for r in live:
             (planned if plannable(r) else others).append(r)
         drafting = [r for r in others if eligible(r)]
-        self._prior = pooled_acceptance(live) if drafting else 0.0
+        measured = measured_acceptance(live) if drafting else None
+        self._prior = (PRIOR_ACCEPTANCE if measured is None else measured) if drafting else 0.0
+        self._measured = measured is not None
         rows_before = self.stats.rows
         if not planned and not drafting and self.max_num_batched_tokens is None:
             return set()
@@ -247,22 +208,45 @@ class StepPlanner:
         return Fixed(
             np.array(tokens, dtype=np.int64),
             np.array([r.state.length if r.state is not None else 0 for r in others], dtype=np.int64),
-            sum(expected_tokens(_alpha(r.pending, r.pending.span_len)) for r in others if _verifying(r)),
+            sum(expected_tokens(span_alpha(r.pending, r.pending.span_len)) for r in others if verifying(r)),
             sum(t for r, t in zip(others, tokens, strict=True) if r.action == Action.PREFILL),
         )
 
     def _draft_or_ar(self, drafting: list[Request], spans: list[RowSpan], others: list[Request]) -> None:
-        """Rows about to draft: AR only instead where it is cheaper per token (:mod:`.plan_draft`), at the
-        step's marginal ms per token and fixed share per row with plain verification."""
-        toks = [_plain_tokens(s) for s in spans]
-        toks += [fixed_tokens(r, self.prefill_chunk) for r in others]
-        ctx = [s.context for s in spans] + [r.state.length if r.state is not None else 0 for r in others]
-        _, m, share = point(self.decide, np.array(toks, dtype=np.int64), np.array(ctx, dtype=np.int64))
-        for req in drafting:
-            if self.force is not None:
-                ar = self.force(req, [0, 1]) == 1
-            else:
-                ar = prefers_ar(req, fixed_tokens(req, self.prefill_chunk), m, share, self._prior)
+        """Rows about to draft (among ``others``): AR only instead where it is cheaper per token
+        (:mod:`.plan_draft`), at the step's marginal ms per token and fixed share per row with plain
+        verification; while no acceptance is measured, the first :data:`~.plan_draft.EXPLORE_ROWS` of
+        them draft whatever the prices say (so that it will be). With a profile that is not linear in
+        the shape (:attr:`whole_step`), then the best of those picks, every row drafting and every row
+        AR only, each priced at its own shape (:mod:`.drafting_choice`)."""
+        fixed = self._fixed(others)
+        plain = np.array([plain_tokens(s) for s in spans], dtype=np.int64)
+        tokens = np.concatenate([plain, fixed.tokens])
+        contexts = np.concatenate([np.array([s.context for s in spans], dtype=np.int64), fixed.contexts])
+        _, m, share = point(self.decide, tokens, contexts)
+        where = {id(r): len(spans) + i for i, r in enumerate(others)}
+        at = [where[id(r)] for r in drafting]
+        if self.force is not None:
+            picks = [self.force(req, [0, 1]) == 1 for req in drafting]
+        else:
+            explore = 0 if self._measured else EXPLORE_ROWS
+            picks = [
+                i >= explore and prefers_ar(r, t, m, share, self._prior)
+                for i, (r, t) in enumerate(zip(drafting, tokens[at].tolist(), strict=True))
+            ]
+            if self.whole_step:
+                step = DraftingChoice(
+                    tokens,
+                    contexts,
+                    at,
+                    [r.lead_fed() for r in drafting],
+                    [draft_value(r, self._prior) for r in drafting],
+                    sum(expected_tokens(s.alpha) for s in spans) + fixed.value,
+                    fixed.sunk + sum(prompt_tail(r) for r in drafting),
+                    [s.draft_tokens for s in spans],
+                )
+                picks = step.best(self.decide, picks, all_ar=self._measured)  # all AR: none measured
+        for req, ar in zip(drafting, picks, strict=True):
             if ar:
                 self._record(req, to_ar_only(req), None)
 
@@ -280,7 +264,7 @@ class StepPlanner:
         """Each planned row's cheapest choice at the shape of plain verification (plain Python), where it
         is clearly cheaper than plain (:data:`~.plan_choices.MARGIN`)."""
         self._deferred_others = set()
-        defaults = [_plain_tokens(s) for s in spans]
+        defaults = [plain_tokens(s) for s in spans]
         toks = np.array(defaults + fixed.tokens.tolist(), dtype=np.int64)
         ctx = np.array([s.context for s in spans] + fixed.contexts.tolist(), dtype=np.int64)
         ms0, m, share = point(self.decide, toks, ctx)
@@ -345,7 +329,7 @@ class StepPlanner:
             np.array(later, dtype=np.int64).reshape(shape),
             np.array(steps, dtype=np.int64).reshape(shape),
             np.array([r.state.length for r in drafting], dtype=np.int64),
-            sum(max(0, min(r.n_prompt, r.cursor.start) - r.state.length) for r in drafting),
+            sum(prompt_tail(r) for r in drafting),
         )
 
     # ------------------------------------------------------------------ the choice, applied
@@ -387,12 +371,3 @@ class StepPlanner:
                 rec["measured_ms"] = ms
         self._traced = []
         self._seen = (t.steps, t.forward_seconds)
-
-
-def _plain_tokens(s: RowSpan) -> int:
-    """Query tokens of a plain verification of the whole span."""
-    return s.off + 2 * len(s.alpha) - 1
-
-
-def _verifying(req: Request) -> bool:
-    return req.action == Action.VERIFY and req.pending is not None

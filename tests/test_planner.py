@@ -20,6 +20,7 @@ from conftest import load_or_skip
 from s2d2.bench.suites import load_problems
 from s2d2.engine.cost import FittedCost
 from s2d2.engine.draft_step import VerifyMode
+from s2d2.engine.drafting_choice import DraftingChoice
 from s2d2.engine.host_timed_cost import HostTimedCost
 from s2d2.engine.llm_engine import LLMEngine
 from s2d2.engine.plan_choices import Drafting, Fixed, RowSpan, build, row_costs, search
@@ -90,6 +91,36 @@ def _pick(cost, rows):
     start = np.argmax(np.where(ch.valid, np.arange(ch.valid.shape[1]), -1), axis=1)
     picks, _, _ = search(cost, ch, np.array([r.context for r in rows]), fixed, start, 0.0)
     return ch, picks
+
+
+class _Ridge:
+    """A step cost with a memory floor: ``max(tokens, floor)`` ms (a roofline's shape, tiny)."""
+
+    def __init__(self, floor: float):
+        self.floor = floor
+
+    def predict_totals(self, rows, tokens, attention, kv, padded):
+        return max(float(tokens), self.floor)
+
+
+def test_the_whole_step_check_prices_each_choice_at_its_own_shape():
+    """Eight rows about to draft (10 query tokens, 4 expected tokens and an 8-token verification each;
+    AR only: 2 tokens for 1). Under a memory floor the drafts cost nothing more than AR does, so every
+    row drafts whatever the per-row picks said; where every token costs, every row takes AR only, but
+    only once AR only everywhere is allowed (the acceptance measured)."""
+    R = 8
+    step = DraftingChoice(
+        np.full(R, 10), np.full(R, 100), list(range(R)), [2] * R, [(4.0, 8, 2)] * R, 0.0, 0, []
+    )
+    assert step.best(_Ridge(1000.0), [True] * R, all_ar=True) == [False] * R
+    assert step.best(_Ridge(0.0), [False] * R, all_ar=True) == [True] * R
+    assert step.best(_Ridge(0.0), [False] * R, all_ar=False) == [False] * R
+    mixed = [True, False] * (R // 2)
+    assert (
+        step.ratio(_Ridge(0.0), [True] * R)
+        > step.ratio(_Ridge(0.0), mixed)
+        > step.ratio(_Ridge(0.0), [False] * R)
+    )
 
 
 def test_a_fixed_cost_step_verifies_everything_and_a_token_bound_step_verifies_little():

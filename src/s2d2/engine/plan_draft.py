@@ -16,7 +16,7 @@ and fixed share ``F / R`` per row: AR only ``m * tokens + F / R`` for one token 
 ``m * (draft + verify tokens) + 2 F / R`` (a draft step, then its verification) for the tokens a
 verification of its masked slots expects at the row's acceptance rate so far (accepted drafts over
 accepted plus rejected ones; before :data:`PRIOR_DRAFTS` of them, the planned rows' rate together,
-:func:`pooled_acceptance`),
+:func:`measured_acceptance`, :data:`PRIOR_ACCEPTANCE` before any),
 plus the AR lead's token where the draft carries one (:func:`draft_value`).
 """
 
@@ -70,13 +70,6 @@ def measured_acceptance(rows: Sequence[Request]) -> float | None:
             a, s = _seen(r)
             accepted, seen = accepted + a, seen + s
     return accepted / seen if seen >= PRIOR_DRAFTS else None
-
-
-def pooled_acceptance(rows: Sequence[Request]) -> float:
-    """The planned rows' acceptance rate together (:func:`measured_acceptance`; a row's prior until it
-    has :data:`PRIOR_DRAFTS` of its own), :data:`PRIOR_ACCEPTANCE` before that many in all."""
-    rate = measured_acceptance(rows)
-    return PRIOR_ACCEPTANCE if rate is None else rate
 
 
 def tokens_per_verify(req: Request, n: int, prior: float = PRIOR_ACCEPTANCE) -> float:

@@ -146,8 +146,8 @@ class StepPlanner:
         self._traced: list[dict[str, Any]] = []
         self._seen = (timing.steps, timing.forward_seconds)
         self._deferred_others: set[int] = set()
-        #: this step's acceptance prior for rows with few verified drafts
-        #: (:func:`.plan_draft.pooled_acceptance`), and whether it is measured (else the assumed prior)
+        #: this step's acceptance prior for rows with few verified drafts: the planned rows' rate together
+        #: (:func:`.plan_draft.measured_acceptance`), and whether it is measured (else the assumed prior)
         self._prior, self._measured = 0.0, False
         #: tests: ``force(req, columns)`` picks each planned row's choice among its valid columns (k - 1
         #: for a prefix of k positions, span + g for fused with g groups) instead of the cost model
@@ -173,7 +173,7 @@ class StepPlanner:
             (planned if plannable(r) else others).append(r)
         drafting = [r for r in others if eligible(r)]
         measured = measured_acceptance(live) if drafting else None
-        self._prior = (PRIOR_ACCEPTANCE if measured is None else measured) if drafting else 0.0
+        self._prior = PRIOR_ACCEPTANCE if measured is None else measured
         self._measured = measured is not None
         rows_before = self.stats.rows
         if not planned and not drafting and self.max_num_batched_tokens is None:

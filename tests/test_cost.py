@@ -172,7 +172,12 @@ def test_bench_batch_simulates_a_gpu_and_labels_it_projected(capsys, tmp_path):
     ar1 = next(r for r in res["rows"] if r["config"] == "ar" and r["max_num_seqs"] == 1)
     # an 8B model on the roofline: one AR row is memory-bound, a few ms a step whatever the tiny model does
     assert 3.0 < ar1["predicted_ms_per_step"] < 6.0
-    assert 0 < ar1["projected_tokens_per_s"] < ar1["tokens_per_s"]
+    # tokens/s on the simulated clock: the predicted forwards, then those plus the host time measured
+    # here (not compared with this machine's wall-clock tokens/s, which moves with its load)
+    steps = ar1["forwards_per_s"] * ar1["seconds"]
+    on_clock = ar1["tokens"] / (ar1["predicted_ms_per_step"] * steps / 1e3)
+    assert ar1["projected_forward_tokens_per_s"] == pytest.approx(on_clock, rel=0.02)
+    assert 0 < ar1["projected_tokens_per_s"] < ar1["projected_forward_tokens_per_s"]
     code, _, err = run_cli(capsys, *args, "--simulate", "h200")
     assert_one_line_error(code, err, "roofline:NAME")
     code, _, err = run_cli(capsys, *args, "--shape", str(shape))

@@ -73,7 +73,8 @@ def test_one_poisoned_row_fails_alone(model, settings):
     rest = outs[:3] + outs[4:]
     assert [o.status for o in rest] == ["finished"] * len(prompts)
     assert [o.token_ids for o in rest] == [o.token_ids for o in alone]
-    assert [o.stats.nfe for o in rest] == [o.stats.nfe for o in alone]
+    if cfg.plan != "auto":  # the planner prices each step's shape, and the poisoned row was in the first
+        assert [o.stats.nfe for o in rest] == [o.stats.nfe for o in alone]
 
 
 def test_a_failure_of_the_whole_batch_only_fails_nobody(model):

@@ -272,6 +272,27 @@ def test_a_prompt_tail_does_not_make_the_first_draft_look_cheap(tiny):
     assert [o.token_ids for o in outs] == [o.token_ids for o in ar]
 
 
+def test_the_blocks_prompt_slots_are_sunk_too(tiny):
+    """A first forward after a folded prompt also feeds the prompt slots of its first block (the block
+    starts inside the prompt) whether it drafts or takes AR only. On a compute-bound step (256 rows of an
+    SDAR-8B-shaped model on the H200 roofline) they commit nothing either way: left out of both prices,
+    every row but the explorers takes AR only there, as AR would (counted, they made half the rows
+    draft)."""
+    from pathlib import Path
+
+    from s2d2.engine.cost import roofline
+
+    shape = Path(__file__).resolve().parents[1] / "scripts" / "shapes" / "sdar-8b.json"
+    prompts = [tiny.encode(p["question"]) for p in load_problems("tiny-gsm", "test", 256)]
+    cfg = tiny.make_config(preset="lossless-auto", block_size=8, max_new_tokens=16)
+    engine = LLMEngine(tiny.adapter, max_num_seqs=256, cost=roofline("roofline:h200", shape))
+    assert any(len(p) % 8 for p in prompts)  # blocks that start inside their prompt
+    for p in prompts:
+        engine.add_request(p, cfg)
+    engine.step()
+    assert engine.stats()["plan_ar_only"] == len(prompts) - EXPLORE_ROWS
+
+
 # ------------------------------------------------------------------------------ the budget
 def test_the_token_budget_is_kept_and_tokens_do_not_change(tiny):
     prompts = [tiny.encode(p["question"]) for p in load_problems("tiny-gsm", "test", 10)]

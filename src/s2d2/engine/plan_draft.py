@@ -94,9 +94,14 @@ def draft_value(req: Request, prior: float = PRIOR_ACCEPTANCE) -> tuple[float, i
 
 
 def prompt_tail(req: Request) -> int:
-    """Prompt tokens the row's next forward carries, whether it drafts or takes AR only (a folded
-    prompt's tail, not cached yet): they commit nothing whatever is chosen."""
-    return max(0, min(req.n_prompt, req.cursor.start) - req.state.length)
+    """Prompt tokens the row's next forward carries, whether it drafts or takes AR only: a folded
+    prompt's tail not cached yet before the block, and the block's own prompt slots before its first
+    candidate that are not cached yet (both forwards feed the block up to that slot). They commit
+    nothing whatever is chosen."""
+    cur, n_prompt = req.cursor, req.n_prompt
+    before = max(0, min(n_prompt, cur.start) - req.state.length)
+    inside = max(0, min(n_prompt - cur.start, cur.candidates[0]) - req.cache.block_cached)
+    return before + inside
 
 
 def prefers_ar(

@@ -15,6 +15,7 @@ and, while ``generated < min_tokens``, every stop / EOS id gets ``-inf``.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -53,7 +54,7 @@ class LogitsAdjust:
         """Whether :func:`adjust_logits` reads ``counts`` (a penalty is set)."""
         return self.presence_penalty != 0.0 or self.frequency_penalty != 0.0
 
-    @property
+    @functools.cached_property
     def active(self) -> bool:
         """False when the adjustment is the identity (the engine then skips it entirely)."""
         holds_stops = self.min_tokens > 0 and bool(self.stop_ids)

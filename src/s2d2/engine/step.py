@@ -337,7 +337,8 @@ def _finish_step(req: Request, p: DraftStep) -> None:
             s, tok = v.slots[i], v.drafts[i]
             cur.ids[s] = tok
             req.tracer.commit(cur.start + s, tok, how, confidence=v.conf[i])
-            _record(req, s, tok, _at(v.logprob, i), _at(v.top, i), _draft_source(req, s))
+            if req.logprobs is not None:
+                _record(req, s, tok, _at(v.logprob, i), _at(v.top, i), _draft_source(req, s))
         p.n_committed += len(chosen)
     if req.policy is not None and p.features is not None:
         req.policy.update(p.features, p.verified, p.n_committed, p.check)

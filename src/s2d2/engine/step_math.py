@@ -79,6 +79,7 @@ class _Fetch:
     def __init__(self) -> None:
         self.parts: list[torch.Tensor] = []
         self.values: list[list[float]] = []
+        self._ints: dict[int, list[int]] = {}
 
     def add(self, t: torch.Tensor) -> int:
         self.parts.append(t)
@@ -86,6 +87,12 @@ class _Fetch:
 
     def get(self, i: int) -> list[float]:
         return self.values[i]
+
+    def ints(self, i: int) -> list[int]:
+        """Part ``i`` as ints (token ids), converted once however many queries read it."""
+        if i not in self._ints:
+            self._ints[i] = [int(v) for v in self.values[i]]
+        return self._ints[i]
 
 
 def _adjusted(dev: DeviceOps, q: DraftQuery | VerifyQuery, rows: torch.Tensor) -> torch.Tensor:
@@ -177,7 +184,7 @@ def _read_draft(q: DraftQuery, keys: dict[str, int], at: int, n: int, fetch: _Fe
         return fetch.get(keys[name])[at * width : (at + n) * width]
 
     cfg = q.req.config
-    res = SlotDrafts(q.slots, [int(t) for t in vals("drafts")], vals("conf"))
+    res = SlotDrafts(q.slots, fetch.ints(keys["drafts"])[at : at + n], fetch.get(keys["conf"])[at : at + n])
     res.probs = q.result.probs if q.result is not None else None
     if q.entropy:
         res.entropy = vals("entropy")

@@ -26,6 +26,7 @@ from s2d2.engine.llm_engine import LLMEngine
 from s2d2.engine.plan_choices import Drafting, Fixed, RowSpan, build, row_costs, search
 from s2d2.engine.plan_draft import EXPLORE_ROWS
 from s2d2.engine.plan_rows import fixed_tokens
+from s2d2.engine.verifying_choice import whole_step
 from s2d2.errors import ConfigError
 from test_batch_invariance import GapRecorder
 
@@ -121,6 +122,25 @@ def test_the_whole_step_check_prices_each_choice_at_its_own_shape():
         > step.ratio(_Ridge(0.0), mixed)
         > step.ratio(_Ridge(0.0), [False] * R)
     )
+
+
+def test_verifying_picks_that_overrun_the_ridge_are_cut_back():
+    """Eight verifying rows, plain 10 query tokens each, fused 30 saving 5 ms each, all picked at the
+    plain shape's marginal cost of zero (under a 150 ms floor). Fused everywhere is 240 ms less 40: the
+    check keeps some of them, as many as fit under the floor (each fused row saves 5 ms there); with a
+    floor above every shape it keeps all; with no upgrade it changes nothing."""
+    R = 8
+    plain, fused = (0.0, 7, 10, 3.0), (-5.0, 9, 30, 3.0)
+    tokens, contexts = np.full(R, 10), np.full(R, 100)
+
+    def total(picks, floor):
+        return max(float(sum(p[2] for p in picks)), floor) + sum(p[0] for p in picks)
+
+    out = whole_step(_Ridge(150.0), [fused] * R, [plain] * R, tokens, contexts, 0.0)
+    assert 0 < out.count(fused) < R and out.count(fused) + out.count(plain) == R
+    assert total(out, 150.0) < min(total([plain] * R, 150.0), total([fused] * R, 150.0))
+    assert whole_step(_Ridge(1000.0), [fused] * R, [plain] * R, tokens, contexts, 0.0) == [fused] * R
+    assert whole_step(_Ridge(150.0), [plain] * R, [plain] * R, tokens, contexts, 0.0) == [plain] * R
 
 
 def test_a_fixed_cost_step_verifies_everything_and_a_token_bound_step_verifies_little():

@@ -86,6 +86,7 @@ from .plan_rows import (
 from .plan_stats import PlannerStats
 from .request import Action, Request
 from .step_timing import StepTiming
+from .verifying_choice import whole_step
 
 #: The profile used without one (``ms = a + b rows + c tokens + d padded attention / 1000``): the
 #: built-in tiny-gsm model on one thread of this project's 2-core CPU; only speed depends on it.
@@ -268,15 +269,19 @@ class StepPlanner:
         toks = np.array(defaults + fixed.tokens.tolist(), dtype=np.int64)
         ctx = np.array([s.context for s in spans] + fixed.contexts.tolist(), dtype=np.int64)
         ms0, m, share = point(self.decide, toks, ctx)
-        plans = []
-        for i, s in enumerate(spans):
+        picks, plains = [], []
+        for s in spans:
             options = row_costs(s, m, share, self.host_ms_per_group)
-            n = len(s.alpha)
-            cost, col, tokens, expected = min(options)
-            plain = options[n - 1]
-            if plain[0] - cost < MARGIN * ms0 / toks.size:  # not clearly better than plain (plan_choices)
-                _, col, tokens, expected = plain
-            plans.append(_plan(col, n, tokens, expected))
+            plain = options[len(s.alpha) - 1]
+            pick = min(options)
+            # not clearly better than plain (plan_choices.MARGIN): plain
+            picks.append(plain if plain[0] - pick[0] < MARGIN * ms0 / toks.size else pick)
+            plains.append(plain)
+        if self.whole_step:  # a ridge: the picks priced at plain's shape may overrun it (verifying_choice)
+            picks = whole_step(self.decide, picks, plains, toks, ctx, m)
+        plans = []
+        for i, (s, (_, col, tokens, expected)) in enumerate(zip(spans, picks, strict=True)):
+            plans.append(_plan(col, len(s.alpha), tokens, expected))
             toks[i] = tokens
         return plans, predict(self.decide, toks, ctx)
 

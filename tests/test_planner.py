@@ -273,6 +273,30 @@ def test_without_a_budget_every_batch_size_plans_in_one_python_pass(tiny, monkey
     assert s["plan_errors"] == 0 and s["plan_rows"] > 0 and s["mean_rows_per_forward"] > 8
 
 
+def test_the_fixed_rows_refreshed_after_ar_only_picks_equal_a_fresh_pass(tiny, monkeypatch):
+    """The planner refreshes its view of the rows it does not choose for only where rows about to draft
+    took AR only; at every step of a 16-row run (AR-only picks included) that equals a fresh pass."""
+    from s2d2.engine.planner import StepPlanner
+
+    refreshed, checked = StepPlanner._refreshed, []
+
+    def compare(self, fixed, others, changed):
+        out = refreshed(self, fixed, others, changed)
+        fresh = self._fixed(others)
+        assert out.tokens.tolist() == fresh.tokens.tolist()
+        assert out.contexts.tolist() == fresh.contexts.tolist()
+        assert out.value == pytest.approx(fresh.value) and out.sunk == fresh.sunk
+        checked.append(len(changed))
+        return out
+
+    monkeypatch.setattr(StepPlanner, "_refreshed", compare)
+    prompts = [tiny.encode(p["question"]) for p in load_problems("tiny-gsm", "test", 32)]
+    cfg = tiny.make_config(preset="lossless-auto", block_size=8, max_new_tokens=32)
+    token_bound = FittedCost((0.0, 0.0, 1.0, 0.0))  # AR only is often cheaper: rows change
+    LLMEngine(tiny.adapter, max_num_seqs=16, cost=token_bound).generate(prompts, [cfg] * len(prompts))
+    assert checked and sum(checked) > 0
+
+
 def test_a_prompt_tail_does_not_make_the_first_draft_look_cheap(tiny):
     """A row's first forward after a folded prompt carries the prompt whether it drafts or takes AR only:
     left out of both prices, AR only wins where query tokens are all that cost (it used to weigh on AR's

@@ -181,13 +181,16 @@ class StepPlanner:
             return set()
         spans = [row_span(r) for r in planned]
         small = self.force is not None or self.max_num_batched_tokens is None
+        fixed = None
         if drafting and small:
-            self._draft_or_ar(drafting, spans, others)
+            fixed = self._fixed(others)
+            fixed = self._refreshed(fixed, others, self._draft_or_ar(drafting, spans, others, fixed))
             drafting = []
         elif drafting:
             ids = {id(r) for r in drafting}
             others = [r for r in others if id(r) not in ids]
-        fixed = self._fixed(others)
+        if fixed is None:
+            fixed = self._fixed(others)
         if self.force is not None:
             plans, ms = self._forced(planned, spans), 0.0
         elif small:
@@ -213,14 +216,30 @@ class StepPlanner:
             sum(t for r, t in zip(others, tokens, strict=True) if r.action == Action.PREFILL),
         )
 
-    def _draft_or_ar(self, drafting: list[Request], spans: list[RowSpan], others: list[Request]) -> None:
+    def _refreshed(self, fixed: Fixed, others: list[Request], changed: list[Request]) -> Fixed:
+        """``fixed`` after the rows ``changed`` (rows of ``others`` that were about to draft) took AR only:
+        their query tokens now, and their expected token where they verify (what :meth:`_fixed` of
+        ``others`` gives, without a second pass over every row)."""
+        if not changed:
+            return fixed
+        where = {id(r): i for i, r in enumerate(others)}
+        tokens, value = fixed.tokens.copy(), fixed.value
+        for r in changed:
+            tokens[where[id(r)]] = fixed_tokens(r, self.prefill_chunk)
+            if verifying(r):
+                value += expected_tokens(span_alpha(r.pending, r.pending.span_len))
+        return Fixed(tokens, fixed.contexts, value, fixed.sunk)
+
+    def _draft_or_ar(
+        self, drafting: list[Request], spans: list[RowSpan], others: list[Request], fixed: Fixed
+    ) -> list[Request]:
         """Rows about to draft (among ``others``): AR only instead where it is cheaper per token
         (:mod:`.plan_draft`), at the step's marginal ms per token and fixed share per row with plain
         verification; while no acceptance is measured, the first :data:`~.plan_draft.EXPLORE_ROWS` of
         them draft whatever the prices say (so that it will be). With a profile that is not linear in
         the shape (:attr:`whole_step`), then the best of those picks, every row drafting and every row
-        AR only, each priced at its own shape (:mod:`.drafting_choice`)."""
-        fixed = self._fixed(others)
+        AR only, each priced at its own shape (:mod:`.drafting_choice`). ``fixed``: ``others`` as they
+        stand. Returns the rows that took AR only."""
         plain = np.array([plain_tokens(s) for s in spans], dtype=np.int64)
         tokens = np.concatenate([plain, fixed.tokens])
         contexts = np.concatenate([np.array([s.context for s in spans], dtype=np.int64), fixed.contexts])
@@ -247,9 +266,10 @@ class StepPlanner:
                     [s.draft_tokens for s in spans],
                 )
                 picks = step.best(self.decide, picks, all_ar=self._measured)  # all AR: none measured
-        for req, ar in zip(drafting, picks, strict=True):
-            if ar:
-                self._record(req, to_ar_only(req), None)
+        changed = [req for req, ar in zip(drafting, picks, strict=True) if ar]
+        for req in changed:
+            self._record(req, to_ar_only(req), None)
+        return changed
 
     def _forced(self, planned: list[Request], spans: list[RowSpan]) -> list[Plan]:
         """Each row's choice from :attr:`force` (tests: any mix of modes, changing every step)."""

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import s2d2
 from s2d2.adapters import attention_groups
@@ -129,3 +131,50 @@ def test_rows_are_grouped_where_padding_them_together_costs_more_than_a_group(ti
     assert 1 < len(groups) <= attention_groups.MAX_BUCKETS
     sizes = [[mixed[i].n for i in g] for g in groups]
     assert all(max(a) <= min(b) for a, b in zip(sizes, sizes[1:], strict=False))
+
+
+class _Cached:
+    def __init__(self, length: int):
+        self.length = length
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.data())
+def test_the_group_mask_is_its_definition(data):
+    """Entry by entry: a segment's valid query j sees its cached keys, and new key ``length + i`` where
+    its mask allows (0, else -inf); padding queries and rows without a segment see key 0 only; a bias
+    adds to what is visible. Random groups, with and without biases, shared masks and empty rows."""
+    R = data.draw(st.integers(1, 6))
+    segs = []
+    for _ in range(R):
+        n, length = data.draw(st.integers(1, 7)), data.draw(st.integers(0, 12))
+        mask = torch.tensor(data.draw(st.lists(st.booleans(), min_size=n * n, max_size=n * n))).view(n, n)
+        same = [s.mask for s in segs if s.n == n]
+        if same and data.draw(st.booleans()):  # rows share memoised mask objects
+            mask = same[0]
+        biased = data.draw(st.booleans()) and data.draw(st.booleans())
+        bias = torch.arange(n * n, dtype=torch.float32).view(n, n) / 10 if biased else None
+        context_bias = 0.5 if biased and data.draw(st.booleans()) else 0.0
+        segs.append(Segment(_Cached(length), [0] * n, list(range(n)), mask, n, None, bias=bias,
+                            context_bias=context_bias))  # fmt: skip
+    n_rows = R + data.draw(st.integers(0, 2))
+    rows = data.draw(st.permutations(range(n_rows)))[:R]
+    n_q = max(s.n for s in segs) + data.draw(st.integers(0, 2))
+    n_k = max(s.state.length + s.n for s in segs) + data.draw(st.integers(0, 3))
+    got = attention_groups.group_mask(segs, rows, n_rows, n_q, n_k)
+    inf = float("-inf")
+    want = torch.full((1, n_rows, n_q, n_k), inf)
+    want[0, :, :, 0] = 0.0
+    for seg, r in zip(segs, rows, strict=True):
+        L, n = seg.state.length, seg.n
+        for j in range(n_q):
+            for key in range(n_k):
+                if j >= n:
+                    want[0, r, j, key] = 0.0 if key == 0 else inf
+                elif key < L:
+                    want[0, r, j, key] = seg.context_bias
+                elif key < L + n and seg.mask[j, key - L]:
+                    want[0, r, j, key] = 0.0 if seg.bias is None else float(seg.bias[j, key - L])
+                else:
+                    want[0, r, j, key] = inf
+    assert got.dtype == torch.float32 and torch.equal(got, want)

@@ -54,16 +54,29 @@ def group_mask(
     R = len(segments)
     lengths = torch.tensor([s.state.length for s in segments])[:, None, None]
     sizes = torch.tensor([s.n for s in segments])[:, None, None]
-    inner = torch.zeros(R, n_q, n_q, dtype=torch.bool)
-    for r, seg in enumerate(segments):
-        inner[r, : seg.n, : seg.n] = seg.mask
+    # rows share mask objects (memoised by shape): each distinct one is placed once
+    where: dict[int, int] = {}
+    which = [where.setdefault(id(seg.mask), len(where)) for seg in segments]
+    inner = torch.zeros(len(where), n_q, n_q, dtype=torch.bool)
+    placed = set()
+    for seg, u in zip(segments, which, strict=True):
+        if u not in placed:
+            placed.add(u)
+            inner[u, : seg.n, : seg.n] = seg.mask
+    if len(where) < R:
+        inner = inner[torch.tensor(which)]
     k = torch.arange(n_k)[None, None, :]
     q = torch.arange(n_q)[None, :, None]
     rel = (k - lengths).clamp(0, n_q - 1).expand(R, n_q, n_k)
-    new = (k >= lengths) & (k < lengths + sizes) & inner.gather(2, rel)
     valid = q < sizes
-    visible = valid & ((k < lengths) | new)
-    visible |= ~valid & (k == 0)  # padding queries: key 0 only
+    visible = inner.gather(2, rel)  # in place from here: each operation reads and writes one tensor
+    visible &= (k >= lengths) & (k < lengths + sizes)  # the row's new keys, as its mask allows
+    visible |= k < lengths  # its cached keys
+    visible &= valid
+    visible[:, :, 0] |= ~valid[:, :, 0]  # padding queries: key 0 only
+    biased = any(seg.bias is not None or seg.context_bias for seg in segments)
+    if not biased and n_rows == R and list(rows) == list(range(R)):  # every row, no bias: the mask alone
+        return torch.where(visible, 0.0, float("-inf"))[None]
     bias = torch.zeros(R, n_q, n_k)
     for r, seg in enumerate(segments):
         if seg.bias is not None or seg.context_bias:

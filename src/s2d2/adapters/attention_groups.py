@@ -56,15 +56,15 @@ def group_mask(
     sizes = torch.tensor([s.n for s in segments])[:, None, None]
     # rows share mask objects (memoised by shape): each distinct one is placed once
     where: dict[int, int] = {}
-    which = [where.setdefault(id(seg.mask), len(where)) for seg in segments]
-    inner = torch.zeros(len(where), n_q, n_q, dtype=torch.bool)
-    placed = set()
-    for seg, u in zip(segments, which, strict=True):
-        if u not in placed:
-            placed.add(u)
-            inner[u, : seg.n, : seg.n] = seg.mask
-    if len(where) < R:
-        inner = inner[torch.tensor(which)]
+    distinct: list[Segment] = []
+    for seg in segments:
+        if where.setdefault(id(seg.mask), len(distinct)) == len(distinct):
+            distinct.append(seg)
+    inner = torch.zeros(len(distinct), n_q, n_q, dtype=torch.bool)
+    for u, seg in enumerate(distinct):
+        inner[u, : seg.n, : seg.n] = seg.mask
+    if len(distinct) < R:
+        inner = inner[torch.tensor([where[id(seg.mask)] for seg in segments])]
     k = torch.arange(n_k)[None, None, :]
     q = torch.arange(n_q)[None, :, None]
     rel = (k - lengths).clamp(0, n_q - 1).expand(R, n_q, n_k)

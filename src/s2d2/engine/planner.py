@@ -181,15 +181,14 @@ class StepPlanner:
             return set()
         spans = [row_span(r) for r in planned]
         small = self.force is not None or self.max_num_batched_tokens is None
-        fixed = None
         if drafting and small:
             fixed = self._fixed(others)
             fixed = self._refreshed(fixed, others, self._draft_or_ar(drafting, spans, others, fixed))
             drafting = []
-        elif drafting:
-            ids = {id(r) for r in drafting}
-            others = [r for r in others if id(r) not in ids]
-        if fixed is None:
+        else:
+            if drafting:
+                ids = {id(r) for r in drafting}
+                others = [r for r in others if id(r) not in ids]
             fixed = self._fixed(others)
         if self.force is not None:
             plans, ms = self._forced(planned, spans), 0.0

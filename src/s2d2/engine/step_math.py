@@ -184,7 +184,7 @@ def _read_draft(q: DraftQuery, keys: dict[str, int], at: int, n: int, fetch: _Fe
         return fetch.get(keys[name])[at * width : (at + n) * width]
 
     cfg = q.req.config
-    res = SlotDrafts(q.slots, fetch.ints(keys["drafts"])[at : at + n], fetch.get(keys["conf"])[at : at + n])
+    res = SlotDrafts(q.slots, fetch.ints(keys["drafts"])[at : at + n], vals("conf"))
     res.probs = q.result.probs if q.result is not None else None
     if q.entropy:
         res.entropy = vals("entropy")

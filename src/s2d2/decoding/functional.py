@@ -37,10 +37,22 @@ def probs_from_logits(
     return torch.softmax(logits, dim=-1)
 
 
+def argmax(x: torch.Tensor) -> torch.Tensor:
+    """``x.argmax(dim=-1)``, the first maximal index of each row (NaN counts as maximal), by
+    ``x.max(dim=-1)``: the same indices, and on a CPU about twice as fast for rows of a vocabulary."""
+    return x.max(dim=-1).indices
+
+
+def greedy_pick(probs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(argmax(probs), token_probs(probs, argmax(probs)))`` from one reduction: ``[n]`` each."""
+    values, indices = probs.max(dim=-1)
+    return indices, values
+
+
 def sample(probs: torch.Tensor, greedy: bool, generator: torch.Generator | None = None) -> torch.Tensor:
     """One token per row: argmax when ``greedy``, else a draw from ``probs``."""
     if greedy:
-        return probs.argmax(dim=-1)
+        return argmax(probs)
     return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
 
 
@@ -97,7 +109,7 @@ def strict_acceptance(
     ``q_logits`` ``[S, V]`` (the mask token removed), ``drafts`` ``[S]``; see :func:`accept_prefix`.
     Returns ``(n_accepted [R], correction [R])``.
     """
-    q_arg = q_logits.argmax(dim=-1)
+    q_arg = argmax(q_logits)
     n_acc = accept_prefix(drafts == q_arg, row, local, sizes)
     offsets = torch.cumsum(sizes, 0) - sizes
     return n_acc, q_arg.index_select(0, offsets + torch.minimum(n_acc, sizes - 1))

@@ -124,14 +124,18 @@ def _by_transforms(queries: Sequence[DraftQuery]) -> dict[tuple[float, int, floa
     return groups
 
 
-def _draw(probs: torch.Tensor, queries: list[DraftQuery], sizes: list[int]) -> torch.Tensor:
-    """One token per row: argmax for greedy rows, else a draw from each row's own generator."""
+def _draw(
+    probs: torch.Tensor, queries: list[DraftQuery], sizes: list[int]
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """One token per row and its probability ``[rows]`` each: argmax for greedy rows, else a draw from
+    each row's own generator."""
     if all(q.req.greedy for q in queries):
-        return probs.argmax(dim=-1)
+        return F.greedy_pick(probs)
     parts = probs.split(sizes)
-    return torch.cat(
+    drafts = torch.cat(
         [F.sample(p, q.req.greedy, q.req.generator) for p, q in zip(parts, queries, strict=True)]
     )
+    return drafts, F.token_probs(probs, drafts)
 
 
 def _draft_group(
@@ -147,8 +151,7 @@ def _draft_group(
     masked = logits.clone()
     masked[:, mask_id] = float("-inf")  # the mask token is never a prediction
     probs = F.probs_from_logits(masked, temperature, top_k, top_p)
-    drafts = _draw(probs, queries, sizes)
-    conf = F.token_probs(probs, drafts)
+    drafts, conf = _draw(probs, queries, sizes)
     keys = {"drafts": fetch.add(drafts), "conf": fetch.add(conf)}
     if any(q.entropy for q in queries):
         keys["entropy"] = fetch.add(F.entropy(probs))
@@ -230,7 +233,7 @@ def _verify_strict(queries: list[VerifyQuery], dev: DeviceOps, fetch: _Fetch) ->
     drafts = dev.tensor(host_drafts)
     if len(queries) == 1:  # one span: its prefix directly (no packing to undo)
         n = sizes[0]
-        q_arg = masked.argmax(dim=-1)
+        q_arg = F.argmax(masked)
         first = (drafts == q_arg).long().cumprod(0).sum().view(1)
         local_at = torch.clamp(first, max=n - 1)
         correction = q_arg.index_select(0, local_at)

@@ -95,6 +95,22 @@ class _Fetch:
         return self._ints[i]
 
 
+def _without_mask_token(
+    rows: list[torch.Tensor], mask_id: int, keep_raw: bool
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The group's logits ``[S, vocab]`` (``rows`` stacked) and a copy with the mask token's column at
+    -inf (it is never a prediction). The stacking is a copy already: it is masked in place unless the raw
+    logits are still needed (``keep_raw``: log-probabilities) or there is one part (a view of the
+    forward's logits, which other queries may read)."""
+    if len(rows) == 1 or keep_raw:
+        logits = torch.cat(rows) if len(rows) > 1 else rows[0]
+        masked = logits.clone()
+    else:
+        logits = masked = torch.cat(rows)
+    masked[:, mask_id] = float("-inf")
+    return logits, masked
+
+
 def _adjusted(dev: DeviceOps, q: DraftQuery | VerifyQuery, rows: torch.Tensor) -> torch.Tensor:
     """``rows`` after the request's logit adjustments (:mod:`~s2d2.decoding.logits_adjust`): bias,
     penalties counted over the generated tokens before each row's position, ``min_tokens``."""
@@ -146,10 +162,8 @@ def _draft_group(
     temperature, top_k, top_p = _transforms(queries[0].req)
     mask_id = queries[0].req.info.mask_token_id
     sizes = [len(q.slots) for q in queries]
-    rows = [_adjusted(dev, q, q.rows) for q in queries]
-    logits = torch.cat(rows) if len(rows) > 1 else rows[0]
-    masked = logits.clone()
-    masked[:, mask_id] = float("-inf")  # the mask token is never a prediction
+    k = max((q.req.config.logprobs for q in queries if q.req.config.logprobs is not None), default=None)
+    logits, masked = _without_mask_token([_adjusted(dev, q, q.rows) for q in queries], mask_id, k is not None)
     probs = F.probs_from_logits(masked, temperature, top_k, top_p)
     drafts, conf = _draw(probs, queries, sizes)
     keys = {"drafts": fetch.add(drafts), "conf": fetch.add(conf)}
@@ -162,7 +176,6 @@ def _draft_group(
     m = max(q.alternatives for q in queries)
     if m:
         keys["alternatives"] = fetch.add(torch.topk(probs, min(m, probs.shape[-1]), dim=-1).indices)
-    k = max((q.req.config.logprobs for q in queries if q.req.config.logprobs is not None), default=None)
     if k is not None:
         lsm = torch.log_softmax(logits.float(), dim=-1)
         keys["logprob"] = fetch.add(lsm.gather(-1, drafts.view(-1, 1)).view(-1))
@@ -219,10 +232,8 @@ def _verify_strict(queries: list[VerifyQuery], dev: DeviceOps, fetch: _Fetch) ->
     at the first mismatch. Registers per-row (n_accepted, correction) and per-position values."""
     mask_id = queries[0].req.info.mask_token_id
     sizes = [len(q.drafts) for q in queries]
-    rows = [_adjusted(dev, q, q.q_rows) for q in queries]
-    logits = torch.cat(rows) if len(rows) > 1 else rows[0]
-    masked = logits.clone()
-    masked[:, mask_id] = float("-inf")
+    raw = any(q.req.config.logprobs is not None for q in queries)
+    logits, masked = _without_mask_token([_adjusted(dev, q, q.q_rows) for q in queries], mask_id, raw)
     host_drafts: list[int] = []
     row_of: list[int] = []
     local: list[int] = []

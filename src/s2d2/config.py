@@ -156,6 +156,13 @@ class DecodeConfig:
     #: expected tokens per predicted second; the tokens stay AR greedy's. Other settings decode as
     #: ``fixed`` (exactly as they say).
     plan: str = "fixed"
+    #: With ``plan="auto"`` on the lossless family: other block sizes the engine may decode a request with
+    #: instead of ``block_size``, chosen when the request is added, by the load then (the rows it will
+    #: share steps with) and the engine's cost profile: the largest whose draft and whole-block
+    #: verification forwards cost at most :data:`s2d2.engine.block_size_choice.TOLERANCE` more than the
+    #: smallest's (while a forward is bound by reading the weights, as on a GPU at low load, a bigger
+    #: block is free). The tokens are AR greedy's whichever is chosen. Empty: ``block_size`` always.
+    plan_block_sizes: tuple[int, ...] = ()
     #: Record a per-step trace of what was committed and how.
     trace: bool = False
     #: Report each committed token's log-probability (``None``: off; 0: the token's own; k: also the k most
@@ -221,6 +228,8 @@ class DecodeConfig:
                 raise ConfigError(f"unknown decoding setting {key!r}")
             if value is not None:
                 base[key] = value
+        if isinstance(base.get("plan_block_sizes"), list):  # from JSON (a preset file, a request)
+            base["plan_block_sizes"] = tuple(base["plan_block_sizes"])
         if base.get("decoder") == "ar":
             base["block_size"] = 1
             base["steps"] = 1
@@ -263,6 +272,11 @@ class DecodeConfig:
         choice("plan", self.plan, PLANS)
         if not isinstance(self.block_size, int) or self.block_size < 1:
             fail(f"block_size must be an integer >= 1, got {self.block_size!r}")
+        sizes = self.plan_block_sizes
+        if not isinstance(sizes, (list, tuple)) or not all(
+            isinstance(b, int) and not isinstance(b, bool) and b >= 1 for b in sizes
+        ):
+            fail(f"plan_block_sizes must be a list of integers >= 1, got {sizes!r}")
         if self.steps is not None:
             if not isinstance(self.steps, int) or self.steps < 1:
                 fail(f"steps must be an integer >= 1, got {self.steps!r}")
@@ -345,6 +359,16 @@ class DecodeConfig:
         missing = self.fusion_blockers() if self.fuse else []
         if missing:
             fail(f"fuse needs {', '.join(missing)} (as in the lossless preset)")
+
+    def block_size_choices(self) -> tuple[int, ...]:
+        """The block sizes the engine may decode these settings with (``plan_block_sizes``, with
+        ``block_size``), ascending; empty where only ``block_size`` applies: not ``plan="auto"``, no
+        other sizes, or settings outside the lossless family, whose tokens would depend on the block."""
+        if self.plan != "auto" or not self.plan_block_sizes or self.steps is not None:
+            return ()
+        if self.sub_block_size is not None or self.fusion_blockers():
+            return ()
+        return tuple(sorted({self.block_size, *self.plan_block_sizes}))
 
     def fusion_blockers(self) -> list[str]:
         """What keeps fused verification from applying to these settings (empty: it applies)."""
@@ -445,5 +469,7 @@ PRESETS: dict[str, dict[str, Any]] = {
     # The same output in about one forward per step: verification forwards carry the next step's drafts.
     "lossless-fused": dict(_LOSSLESS, fuse=True, predraft_positions=4, predraft_tokens=0),
     # The same output again; the engine's planner chooses each step's verification by its cost.
-    "lossless-auto": dict(_LOSSLESS, fuse=True, predraft_positions=4, predraft_tokens=0, plan="auto"),
+    "lossless-auto": dict(
+        _LOSSLESS, fuse=True, predraft_positions=4, predraft_tokens=0, plan="auto", plan_block_sizes=(8, 16)
+    ),
 }

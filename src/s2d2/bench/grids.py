@@ -122,10 +122,13 @@ def _lossless_fused(b: int) -> BenchConfig:
 
 
 def _lossless_auto(b: int = 8) -> BenchConfig:
-    """The step planner over fused lossless decoding (``plan=auto``): named without its block size at
-    the preset's B8, with it (``lossless-auto-b16``) at the others."""
-    name = "lossless-auto" if b == 8 else f"lossless-auto-b{b}"
-    return BenchConfig(name, {"preset": "lossless-auto", "block_size": b})
+    """The step planner over fused lossless decoding (``plan=auto``): ``lossless-auto`` is the preset at
+    B8, whose block size the engine may raise to 16 by load (``plan_block_sizes``); ``lossless-auto-b4``
+    and ``-b16`` keep their block size."""
+    if b == 8:
+        return BenchConfig("lossless-auto", {"preset": "lossless-auto", "block_size": b})
+    fixed = {"preset": "lossless-auto", "block_size": b, "plan_block_sizes": ()}
+    return BenchConfig(f"lossless-auto-b{b}", fixed)
 
 
 def _default_grid() -> list[BenchConfig]:

@@ -38,6 +38,7 @@ from ..files import write_text_atomically
 PER_REQUEST_SETTINGS = frozenset(
     {"seed", "max_new_tokens", "stop_token_ids", "ignore_eos", "trace", "last_block"}
     | {"logit_bias", "presence_penalty", "frequency_penalty", "min_tokens"}  # OpenAI's per-request options
+    | {"plan_block_sizes"}  # the block sizes offered: the one chosen is block_size, in the key
 )
 #: The ``format`` field of a routing-state file, and its version.
 FILE_FORMAT, FILE_VERSION = "s2d2-routing-state", 1

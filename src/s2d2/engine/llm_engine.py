@@ -21,13 +21,19 @@ from ..config import DecodeConfig
 from ..decoding.routing_state import EngineRoutingState
 from ..decoding.stats import GenerationStats
 from ..errors import ConfigError, PromptError, S2D2Error
+from .block_size_choice import planned_config
 from .cost import StepCost, median_abs_error
 from .device import MAX_VOCAB, DeviceOps
 from .fault_isolation import run_isolating_failures
 from .outputs import DecodeOutput, RequestOutput
 from .planner import StepPlanner
 from .request import Request, Status, check_prompt
-from .request_limits import check_request_limits, default_max_query_tokens_per_row, fold_limit_for
+from .request_limits import (
+    RequestLimitError,
+    check_request_limits,
+    default_max_query_tokens_per_row,
+    fold_limit_for,
+)
 from .row_queries import RowWork, queries
 from .runner import ModelRunner
 from .scheduler import Scheduler
@@ -124,11 +130,24 @@ class LLMEngine:
 
     # ------------------------------------------------------------------ requests
     def add_request(
-        self, prompt_ids: Sequence[int] | torch.Tensor, config: DecodeConfig, request_id: Any = None
+        self,
+        prompt_ids: Sequence[int] | torch.Tensor,
+        config: DecodeConfig,
+        request_id: Any = None,
+        *,
+        expected_rows: int | None = None,
     ) -> Any:
         """Queue a request; returns its id. A bad prompt raises :class:`PromptError` at once, settings
-        over the engine's limits a :class:`~.request_limits.RequestLimitError` naming the setting."""
+        over the engine's limits a :class:`~.request_limits.RequestLimitError` naming the setting.
+        Where the settings leave the block size open (``plan_block_sizes``), it is chosen for the load
+        (:mod:`.block_size_choice`): ``expected_rows`` rows sharing its steps (default: the running and
+        waiting requests and this one, at most ``max_num_seqs``)."""
         prompt = check_prompt(prompt_ids, self.adapter.info)
+        rows = expected_rows if expected_rows is not None else self.num_running + self.num_waiting + 1
+        rows = min(rows, self.max_num_seqs)
+        config = planned_config(config, prompt.numel(), rows, self.planner.decide, self._fits)
+        if config.block_size_choices():
+            self.planner.stats.count_block_choice(config.block_size)
         fold = self.check_limits(config)
         rid = next(self._ids) if request_id is None else request_id
         req = Request(
@@ -175,6 +194,13 @@ class LLMEngine:
             config, limit=limit, prefill_chunk=chunk, fold_limit=fold, vocab_size=self.adapter.info.vocab_size
         )
         return fold
+
+    def _fits(self, config: DecodeConfig) -> bool:
+        try:
+            self.check_limits(config)
+        except RequestLimitError:
+            return False
+        return True
 
     def abort(self, request_id: Any) -> bool:
         """Abort a request; its row is freed at the next step. False if it is unknown or done."""
@@ -351,10 +377,11 @@ class LLMEngine:
         """
         results: dict[int, DecodeOutput] = {}
         index: dict[Any, int] = {}
+        rows = self.num_running + self.num_waiting + len(prompts)  # the load they will decode under
         for i, (prompt, cfg) in enumerate(zip(prompts, configs, strict=True)):
             rid = ("generate", i, next(self._ids))
             try:
-                self.add_request(prompt, cfg, rid)
+                self.add_request(prompt, cfg, rid, expected_rows=rows)
                 index[rid] = i
             except S2D2Error as exc:
                 results[i] = DecodeOutput(

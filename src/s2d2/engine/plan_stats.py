@@ -22,6 +22,14 @@ class PlannerStats:
     deferred: int = 0
     over_budget_steps: int = 0
     errors: int = 0
+    #: requests whose block size was chosen by load (``plan_block_sizes``), and the sizes' sum
+    block_choices: int = 0
+    block_size_sum: int = 0
+
+    def count_block_choice(self, block_size: int) -> None:
+        """A request was given ``block_size`` by load (:mod:`.block_size_choice`)."""
+        self.block_choices += 1
+        self.block_size_sum += block_size
 
     def to_dict(self, engine_steps: int) -> dict[str, Any]:
         n = max(engine_steps, 1)
@@ -36,4 +44,6 @@ class PlannerStats:
             "plan_degraded_rows": self.degraded,
             "plan_deferred_rows": self.deferred,
             "plan_errors": self.errors,
+            "plan_block_choices": self.block_choices,
+            "plan_mean_block_size": self.block_size_sum / self.block_choices if self.block_choices else None,
         }

@@ -1,0 +1,69 @@
+"""The block size a request of the lossless family decodes with, chosen by load when it is added.
+
+With ``plan="auto"`` and ``plan_block_sizes`` (:meth:`~s2d2.config.DecodeConfig.block_size_choices`),
+every candidate block size commits the same tokens (AR greedy's), so the choice changes speed only.
+A bigger block drafts more positions a forward and verifies longer spans; that pays while a forward's
+cost hardly depends on its query tokens (a GPU at low load reads the weights once whatever it feeds),
+and not where every query token costs (a CPU, or a GPU past its compute ridge at high load). So the
+choice prices, at the load the request will decode under, the two forwards a block size shapes: its
+draft (``B + 1`` query tokens a row, with the AR lead) and the verification of a whole block (``2B + 1``),
+each for every row of the step, and keeps the largest size whose two prices are within
+:data:`TOLERANCE` of the smallest candidate's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from ..config import DecodeConfig
+from .cost import StepCost
+
+#: How much dearer (relative) a bigger block's forwards may be priced than the smallest's and still be
+#: chosen: "about free", within what the profiles resolve.
+TOLERANCE = 0.03
+
+
+def forward_ms(cost: StepCost, rows: int, query_tokens: int, context: int) -> float:
+    """Predicted ms of one forward of ``rows`` rows alike, each feeding ``query_tokens`` query tokens
+    after ``context`` cached positions (every query sees the cache and its row's queries)."""
+    tokens = rows * query_tokens
+    attention = tokens * (context + query_tokens)
+    return cost.predict_totals(rows, tokens, attention, rows * context, attention)
+
+
+def choose_block_size(cost: StepCost, sizes: Sequence[int], rows: int, context: int) -> int:
+    """The largest of ``sizes`` whose draft and whole-block verification forwards, at ``rows`` rows with
+    ``context`` cached positions each, are priced within :data:`TOLERANCE` of the smallest size's."""
+    ordered = sorted(sizes)
+    if not ordered:
+        raise ValueError("no block size to choose from")
+    rows, context = max(1, rows), max(0, context)
+    base = ordered[0]
+    limit = 1.0 + TOLERANCE
+    draft0 = forward_ms(cost, rows, base + 1, context)
+    verify0 = forward_ms(cost, rows, 2 * base + 1, context)
+    best = base
+    for b in ordered[1:]:
+        draft = forward_ms(cost, rows, b + 1, context)
+        verify = forward_ms(cost, rows, 2 * b + 1, context)
+        if draft <= limit * draft0 and verify <= limit * verify0:
+            best = b
+    return best
+
+
+def planned_config(
+    config: DecodeConfig, n_prompt: int, rows: int, cost: StepCost, fits: Callable[[DecodeConfig], bool]
+) -> DecodeConfig:
+    """``config`` with the block size chosen for a request of ``n_prompt`` prompt tokens that will share
+    steps with ``rows`` rows in all, where its settings leave the choice open
+    (:meth:`~s2d2.config.DecodeConfig.block_size_choices`); sizes whose settings do not ``fit`` the
+    engine's limits are not chosen (nor is any, when ``block_size``'s own do not: its error stands)."""
+    sizes = config.block_size_choices()
+    if not sizes or not fits(config):
+        return config
+    options = {b: config if b == config.block_size else config.replace(block_size=b) for b in sizes}
+    fitting = [b for b, c in options.items() if b == config.block_size or fits(c)]
+    if len(fitting) < 2:
+        return config
+    context = n_prompt + config.max_new_tokens // 2  # the cache a row holds about half-way through
+    return options[choose_block_size(cost, fitting, rows, context)]

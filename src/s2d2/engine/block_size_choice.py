@@ -56,14 +56,20 @@ def planned_config(
 ) -> DecodeConfig:
     """``config`` with the block size chosen for a request of ``n_prompt`` prompt tokens that will share
     steps with ``rows`` rows in all, where its settings leave the choice open
-    (:meth:`~s2d2.config.DecodeConfig.block_size_choices`); sizes whose settings do not ``fit`` the
-    engine's limits are not chosen (nor is any, when ``block_size``'s own do not: its error stands)."""
-    sizes = config.block_size_choices()
-    if not sizes or not fits(config):
-        return config
-    options = {b: config if b == config.block_size else config.replace(block_size=b) for b in sizes}
-    fitting = [b for b, c in options.items() if b == config.block_size or fits(c)]
-    if len(fitting) < 2:
-        return config
+    (:meth:`~s2d2.config.DecodeConfig.block_size_choices`); a size whose settings do not ``fit`` the
+    engine's limits gives way to the next smaller choice (and none is chosen when ``block_size``'s own
+    settings do not fit: their error stands). Settings are rebuilt only for a size other than
+    ``block_size`` (a request's usual case costs no validation)."""
+    sizes = list(config.block_size_choices())
     context = n_prompt + config.max_new_tokens // 2  # the cache a row holds about half-way through
-    return options[choose_block_size(cost, fitting, rows, context)]
+    while len(sizes) > 1:
+        b = choose_block_size(cost, sizes, rows, context)
+        if b == config.block_size:
+            return config
+        if not fits(config):
+            return config
+        chosen = config.replace(block_size=b)
+        if fits(chosen):
+            return chosen
+        sizes = [s for s in sizes if s < b]
+    return config

@@ -406,6 +406,7 @@ def test_metrics_expose_the_planner_counters(tiny):
     text = metrics.render()
     rows = engine.stats()["plan_rows"]
     assert rows > 0 and f"s2d2_plan_rows_total {rows}" in text and "s2d2_plan_ar_only_total" in text
+    assert "s2d2_plan_block_choices_total 1" in text  # lossless-auto offers B8 and B16
 
 
 def test_bench_batch_rows_carry_the_planners_prediction(tiny):
@@ -416,7 +417,9 @@ def test_bench_batch_rows_carry_the_planners_prediction(tiny):
     auto = rows["lossless-auto"]
     assert auto["predicted_ms_per_step"] > 0 and auto["plan_ms_per_step"] > 0
     assert auto["forward_ms_per_step"] > 0
+    assert auto["plan_mean_block_size"] == 8  # B8 or B16 by load: on the CPU's profile, B8
     assert "predicted_ms_per_step" not in rows["ar"]  # no profile given and nothing planned
+    assert "plan_mean_block_size" not in rows["ar"]
 
 
 def test_a_failing_planner_does_not_stop_the_step(tiny, monkeypatch):

@@ -115,6 +115,8 @@ def _planned(runs: list[dict[str, float]], x: dict[str, float]) -> dict[str, flo
     if not x["plan_rows"]:
         return {}
     out = {"plan_ms_per_step": _median(runs, "plan_ms_per_step")}
+    if x.get("plan_mean_block_size") is not None:  # block sizes chosen by load (plan_block_sizes)
+        out["plan_mean_block_size"] = round(x["plan_mean_block_size"], 2)
     out["plan_predicted_ms_per_step"] = round(x["plan_predicted_ms_per_step"], 4)
     if x["predicted_ms_per_step"] is None:
         out["predicted_ms_per_step"] = out["plan_predicted_ms_per_step"]

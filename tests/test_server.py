@@ -156,6 +156,13 @@ def test_token_id_prompt_stop_strings_and_extension(client, model, expected):
         extra_body={"s2d2": {"preset": "lossless", "block_size": 8}},
     )
     assert lossless.choices[0].text == want_ar.text  # lossless = AR greedy output
+    planned = client.completions.create(  # the block size chosen by load, from a JSON list
+        model="tiny-gsm",
+        prompt=q,
+        max_tokens=96,
+        extra_body={"s2d2": {"preset": "lossless-auto", "plan_block_sizes": [4, 16]}},
+    )
+    assert planned.choices[0].text == want_ar.text
 
 
 # ---------------------------------------------------------------------------------------------- load
@@ -241,6 +248,9 @@ BAD_REQUESTS = [
     ("unknown setting", "/v1/completions", {"prompt": "hi", "s2d2": {"warp_speed": 9}}, 400),
     ("bad setting value", "/v1/completions", {"prompt": "hi", "s2d2": {"threshold": 2.0}}, 400),
     ("huge block size", "/v1/completions", {"prompt": "hi", "s2d2": {"block_size": 10**12}}, 400),
+    ("huge plan block size", "/v1/completions", {"prompt": "hi", "s2d2": {"plan_block_sizes": [8, 10**6]}},
+     400),
+    ("zero plan block size", "/v1/completions", {"prompt": "hi", "s2d2": {"plan_block_sizes": [0]}}, 400),
     ("n = 0", "/v1/completions", {"prompt": "hi", "n": 0}, 400),
     ("best_of != n", "/v1/completions", {"prompt": "hi", "best_of": 2}, 400),
     ("too many choices", "/v1/completions", {"prompt": ["a"] * 9, "n": 8}, 400),

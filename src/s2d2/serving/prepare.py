@@ -237,6 +237,11 @@ def _check_sizes(settings: dict[str, Any], given: dict[str, str], info: Any) -> 
         raise bad_request(f"temperature must be <= {MAX_TEMPERATURE:g}", param=_name("temperature", given))
     if settings.get("block_size", 1) > info.max_length:
         raise bad_request(f"block_size must be <= the context ({info.max_length})", param="s2d2.block_size")
+    sizes = settings.get("plan_block_sizes")
+    if isinstance(sizes, list) and any(isinstance(b, int) and b > info.max_length for b in sizes):
+        raise bad_request(
+            f"plan_block_sizes must be <= the context ({info.max_length})", param="s2d2.plan_block_sizes"
+        )
     if settings.get("ucb_bins", 1) > MAX_UCB_BINS:
         raise bad_request(f"ucb_bins must be <= {MAX_UCB_BINS}", param="s2d2.ucb_bins")
     for key in ("stop_token_ids", "logit_bias"):

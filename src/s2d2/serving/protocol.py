@@ -20,8 +20,9 @@ from ..config import DecodeConfig
 
 #: Decoding settings the ``s2d2`` object does not take (the server streams text, not step traces).
 _HIDDEN_SETTINGS = {"trace"}
-#: Settings whose JSON form differs from the dataclass's type (JSON object keys are strings).
-_WIRE_TYPES: dict[str, Any] = {"logit_bias": dict[str, float]}
+#: Settings whose JSON form differs from the dataclass's type (JSON object keys are strings; JSON arrays
+#: arrive as lists, which the strict model does not take for a tuple field).
+_WIRE_TYPES: dict[str, Any] = {"logit_bias": dict[str, float], "plan_block_sizes": list[int]}
 
 
 def _settings_model() -> type[BaseModel]:

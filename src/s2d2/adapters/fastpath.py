@@ -23,6 +23,7 @@ import torch
 import torch.nn.functional as F
 
 from .attention_groups import AttentionGroup, build_groups
+from .host_lists import long_tensor
 from .kv_pool import DEFAULT_PAGE_SIZE, KVPool
 from .segment import Segment, packed
 
@@ -118,14 +119,15 @@ class FastDecoder:
             pool.ensure(s.state, s.state.length + s.n)
         page_lists = [pool.table(s.state) for s in segments]
         width = max(map(len, page_lists))
-        tables = torch.tensor([p + [0] * (width - len(p)) for p in page_lists], dtype=torch.long)
+        flat_tables = [page for p in page_lists for page in (p + [0] * (width - len(p)))]
+        tables = long_tensor(flat_tables).view(len(segments), width)
         tables_dev = tables.to(dev)
-        sizes = torch.tensor([s.n for s in segments])
+        sizes = long_tensor([s.n for s in segments])
         ids = packed([s.ids for s in segments]).to(dev)
         pos = packed([s.pos for s in segments]).to(dev)
         r_idx = torch.repeat_interleave(torch.arange(len(segments)), sizes)
         j_idx = torch.arange(int(sizes.sum())) - (sizes.cumsum(0) - sizes)[r_idx]
-        lengths = torch.tensor([s.state.length for s in segments])
+        lengths = long_tensor([s.state.length for s in segments])
         col = lengths[r_idx] + j_idx
         write_page = tables[r_idx, col // ps].to(dev)
         write_off = (col % ps).to(dev)

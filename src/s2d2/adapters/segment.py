@@ -17,6 +17,7 @@ from functools import cached_property
 
 import torch
 
+from .host_lists import long_tensor
 from .kv_pool import KVState
 
 
@@ -58,7 +59,7 @@ def packed(parts: Sequence[torch.Tensor | list[int]]) -> torch.Tensor:
     """Segments' ``ids`` (or ``pos``) end to end, one long ``[sum n]`` host tensor: one tensor made from
     the lists, not one a row."""
     if all(isinstance(p, list) for p in parts):
-        return torch.tensor(list(itertools.chain.from_iterable(parts)), dtype=torch.long)
+        return long_tensor(list(itertools.chain.from_iterable(parts)))
     return torch.cat([torch.as_tensor(p, dtype=torch.long) for p in parts])
 
 

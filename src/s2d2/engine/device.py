@@ -14,6 +14,8 @@ from collections.abc import Sequence
 
 import torch
 
+from ..adapters.host_lists import long_tensor
+
 #: Token ids travel to the host as float32 (:meth:`DeviceOps.to_host`): exact below this.
 MAX_VOCAB = 2**24
 
@@ -29,6 +31,8 @@ class DeviceOps:
     # ------------------------------------------------------------------ made on the device
     def tensor(self, data: Sequence[int] | Sequence[float], dtype: torch.dtype = torch.long) -> torch.Tensor:
         """``data`` (host values) as a tensor on the device (a host-to-device copy, no wait)."""
+        if dtype == torch.long and isinstance(data, list):
+            return long_tensor(data).to(self.device)
         return torch.tensor(data, dtype=dtype, device=self.device)
 
     def arange(self, n: int) -> torch.Tensor:

@@ -250,7 +250,7 @@ def _verify_strict(queries: list[VerifyQuery], dev: DeviceOps, fetch: _Fetch) ->
         correction = q_arg.index_select(0, local_at)
         index = None
     else:
-        index = dev.tensor([row_of, local])
+        index = dev.tensor(row_of + local).view(2, -1)
         size = dev.tensor(sizes)
         first, correction = F.strict_acceptance(masked, drafts, index[0], index[1], size)
         local_at = torch.minimum(first, size - 1)

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import torch
 
+from .host_lists import long_tensor
 from .segment import Segment
 
 
@@ -52,8 +53,8 @@ def group_mask(
     only (finite output, never read).
     """
     R = len(segments)
-    lengths = torch.tensor([s.state.length for s in segments])[:, None, None]
-    sizes = torch.tensor([s.n for s in segments])[:, None, None]
+    lengths = long_tensor([s.state.length for s in segments])[:, None, None]
+    sizes = long_tensor([s.n for s in segments])[:, None, None]
     # rows share mask objects (memoised by shape): each distinct one is placed once
     where: dict[int, int] = {}
     distinct: list[Segment] = []
@@ -64,7 +65,7 @@ def group_mask(
     for u, seg in enumerate(distinct):
         inner[u, : seg.n, : seg.n] = seg.mask
     if len(distinct) < R:
-        inner = inner[torch.tensor([where[id(seg.mask)] for seg in segments])]
+        inner = inner[long_tensor([where[id(seg.mask)] for seg in segments])]
     k = torch.arange(n_k)[None, None, :]
     q = torch.arange(n_q)[None, :, None]
     rel = (k - lengths).clamp(0, n_q - 1).expand(R, n_q, n_k)
@@ -86,7 +87,7 @@ def group_mask(
                 bias[r, :n, ctx : ctx + n] = seg.bias.float()
     out = torch.full((n_rows, n_q, n_k), float("-inf"))
     out[:, :, 0] = 0.0
-    out[torch.tensor(list(rows))] = bias.masked_fill(~visible, float("-inf"))
+    out[long_tensor(list(rows))] = bias.masked_fill(~visible, float("-inf"))
     return out[None]
 
 
@@ -148,10 +149,10 @@ def query_grid(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """For segments at packed offsets ``starts`` of ``sizes`` tokens: every token's packed index, its
     row (the segment's place in the group) and its column in the row, each ``[sum(sizes)]``."""
-    n = torch.tensor(list(sizes))
+    n = long_tensor(list(sizes))
     row = torch.repeat_interleave(torch.arange(len(n)), n)
     col = torch.arange(int(n.sum())) - (n.cumsum(0) - n)[row]
-    return torch.tensor(list(starts))[row] + col, row, col
+    return long_tensor(list(starts))[row] + col, row, col
 
 
 def consecutive(pages: Sequence[int]) -> bool:

@@ -34,39 +34,38 @@ def forward_ms(cost: StepCost, rows: int, query_tokens: int, context: int) -> fl
 def choose_block_size(cost: StepCost, sizes: Sequence[int], rows: int, context: int) -> int:
     """The largest of ``sizes`` whose draft and whole-block verification forwards, at ``rows`` rows with
     ``context`` cached positions each, are priced within :data:`TOLERANCE` of the smallest size's."""
-    ordered = sorted(sizes)
-    if not ordered:
+    if not sizes:
         raise ValueError("no block size to choose from")
     rows, context = max(1, rows), max(0, context)
-    base = ordered[0]
+    prices = {
+        b: (forward_ms(cost, rows, b + 1, context), forward_ms(cost, rows, 2 * b + 1, context)) for b in sizes
+    }
+    draft0, verify0 = prices[min(sizes)]
     limit = 1.0 + TOLERANCE
-    draft0 = forward_ms(cost, rows, base + 1, context)
-    verify0 = forward_ms(cost, rows, 2 * base + 1, context)
-    best = base
-    for b in ordered[1:]:
-        draft = forward_ms(cost, rows, b + 1, context)
-        verify = forward_ms(cost, rows, 2 * b + 1, context)
-        if draft <= limit * draft0 and verify <= limit * verify0:
-            best = b
-    return best
+    return max(
+        b for b, (draft, verify) in prices.items() if draft <= limit * draft0 and verify <= limit * verify0
+    )
 
 
 def planned_config(
-    config: DecodeConfig, n_prompt: int, rows: int, cost: StepCost, fits: Callable[[DecodeConfig], bool]
+    config: DecodeConfig,
+    sizes: Sequence[int],
+    n_prompt: int,
+    rows: int,
+    cost: StepCost,
+    fits: Callable[[DecodeConfig], bool],
 ) -> DecodeConfig:
-    """``config`` with the block size chosen for a request of ``n_prompt`` prompt tokens that will share
-    steps with ``rows`` rows in all, where its settings leave the choice open
-    (:meth:`~s2d2.config.DecodeConfig.block_size_choices`); a size whose settings do not ``fit`` the
-    engine's limits gives way to the next smaller choice (and none is chosen when ``block_size``'s own
-    settings do not fit: their error stands). Settings are rebuilt only for a size other than
-    ``block_size`` (a request's usual case costs no validation)."""
-    sizes = list(config.block_size_choices())
+    """``config`` with the block size chosen among ``sizes`` (its
+    :meth:`~s2d2.config.DecodeConfig.block_size_choices`) for a request of ``n_prompt`` prompt tokens that
+    will share steps with ``rows`` rows in all; a size whose settings do not ``fit`` the engine's limits
+    gives way to the next smaller choice (and none is chosen when ``block_size``'s own settings do not
+    fit: their error stands). Settings are rebuilt only for a size other than ``block_size`` (a request's
+    usual case costs no validation)."""
+    sizes = list(sizes)
     context = n_prompt + config.max_new_tokens // 2  # the cache a row holds about half-way through
     while len(sizes) > 1:
         b = choose_block_size(cost, sizes, rows, context)
-        if b == config.block_size:
-            return config
-        if not fits(config):
+        if b == config.block_size or not fits(config):
             return config
         chosen = config.replace(block_size=b)
         if fits(chosen):

@@ -145,8 +145,9 @@ class LLMEngine:
         prompt = check_prompt(prompt_ids, self.adapter.info)
         rows = expected_rows if expected_rows is not None else self.num_running + self.num_waiting + 1
         rows = min(rows, self.max_num_seqs)
-        config = planned_config(config, prompt.numel(), rows, self.planner.decide, self._fits)
-        if config.block_size_choices():
+        sizes = config.block_size_choices()
+        if sizes:
+            config = planned_config(config, sizes, prompt.numel(), rows, self.planner.decide, self._fits)
             self.planner.stats.count_block_choice(config.block_size)
         fold = self.check_limits(config)
         rid = next(self._ids) if request_id is None else request_id

@@ -276,7 +276,8 @@ class DecodeConfig:
         if not isinstance(sizes, (list, tuple)) or not all(
             isinstance(b, int) and not isinstance(b, bool) and b >= 1 for b in sizes
         ):
-            fail(f"plan_block_sizes must be a list of integers >= 1, got {sizes!r}")
+            shown = list(sizes) if isinstance(sizes, tuple) else sizes  # as the user wrote it (JSON, Python)
+            fail(f"plan_block_sizes must be a list of integers >= 1, got {shown!r}")
         if self.steps is not None:
             if not isinstance(self.steps, int) or self.steps < 1:
                 fail(f"steps must be an integer >= 1, got {self.steps!r}")

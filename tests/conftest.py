@@ -138,6 +138,16 @@ def load_or_skip(name: str, **options):
     return s2d2.load(path, device="cpu", dtype="fp32", **options)
 
 
+@pytest.fixture(scope="module")
+def step_by_step_planning():
+    """Every engine the module makes plans each ``plan="auto"`` request step by step whatever its load
+    (for the tests of the per-step planner and of planned rows in batches; the choice by load itself is
+    tests/test_plan_regime.py's)."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr("s2d2.engine.planner.MIN_FIXED_SHARE", 0.0)
+        yield
+
+
 def load_tiny_fp32():
     """The built-in tiny-gsm model on the CPU in float32 with one engine row (skipped if not installed)."""
     return load_or_skip("tiny-gsm", max_num_seqs=1)

@@ -18,6 +18,9 @@ import s2d2
 from conftest import load_or_skip, load_tiny_fp32
 from s2d2.engine.llm_engine import LLMEngine
 
+#: planned rows in batches are planned step by step here, whatever their load (conftest)
+pytestmark = pytest.mark.usefixtures("step_by_step_planning")
+
 STAT_FIELDS = ("nfe", "nfe_draft", "nfe_verify", "verify_steps", "drafted", "accepted")
 
 #: Every decoder and every routing policy (greedy), plus the lossless preset. The model's shipped default

@@ -13,6 +13,9 @@ from s2d2.engine import row_queries
 from s2d2.engine.llm_engine import LLMEngine
 from s2d2.tasks.tiny_gsm.splits import load_split
 
+#: planned rows in batches are planned step by step here, whatever their load (conftest)
+pytestmark = pytest.mark.usefixtures("step_by_step_planning")
+
 MIXES = (
     dict(preset="lossless", block_size=8),
     dict(preset="lossless-fused", block_size=8),

@@ -21,6 +21,9 @@ from conftest import load_or_skip, load_tiny_fp32
 from s2d2.engine.llm_engine import LLMEngine
 from test_batch_invariance import DECODERS, FIXTURE_DECODERS, SAMPLED, alone_with_gaps, random_prompts
 
+#: planned rows in batches are planned step by step here, whatever their load (conftest)
+pytestmark = pytest.mark.usefixtures("step_by_step_planning")
+
 #: statistics that must not change with the prefix cache or preemption
 DECODE_FIELDS = ("nfe_draft", "nfe_verify", "nfe_commit", "verify_steps", "drafted", "accepted")
 

@@ -30,6 +30,9 @@ from s2d2.engine.verifying_choice import whole_step
 from s2d2.errors import ConfigError
 from test_batch_invariance import GapRecorder
 
+#: planned rows in batches are planned step by step here, whatever their load (conftest)
+pytestmark = pytest.mark.usefixtures("step_by_step_planning")
+
 BLOCK_SIZES = (2, 4, 8, 16)
 
 

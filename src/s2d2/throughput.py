@@ -102,6 +102,7 @@ def _one_cell(
         "plan_ms_per_step": c["plan_ms_per_step"],
         "plan_rows": c["plan_rows"],
         "plan_mean_block_size": c["plan_mean_block_size"],
+        "plan_fixed_choices": c["plan_fixed_choices"],
     }
 
 

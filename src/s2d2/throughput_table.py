@@ -112,9 +112,10 @@ def _planned(runs: list[dict[str, float]], x: dict[str, float]) -> dict[str, flo
     """A planned configuration (``plan=auto``): the planner's predicted forward ms per planned step
     (``predicted_ms_per_step`` when no cost profile was given: then the planner's own default profile
     predicts), and the planning phase's ms per step (medians over repeats)."""
+    fixed = {"plan_fixed_choices": int(x["plan_fixed_choices"])} if x.get("plan_fixed_choices") else {}
     if not x["plan_rows"]:
-        return {}
-    out = {"plan_ms_per_step": _median(runs, "plan_ms_per_step")}
+        return fixed  # every request decoded fixed by its load (engine/plan_regime.py), or none planned
+    out = {**fixed, "plan_ms_per_step": _median(runs, "plan_ms_per_step")}
     if x.get("plan_mean_block_size") is not None:  # block sizes chosen by load (plan_block_sizes)
         out["plan_mean_block_size"] = round(x["plan_mean_block_size"], 2)
     out["plan_predicted_ms_per_step"] = round(x["plan_predicted_ms_per_step"], 4)

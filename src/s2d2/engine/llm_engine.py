@@ -26,6 +26,7 @@ from .cost import StepCost, median_abs_error
 from .device import MAX_VOCAB, DeviceOps
 from .fault_isolation import run_isolating_failures
 from .outputs import DecodeOutput, RequestOutput
+from .plan_regime import fixed_config
 from .planner import StepPlanner
 from .request import Request, Status, check_prompt
 from .request_limits import (
@@ -149,6 +150,11 @@ class LLMEngine:
         if sizes:
             config = planned_config(config, sizes, prompt.numel(), rows, self.planner.decide, self._fits)
             self.planner.stats.count_block_choice(config.block_size)
+        if config.plan == "auto" and not self.adapter.info.shifted and not config.fusion_blockers():
+            context = prompt.numel() + config.max_new_tokens // 2  # about half-way through
+            if not self.planner.plans_step_by_step(rows, config.block_size, context):
+                config = fixed_config(config)
+                self.planner.stats.fixed_choices += 1
         fold = self.check_limits(config)
         rid = next(self._ids) if request_id is None else request_id
         req = Request(

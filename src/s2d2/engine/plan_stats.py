@@ -25,6 +25,8 @@ class PlannerStats:
     #: requests whose block size was chosen by load (``plan_block_sizes``), and the sizes' sum
     block_choices: int = 0
     block_size_sum: int = 0
+    #: requests of ``plan="auto"`` that their load put on plain fixed verification (:mod:`.plan_regime`)
+    fixed_choices: int = 0
 
     def count_block_choice(self, block_size: int) -> None:
         """A request was given ``block_size`` by load (:mod:`.block_size_choice`)."""
@@ -45,5 +47,6 @@ class PlannerStats:
             "plan_deferred_rows": self.deferred,
             "plan_errors": self.errors,
             "plan_block_choices": self.block_choices,
+            "plan_fixed_choices": self.fixed_choices,
             "plan_mean_block_size": self.block_size_sum / self.block_choices if self.block_choices else None,
         }

@@ -74,6 +74,7 @@ from .plan_draft import (
     prompt_tail,
     to_ar_only,
 )
+from .plan_regime import MIN_FIXED_SHARE, plans_step_by_step
 from .plan_rows import (
     expected_tokens,
     fixed_tokens,
@@ -153,6 +154,18 @@ class StepPlanner:
         #: tests: ``force(req, columns)`` picks each planned row's choice among its valid columns (k - 1
         #: for a prefix of k positions, span + g for fused with g groups) instead of the cost model
         self.force: Callable[[Request, list[int]], int] | None = None
+        #: the least fixed share of a draft forward at which a request is planned step by step
+        #: (:mod:`.plan_regime`); 0: every request of the lossless family with ``plan="auto"`` is
+        self.min_fixed_share = MIN_FIXED_SHARE
+
+    def plans_step_by_step(self, rows: int, block_size: int, context: int) -> bool:
+        """Whether a request of the lossless family with ``plan="auto"``, sharing steps with ``rows`` rows,
+        is planned step by step (:mod:`.plan_regime`): always with a projection (host time is not
+        charged) or under :attr:`force`; with a measured profile, where its load leaves forwards a large
+        enough fixed part."""
+        if self.force is not None or self.host_time is None:
+            return True
+        return plans_step_by_step(self.cost, rows, block_size, context, self.min_fixed_share)
 
     def plan(self, running: Sequence[Request]) -> set[int]:
         """Choose each planned row's verification (set on its pending step); returns the ids

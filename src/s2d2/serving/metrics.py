@@ -28,6 +28,7 @@ PLAN_COUNTERS = {
     "plan_degraded_rows": "verifications degraded to AR only by max_num_batched_tokens",
     "plan_deferred_rows": "rows deferred a step by max_num_batched_tokens",
     "plan_block_choices": "requests whose block size was chosen by load (plan_block_sizes)",
+    "plan_fixed_choices": "plan=auto requests their load put on plain fixed verification",
 }
 
 

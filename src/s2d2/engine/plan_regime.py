@@ -25,7 +25,8 @@ from .cost import StepCost
 #: The least fixed share of a plain draft forward at which step-by-step planning pays: set between the
 #: loads where planning was measured ahead of lossless B8 on the built-in model's CPU (1 and 2 rows,
 #: about even at 4) and behind it (from 16; BENCHMARKS.md, issue 25). The built-in CPU profile's share
-#: at block size 8 falls from 0.81 at 1 row to 0.55 at 4, 0.43 at 8 and 0.33 at 16.
+#: at block size 8 (72 cached positions a row) falls from 0.82 at 1 row to 0.57 at 4, 0.44 at 8 and
+#: 0.34 at 16.
 MIN_FIXED_SHARE = 0.5
 
 

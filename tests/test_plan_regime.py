@@ -110,3 +110,19 @@ def test_outside_the_lossless_family_nothing_is_chosen(tiny, prompts):
     engine = LLMEngine(tiny.adapter, max_num_seqs=16)
     engine.generate(prompts, [cfg] * 16)
     assert engine.stats()["plan_fixed_choices"] == 0
+
+
+def test_bench_rows_and_metrics_count_the_fixed_requests(tiny):
+    from s2d2.serving.metrics import ServerMetrics
+    from s2d2.throughput import run_throughput
+
+    out = run_throughput(tiny, n=16, limits=(1, 16), configs=("lossless-auto",), max_new_tokens=16)
+    one, loaded = out["rows"]
+    assert "plan_fixed_choices" not in one and one["plan_ms_per_step"] > 0  # one row: planned
+    assert loaded["plan_fixed_choices"] == 16 and "plan_ms_per_step" not in loaded  # 16 rows: fixed
+    engine = LLMEngine(tiny.adapter, max_num_seqs=16)
+    cfg = tiny.make_config(preset="lossless-auto", block_size=8, max_new_tokens=8)
+    engine.generate([tiny.encode("1 + 1 =")] * 16, [cfg] * 16)
+    metrics = ServerMetrics(16)
+    metrics.record_engine(engine)
+    assert "s2d2_plan_fixed_choices_total 16" in metrics.render()

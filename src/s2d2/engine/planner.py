@@ -181,6 +181,8 @@ class StepPlanner:
     def _plan(self, running: Sequence[Request]) -> set[int]:
         t0 = time.perf_counter()
         self._fill_measured()
+        if self.max_num_batched_tokens is None and not any(r.auto_plan for r in running):
+            return set()  # nothing to plan (AR, fixed settings, plan=auto rows decoding fixed by load)
         live = [r for r in running if r.action is not None and not r.abort_requested and not r.status.done]
         planned, others = [], []
         for r in live:

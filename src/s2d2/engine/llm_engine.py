@@ -28,7 +28,7 @@ from .fault_isolation import run_isolating_failures
 from .outputs import DecodeOutput, RequestOutput
 from .plan_regime import fixed_config
 from .planner import StepPlanner
-from .request import Request, Status, check_prompt
+from .request import Request, Status, check_prompt, plans_automatically
 from .request_limits import (
     RequestLimitError,
     check_request_limits,
@@ -150,7 +150,7 @@ class LLMEngine:
         if sizes:
             config = planned_config(config, sizes, prompt.numel(), rows, self.planner.decide, self._fits)
             self.planner.stats.count_block_choice(config.block_size)
-        if config.plan == "auto" and not self.adapter.info.shifted and not config.fusion_blockers():
+        if plans_automatically(config, self.adapter.info):
             context = prompt.numel() + config.max_new_tokens // 2  # about half-way through
             if not self.planner.plans_step_by_step(rows, config.block_size, context):
                 config = fixed_config(config)

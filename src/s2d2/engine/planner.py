@@ -155,7 +155,7 @@ class StepPlanner:
         #: for a prefix of k positions, span + g for fused with g groups) instead of the cost model
         self.force: Callable[[Request, list[int]], int] | None = None
         #: the least fixed share of a draft forward at which a request is planned step by step
-        #: (:mod:`.plan_regime`); 0: every request of the lossless family with ``plan="auto"`` is
+        #: (:mod:`.plan_regime`); 0 plans every ``plan="auto"`` request of the lossless family so
         self.min_fixed_share = MIN_FIXED_SHARE
 
     def plans_step_by_step(self, rows: int, block_size: int, context: int) -> bool:

@@ -81,6 +81,12 @@ def check_prompt(prompt_ids: Sequence[int] | torch.Tensor, info: ModelInfo) -> t
     return prompt
 
 
+def plans_automatically(cfg: DecodeConfig, info: ModelInfo) -> bool:
+    """Whether the step planner may choose the verifications of a request with these settings:
+    ``plan="auto"`` on the lossless family of a same-position model (:mod:`.planner`)."""
+    return cfg.plan == "auto" and not info.shifted and not cfg.fusion_blockers()
+
+
 @dataclass
 class CacheProgress:
     """How much of a row is in its key/value cache, and how the next forwards may extend it.
@@ -165,7 +171,7 @@ class Request:
         self.unit = cfg.sub_block_size or cfg.block_size
         #: whether the step planner may choose this request's verifications (``plan=auto`` on the
         #: lossless family of a same-position model; :mod:`.planner`)
-        self.auto_plan = cfg.plan == "auto" and not info.shifted and not cfg.fusion_blockers()
+        self.auto_plan = plans_automatically(cfg, info)
         #: whether its draft forwards carry the AR-mode lead of the first masked slot (planned rows where
         #: the adapter can; set by the engine): that slot's token, AR greedy's, is committed with the
         #: draft, so the first token comes with the first forward after the prompt

@@ -31,6 +31,12 @@ def forward_ms(cost: StepCost, rows: int, query_tokens: int, context: int) -> fl
     return cost.predict_totals(rows, tokens, attention, rows * context, attention)
 
 
+def halfway_context(n_prompt: int, config: DecodeConfig) -> int:
+    """The cached positions a row of ``n_prompt`` prompt tokens holds about half-way through its
+    decoding: where the choices made when it is added price its forwards."""
+    return n_prompt + config.max_new_tokens // 2
+
+
 def choose_block_size(cost: StepCost, sizes: Sequence[int], rows: int, context: int) -> int:
     """The largest of ``sizes`` whose draft and whole-block verification forwards, at ``rows`` rows with
     ``context`` cached positions each, are priced within :data:`TOLERANCE` of the smallest size's."""
@@ -62,7 +68,7 @@ def planned_config(
     fit: their error stands). Settings are rebuilt only for a size other than ``block_size`` (a request's
     usual case costs no validation)."""
     sizes = list(sizes)
-    context = n_prompt + config.max_new_tokens // 2  # the cache a row holds about half-way through
+    context = halfway_context(n_prompt, config)
     while len(sizes) > 1:
         b = choose_block_size(cost, sizes, rows, context)
         if b == config.block_size or not fits(config):

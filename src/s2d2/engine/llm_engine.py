@@ -21,7 +21,7 @@ from ..config import DecodeConfig
 from ..decoding.routing_state import EngineRoutingState
 from ..decoding.stats import GenerationStats
 from ..errors import ConfigError, PromptError, S2D2Error
-from .block_size_choice import planned_config
+from .block_size_choice import halfway_context, planned_config
 from .cost import StepCost, median_abs_error
 from .device import MAX_VOCAB, DeviceOps
 from .fault_isolation import run_isolating_failures
@@ -151,7 +151,7 @@ class LLMEngine:
             config = planned_config(config, sizes, prompt.numel(), rows, self.planner.decide, self._fits)
             self.planner.stats.count_block_choice(config.block_size)
         if plans_automatically(config, self.adapter.info):
-            context = prompt.numel() + config.max_new_tokens // 2  # about half-way through
+            context = halfway_context(prompt.numel(), config)
             if not self.planner.plans_step_by_step(rows, config.block_size, context):
                 config = fixed_config(config)
                 self.planner.stats.fixed_choices += 1

@@ -213,3 +213,33 @@ def test_fixtures_prefix_cache_and_preemption(family):
             assert runs[0].stats()["prefix_hit_rate"] > 0.3
     print(f"{family}: compared {kept} runs, dropped {dropped} with a near-tie (gap <= 1e-4)")
     assert kept >= dropped  # 24 new tokens of a random model meet near-ties often: compare at least half
+
+
+def test_an_unbounded_host_pool_reserves_its_rows_at_once_and_never_grows(tiny, shared_prompts):
+    """Growing copies the whole storage, so the host pool of an unbounded engine takes every row's most
+    (``max_num_seqs`` x the model's length) up front, lazily zeroed, and decoding never grows it."""
+    from s2d2.adapters.kv_pool import zeroed
+
+    engine = LLMEngine(tiny.adapter, max_num_seqs=4)
+    pages = engine.pool.pages.num_pages
+    assert pages * engine.pool.page_size >= 4 * tiny.adapter.info.max_length
+    cfg = tiny.make_config(tiny.checkpoint_config(), preset="lossless", max_new_tokens=48)
+    alone = [LLMEngine(tiny.adapter, max_num_seqs=1).generate([p], [cfg])[0] for p in shared_prompts[:4]]
+    outs = run(engine, shared_prompts[:4], [cfg] * 4)
+    assert engine.pool.pages.num_pages == pages
+    assert [o.token_ids for o in outs] == [o.token_ids for o in alone]
+    for dtype in (torch.float32, torch.bfloat16, torch.float16):
+        z = zeroed((2, 3, 4), dtype, torch.device("cpu"))
+        assert z.dtype == dtype and z.shape == (2, 3, 4) and not z.any()
+
+
+def test_host_reservation_is_capped_by_memory_and_skipped_off_the_host(monkeypatch):
+    from s2d2.adapters import kv_pool
+
+    cpu, meta = torch.device("cpu"), torch.device("meta")
+    assert kv_pool.host_reservation(1000, 64, cpu) == 1000
+    assert kv_pool.host_reservation(1000, 64, meta) == 0
+    monkeypatch.setattr(kv_pool, "HOST_RESERVATION_SHARE", 0.0)
+    assert kv_pool.host_reservation(1000, 64, cpu) == 0
+    pool = kv_pool.KVPool(2, 1, 4, dtype=torch.float32, device=cpu, page_size=4, reserve_tokens=1000)
+    assert pool.pages.num_pages == 64  # the default start (256 positions): it grows by doubling from there

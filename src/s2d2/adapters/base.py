@@ -69,10 +69,13 @@ class ModelAdapter(ABC):
 
     # ------------------------------------------------------------------ what a family implements
     @abstractmethod
-    def new_pool(self, *, page_size: int = 16, max_pages: int | None = None) -> Any:
+    def new_pool(
+        self, *, page_size: int = 16, max_pages: int | None = None, reserve_tokens: int | None = None
+    ) -> Any:
         """Key/value memory for many rows: ``.new_state() -> KVState`` and ``.release(state)``; a paged
         pool (:class:`~s2d2.adapters.kv_pool.KVPool`) has ``page_size`` positions a page and at most
-        ``max_pages`` pages (None: it grows)."""
+        ``max_pages`` pages (None: it grows; ``reserve_tokens`` is a hint of the positions its rows may
+        hold together, :func:`~s2d2.adapters.kv_pool.host_reservation`)."""
 
     @abstractmethod
     def prefill_segment(self, state: KVState, ids: torch.Tensor, *, block_size: int, causal: bool) -> Segment:

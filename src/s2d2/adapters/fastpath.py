@@ -93,7 +93,13 @@ class FastDecoder:
         sliding = any(t != "full_attention" for t in (getattr(cfg, "layer_types", None) or []))
         return type(model).__name__ in cls.SUPPORTED and not sliding
 
-    def new_pool(self, *, page_size: int = DEFAULT_PAGE_SIZE, max_pages: int | None = None) -> KVPool:
+    def new_pool(
+        self,
+        *,
+        page_size: int = DEFAULT_PAGE_SIZE,
+        max_pages: int | None = None,
+        reserve_tokens: int | None = None,
+    ) -> KVPool:
         return KVPool(
             len(self.layers),
             self.n_kv,
@@ -102,6 +108,7 @@ class FastDecoder:
             device=self.device,
             page_size=page_size,
             max_pages=max_pages,
+            reserve_tokens=reserve_tokens,
         )
 
     @torch.inference_mode()

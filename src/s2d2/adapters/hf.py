@@ -120,11 +120,13 @@ class HFAdapter(ModelAdapter):
         return self.fast is not None
 
     # ------------------------------------------------------------------ plumbing
-    def new_pool(self, *, page_size: int = 16, max_pages: int | None = None) -> Any:
+    def new_pool(
+        self, *, page_size: int = 16, max_pages: int | None = None, reserve_tokens: int | None = None
+    ) -> Any:
         """A paged pool for the lean forward; transformers' own forward keeps one ``DynamicCache`` a row
         (unpaged, unbounded: its engine reserves positions instead)."""
         if self.fast is not None:
-            return self.fast.new_pool(page_size=page_size, max_pages=max_pages)
+            return self.fast.new_pool(page_size=page_size, max_pages=max_pages, reserve_tokens=reserve_tokens)
         return DynamicCachePool(self.model.config)
 
     def run(self, segments: Sequence[Segment]) -> list[torch.Tensor]:

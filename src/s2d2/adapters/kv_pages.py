@@ -149,6 +149,10 @@ class PagePool:
         """A copy of ``row``'s page table (``[]`` for an unknown row)."""
         return list(self._rows[row].pages) if row in self._rows else []
 
+    def pages_held(self, row: Hashable) -> int:
+        """How many pages ``row``'s table holds (0 for an unknown row)."""
+        return len(self._rows[row].pages) if row in self._rows else 0
+
     def length(self, row: Hashable) -> int:
         """Positions ``row`` holds pages for as asked (``ensure``/``adopt``; 0 for an unknown row)."""
         return self._rows[row].length if row in self._rows else 0

@@ -9,7 +9,8 @@ page holds what is decided by a :class:`~s2d2.adapters.kv_pages.PagePool` (page 
 counts, the prefix cache); a row takes pages as it grows and gives them back when it retires.
 
 A pool is either bounded (``max_pages``: the engine's KV budget, ``ensure`` raises
-:class:`~s2d2.adapters.kv_pages.OutOfPages` when it is spent) or grows on demand by doubling.
+:class:`~s2d2.adapters.kv_pages.OutOfPages` when it is spent) or grows on demand by doubling (a host
+pool reserves what its rows may hold at once instead: :func:`host_reservation`).
 A :class:`KVState` is a row's view of the pool: its key in the page pool and its cached length.
 """
 
@@ -17,15 +18,44 @@ from __future__ import annotations
 
 import itertools
 import math
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import torch
 
 from .kv_pages import PagePool
 
 #: positions a page holds unless the engine says otherwise (divides every family's block size)
 DEFAULT_PAGE_SIZE = 16
+#: most of the host's memory an unbounded host pool reserves up front (:func:`host_reservation`)
+HOST_RESERVATION_SHARE = 0.25
+
+
+def zeroed(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """A tensor of zeros. On the host it is numpy's (``calloc``): the operating system maps zero pages
+    and touches memory only where it is written, so a pool that grows pays for the pages its rows use,
+    not for the whole new storage at once. Other devices fill it (a fast memset there)."""
+    if torch.device(device).type != "cpu":
+        return torch.zeros(shape, dtype=dtype, device=device)
+    size = torch.empty((), dtype=dtype).element_size()
+    raw = np.zeros(shape, dtype={1: np.int8, 2: np.int16, 4: np.int32, 8: np.int64}[size])
+    return torch.from_numpy(raw).view(dtype)
+
+
+def host_reservation(tokens: int, position_bytes: int, device: torch.device) -> int:
+    """How many of ``tokens`` positions an unbounded pool takes at once: on the host all of them, up to
+    :data:`HOST_RESERVATION_SHARE` of the machine's memory (:func:`zeroed` storage costs only where it is
+    written, and growing copies the whole storage); on other devices none (memory there is taken as it
+    is filled, so the pool starts small and doubles)."""
+    if torch.device(device).type != "cpu" or tokens <= 0:
+        return 0
+    try:
+        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):  # not a POSIX host: no reservation
+        return 0
+    return min(tokens, int(memory * HOST_RESERVATION_SHARE) // max(position_bytes, 1))
 
 
 @dataclass
@@ -62,6 +92,7 @@ class KVPool:
         page_size: int = DEFAULT_PAGE_SIZE,
         max_pages: int | None = None,
         tokens: int = 256,
+        reserve_tokens: int | None = None,
     ):
         if page_size < 1:
             raise ValueError(f"kv_page_size must be >= 1, got {page_size}")
@@ -71,6 +102,8 @@ class KVPool:
         self.dtype, self.device = dtype, device
         self.page_size = page_size
         self.max_pages = max_pages
+        if max_pages is None:
+            tokens = max(tokens, host_reservation(reserve_tokens or 0, self._position_bytes(), device))
         first = max_pages if max_pages is not None else max(4, math.ceil(tokens / page_size))
         self.pages = PagePool(first, page_size)
         self.k: list[torch.Tensor] = []
@@ -78,6 +111,10 @@ class KVPool:
         self._allocate(first)
         self._slots = itertools.count()
         self._live: set[int] = set()
+
+    def _position_bytes(self) -> int:
+        n_layers, n_kv, hd = self.shape
+        return 2 * n_layers * n_kv * hd * torch.empty((), dtype=self.dtype).element_size()
 
     @property
     def bounded(self) -> bool:
@@ -93,10 +130,8 @@ class KVPool:
         old = self.k[0].shape[1] if self.k else 0
 
         def grow(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
-            new = [
-                torch.zeros(n_kv, num_pages + 1, self.page_size, hd, dtype=self.dtype, device=self.device)
-                for _ in range(n_layers)
-            ]
+            shape = (n_kv, num_pages + 1, self.page_size, hd)
+            new = [zeroed(shape, self.dtype, self.device) for _ in range(n_layers)]
             for dst, src in zip(new, tensors, strict=False):
                 dst[:, :old] = src
             return new
@@ -133,7 +168,7 @@ class KVPool:
             self.pages.grow(target)
             self._allocate(target)
         self.pages.ensure(state.slot, length)
-        state.capacity = len(self.pages.table(state.slot)) * self.page_size
+        state.capacity = self.pages.pages_held(state.slot) * self.page_size
 
     def adopt(self, state: KVState, pages: list[int]) -> None:
         """Start the empty row ``state`` with the prefix-cache ``pages`` (from ``pages.match``); its
@@ -149,5 +184,3 @@ class KVPool:
     def stats(self) -> dict[str, float]:
         """Page counters of the pool (:meth:`PagePool.stats`) and its size."""
         return {**self.pages.stats(), "kv_pages_total": self.pages.num_pages, "kv_page_size": self.page_size}
-
-

@@ -66,7 +66,8 @@ class DeviceOps:
         if not parts:
             return []
         self.host_transfers += 1
-        flat = torch.cat([p.reshape(-1).to(torch.float32) for p in parts])
+        f32 = torch.float32
+        flat = torch.cat([(p if p.dtype == f32 else p.to(f32)).reshape(-1) for p in parts])
         values = self._fetch(flat)
         out, at = [], 0
         for n in sizes:

@@ -63,9 +63,10 @@ def _finish(req: Request) -> None:
 
 def advance(req: Request) -> None:
     """Walk the block loop until the row needs a forward (sets ``req.action``) or is finished."""
-    cfg, mask_id, cur = req.config, req.info.mask_token_id, req.cursor
+    cfg, mask_id, cur, cache = req.config, req.info.mask_token_id, req.cursor, req.cache
     while True:
-        if req.state is not None and req.cache.prefill_left > req.cache.fold_limit:
+        st = cache.state
+        if st is not None and cache.prompt_blocks - st.length > cache.fold_limit:
             req.action = Action.PREFILL  # the rest (at most fold_limit positions) rides in the first draft
             return
         if req.pending is not None:
@@ -82,15 +83,17 @@ def advance(req: Request) -> None:
                 return
             _close_block(req)
             continue
-        ids, hi = cur.ids, cur.n_valid
-        stop = next((i for i in range(cur.first_generated, hi) if ids[i] in req.stop_set), None)
+        ids, hi, first = cur.ids, cur.n_valid, cur.first_generated
+        stop = None
+        if not req.stop_set.isdisjoint(ids[first:hi]):
+            stop = next(i for i in range(first, hi) if ids[i] in req.stop_set)
         if stop is not None:
             hi = stop
-            if mask_id not in ids[cur.first_generated : stop]:
+            if mask_id not in ids[first:stop]:
                 req.end = cur.start + stop
                 _close_block(req)
                 continue
-        cand = [i for i in range(hi) if ids[i] == mask_id]
+        cand = [i for i in range(hi) if ids[i] == mask_id] if mask_id in ids[:hi] else None
         if not cand:
             if cfg.editing_threshold is not None and cfg.post_steps > 0:
                 cur.in_post, cur.post_left = True, cfg.post_steps  # edit-only passes, masks gone

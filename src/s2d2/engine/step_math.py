@@ -91,7 +91,7 @@ class _Fetch:
     def ints(self, i: int) -> list[int]:
         """Part ``i`` as ints (token ids), converted once however many queries read it."""
         if i not in self._ints:
-            self._ints[i] = [int(v) for v in self.values[i]]
+            self._ints[i] = list(map(int, self.values[i]))
         return self._ints[i]
 
 
@@ -132,12 +132,18 @@ def _transforms(req: Request) -> tuple[float, int, float]:
     return (c.temperature, c.top_k, c.top_p)
 
 
-def _by_transforms(queries: Sequence[DraftQuery]) -> dict[tuple[float, int, float], list[DraftQuery]]:
+def _by_transforms(queries: Sequence[DraftQuery]) -> list[list[DraftQuery]]:
+    """The queries with slots, grouped by sampling transforms (in order of first appearance)."""
     groups: dict[tuple[float, int, float], list[DraftQuery]] = {}
     for q in queries:
         if q.slots:
-            groups.setdefault(_transforms(q.req), []).append(q)
-    return groups
+            c = q.req.config
+            key = (c.temperature, c.top_k, c.top_p)
+            if key in groups:
+                groups[key].append(q)
+            else:
+                groups[key] = [q]
+    return list(groups.values())
 
 
 def _draw(
@@ -154,26 +160,46 @@ def _draw(
     return drafts, F.token_probs(probs, drafts)
 
 
-def _draft_group(
-    queries: list[DraftQuery], dev: DeviceOps, fetch: _Fetch
-) -> list[tuple[DraftQuery, dict[str, int], int, int]]:
-    """Register the device values of queries sharing sampling transforms; returns what to read back
-    (per query: the group's keys, its first row and its number of rows)."""
-    temperature, top_k, top_p = _transforms(queries[0].req)
-    mask_id = queries[0].req.info.mask_token_id
-    sizes = [len(q.slots) for q in queries]
-    k = max((q.req.config.logprobs for q in queries if q.req.config.logprobs is not None), default=None)
+@dataclass
+class _DraftGroup:
+    """Queries sharing sampling transforms, and the indices of their device values in the step's fetch."""
+
+    queries: list[DraftQuery]
+    keys: dict[str, int]
+    #: widths of the per-row values with several entries a row (alternatives, top log-probabilities)
+    alternatives: int = 0
+    top: int = 0
+
+
+def _draft_group(queries: list[DraftQuery], dev: DeviceOps, fetch: _Fetch) -> _DraftGroup:
+    """Register the device values of queries sharing sampling transforms (read back by
+    :func:`_read_group`)."""
+    first = queries[0].req
+    temperature, top_k, top_p = _transforms(first)
+    mask_id = first.info.mask_token_id
+    sizes, k, m = [], None, 0
+    entropy = norm_entropy = keep = False
+    estimators: dict[tuple, None] = {}
+    for q in queries:
+        sizes.append(len(q.slots))
+        cfg = q.req.config
+        if cfg.logprobs is not None and (k is None or cfg.logprobs > k):
+            k = cfg.logprobs
+        entropy, norm_entropy = entropy or q.entropy, norm_entropy or q.norm_entropy
+        keep = keep or q.keep_probs
+        m = max(m, q.alternatives)
+        if q.alpha:
+            estimators[(cfg.estimator, cfg.estimator_value)] = None
     logits, masked = _without_mask_token([_adjusted(dev, q, q.rows) for q in queries], mask_id, k is not None)
     probs = F.probs_from_logits(masked, temperature, top_k, top_p)
     drafts, conf = _draw(probs, queries, sizes)
     keys = {"drafts": fetch.add(drafts), "conf": fetch.add(conf)}
-    if any(q.entropy for q in queries):
+    if entropy:
         keys["entropy"] = fetch.add(F.entropy(probs))
-    if any(q.norm_entropy for q in queries):
+    if norm_entropy:
         keys["norm_entropy"] = fetch.add(F.normalized_entropy(probs))
-    for est in {(q.req.config.estimator, q.req.config.estimator_value) for q in queries if q.alpha}:
+    for est in estimators:
         keys[f"alpha:{est}"] = fetch.add(F.acceptance_estimate(est[0], probs, drafts, est[1]))
-    m = max(q.alternatives for q in queries)
     if m:
         keys["alternatives"] = fetch.add(torch.topk(probs, min(m, probs.shape[-1]), dim=-1).indices)
     if k is not None:
@@ -182,49 +208,52 @@ def _draft_group(
         if k:
             top = torch.topk(lsm, k, dim=-1)
             keys["top_ids"], keys["top_lp"] = fetch.add(top.indices), fetch.add(top.values)
-    keys["_m"], keys["_k"] = m, k or 0
-    out = []
+    if keep:
+        at = 0
+        for q, n in zip(queries, sizes, strict=True):
+            if q.keep_probs:
+                q.result = SlotDrafts(q.slots, [], [], probs=probs[at : at + n])
+            at += n
+    return _DraftGroup(queries, keys, m, k or 0)
+
+
+def _read_group(group: _DraftGroup, fetch: _Fetch) -> None:
+    """Fill every query of ``group`` with its host values (its rows of the group's fetched tensors)."""
+    keys = group.keys
+    drafts, conf = fetch.ints(keys["drafts"]), fetch.get(keys["conf"])
     at = 0
-    for q, n in zip(queries, sizes, strict=True):
-        if q.keep_probs:
-            q.result = SlotDrafts(q.slots, [], [], probs=probs[at : at + n])
-        out.append((q, keys, at, n))
-        at += n
-    return out
+    for q in group.queries:
+        n = len(q.slots)
+        hi = at + n
+        res = SlotDrafts(q.slots, drafts[at:hi], conf[at:hi])
+        if q.result is not None:
+            res.probs = q.result.probs
+        if q.entropy:
+            res.entropy = fetch.get(keys["entropy"])[at:hi]
+        if q.norm_entropy:
+            res.norm_entropy = fetch.get(keys["norm_entropy"])[at:hi]
+        cfg = q.req.config
+        if q.alpha:
+            res.alpha = fetch.get(keys[f"alpha:{(cfg.estimator, cfg.estimator_value)}"])[at:hi]
+        if q.alternatives:
+            w = group.alternatives
+            flat = fetch.get(keys["alternatives"])[at * w : hi * w]
+            res.alternatives = [[int(t) for t in flat[i * w : (i + 1) * w]] for i in range(n)]
+        if cfg.logprobs is not None:
+            res.logprob = fetch.get(keys["logprob"])[at:hi]
+            res.top = _tops(fetch, keys, group.top, cfg.logprobs, at, n)
+        q.result = res
+        at = hi
 
 
-def _read_draft(q: DraftQuery, keys: dict[str, int], at: int, n: int, fetch: _Fetch) -> SlotDrafts:
-    """The host values of one draft query: its ``n`` rows from row ``at`` of its group's tensors."""
-
-    def vals(name: str, width: int = 1) -> list[float]:
-        return fetch.get(keys[name])[at * width : (at + n) * width]
-
-    cfg = q.req.config
-    res = SlotDrafts(q.slots, fetch.ints(keys["drafts"])[at : at + n], vals("conf"))
-    res.probs = q.result.probs if q.result is not None else None
-    if q.entropy:
-        res.entropy = vals("entropy")
-    if q.norm_entropy:
-        res.norm_entropy = vals("norm_entropy")
-    if q.alpha:
-        res.alpha = vals(f"alpha:{(cfg.estimator, cfg.estimator_value)}")
-    if q.alternatives:
-        m = keys["_m"]
-        flat = vals("alternatives", m)
-        res.alternatives = [[int(t) for t in flat[i * m : (i + 1) * m]] for i in range(n)]
-    if cfg.logprobs is not None:
-        res.logprob = vals("logprob")
-        res.top = _tops(vals, keys["_k"], cfg.logprobs, n)
-    return res
-
-
-def _tops(vals, width: int, k: int, n: int) -> list[tuple[tuple[int, float], ...]]:
+def _tops(
+    fetch: _Fetch, keys: dict[str, int], width: int, k: int, at: int, n: int
+) -> list[tuple[tuple[int, float], ...]]:
     if not k:
         return [()] * n
-    ids, lps = vals("top_ids", width), vals("top_lp", width)
-    return [
-        tuple((int(ids[i * width + j]), lps[i * width + j]) for j in range(k)) for i in range(n)
-    ]
+    ids = fetch.get(keys["top_ids"])[at * width : (at + n) * width]
+    lps = fetch.get(keys["top_lp"])[at * width : (at + n) * width]
+    return [tuple((int(ids[i * width + j]), lps[i * width + j]) for j in range(k)) for i in range(n)]
 
 
 def _verify_strict(queries: list[VerifyQuery], dev: DeviceOps, fetch: _Fetch) -> list[dict[str, int]]:
@@ -332,18 +361,15 @@ def run_queries(
 
     Edits are drawn before drafts, so a row that edits and drafts in one step draws in that order."""
     fetch = _Fetch()
-    pending: list[tuple[DraftQuery, dict[str, int], int, int]] = []
-    for batch in (edits, drafts):
-        for group in _by_transforms(batch).values():
-            pending += _draft_group(group, dev, fetch)
+    pending = [_draft_group(g, dev, fetch) for batch in (edits, drafts) for g in _by_transforms(batch)]
     strict = [q for q in verifies if q.strict]
     checks = list(zip(strict, _verify_strict(strict, dev, fetch), strict=True)) if strict else []
     checks += [(q, _verify_probabilistic(q, dev, fetch)) for q in verifies if not q.strict]
     if not fetch.parts:
         return
     fetch.values = dev.to_host(fetch.parts)
-    for q, keys, at, n in pending:
-        q.result = _read_draft(q, keys, at, n, fetch)
+    for group in pending:
+        _read_group(group, fetch)
     _read_verifications(checks, fetch)
 
 

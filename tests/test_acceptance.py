@@ -86,3 +86,24 @@ def test_residual_distribution():
     torch.testing.assert_close(res, expected / expected.sum())
     # no residual mass (q == p): falls back to q
     torch.testing.assert_close(F.residual_distribution(Q, Q), Q)
+
+
+def test_argmax_is_torchs_first_maximal_index_on_every_path():
+    """The host path (numpy's vectorised argmax) and the device path (``max``) agree with torch's own
+    argmax: ties go to the first maximal index, NaN counts as maximal, strided rows and half precision
+    included; ``greedy_pick``'s probability is the value at that index."""
+    gen = torch.Generator().manual_seed(7)
+    x = torch.randint(0, 3, (300, 64), generator=gen).float()  # many ties
+    x[5, 10] = x[5, 40] = float("nan")
+    want = x.max(dim=-1).indices
+    assert torch.equal(F.argmax(x), want)
+    assert F.argmax(x).dtype == torch.long
+    assert torch.equal(F.argmax(x.t().contiguous().t()), want)  # strided rows
+    assert torch.equal(F.argmax(x.half()), x.half().max(dim=-1).indices)
+    assert torch.equal(F.argmax(x.bfloat16()), x.bfloat16().max(dim=-1).indices)  # torch's path
+    assert int(F.argmax(x[0])) == int(x[0].max(dim=-1).indices)
+    probs = x.softmax(-1)
+    ref = probs.max(dim=-1)
+    ids, vals = F.greedy_pick(probs)
+    assert torch.equal(ids, ref.indices)
+    assert torch.equal(vals.nan_to_num(-1.0), ref.values.nan_to_num(-1.0))

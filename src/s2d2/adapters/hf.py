@@ -233,14 +233,14 @@ class HFAdapter(ModelAdapter):
         query of slot ``lead`` (see :meth:`ModelAdapter.draft_segment`). Token ids may come as host
         tensors or lists (the engine's host bookkeeping keeps lists: one tensor is made here)."""
         pend = pending.tolist() if isinstance(pending, torch.Tensor) else list(pending)
-        fed = (block.tolist() if isinstance(block, torch.Tensor) else list(block))[cached:]
+        fed = block.tolist()[cached:] if isinstance(block, torch.Tensor) else list(block[cached:])
         m, n = len(pend), len(fed) + cached
         assert state.length + m == start + cached, (
             "pending tokens must end where the block's uncached part starts"
         )
-        flags = [t != self.info.mask_token_id for t in fed]
-        first_mask = next((i for i, f in enumerate(flags) if not f), len(flags))
-        committed = tuple(flags) if causal else (False,) * (n - cached)
+        mask_id = self.info.mask_token_id
+        first_mask = fed.index(mask_id) if mask_id in fed else len(fed)
+        committed = tuple([t != mask_id for t in fed]) if causal else (False,) * (n - cached)
         if lead is not None:
             assert causal and lead == cached + first_mask < n, (
                 "the lead slot is the block's first masked slot, after its cached part, on a causal cache"

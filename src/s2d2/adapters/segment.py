@@ -13,7 +13,6 @@ import functools
 import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from functools import cached_property
 
 import torch
 
@@ -44,9 +43,9 @@ class Segment:
     bias: torch.Tensor | None = None
     context_bias: float = 0.0
 
-    @cached_property
-    def n(self) -> int:
-        return len(self.ids) if isinstance(self.ids, list) else int(self.ids.numel())
+    def __post_init__(self) -> None:
+        #: how many new tokens the segment feeds
+        self.n = len(self.ids) if isinstance(self.ids, list) else int(self.ids.numel())
 
     @staticmethod
     @functools.lru_cache(maxsize=4096)

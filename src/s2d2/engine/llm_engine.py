@@ -39,7 +39,7 @@ from .row_queries import RowWork, queries
 from .runner import ModelRunner
 from .scheduler import Scheduler
 from .step import advance, apply
-from .step_math import run_queries
+from .step_math import DraftQuery, VerifyQuery, run_queries
 from .step_timing import StepTiming
 
 
@@ -275,8 +275,9 @@ class LLMEngine:
         deferred = self.planner.plan(self.scheduler.running)
         rows, segments = [], []
         for req in self.scheduler.running:
-            idle = req.action is None and req.cache.recompute_left == 0
-            if idle or req.abort_requested or req.status.done or id(req) in deferred:
+            if req.action is None and req.cache.recompute_left == 0:
+                continue  # idle
+            if req.abort_requested or req.status.done or (deferred and id(req) in deferred):
                 continue
             try:
                 segments.append(self.runner.segment(req))
@@ -308,14 +309,21 @@ class LLMEngine:
         """Every row's queries computed on the device at once (one transfer), then each row's bookkeeping;
         an error fails its request alone."""
         works: list[RowWork] = []
+        edits: list[DraftQuery] = []
+        drafts: list[DraftQuery] = []
+        verifies: list[VerifyQuery] = []
+        dev = self.device
         for req, lg in zip(rows, logits, strict=True):
             try:
-                works.append(queries(self.device, req, self.device.mark(lg)))
+                w = queries(dev, req, dev.mark(lg))
             except Exception as exc:
                 self._fail(req, exc)
-        edits = [w.edit for w in works if w.edit is not None]
-        drafts = [q for w in works for q in w.draft_queries]
-        verifies = [q for w in works for q in w.verify_queries]
+                continue
+            works.append(w)
+            if w.edit is not None:
+                edits.append(w.edit)
+            drafts += w.draft_queries
+            verifies += w.verify_queries
         try:
             run_queries(self.device, edits, drafts, verifies)
         except Exception:  # a batched computation failed: find the rows that cause it

@@ -57,7 +57,10 @@ class Status(StrEnum):
 
     @property
     def done(self) -> bool:
-        return self in (Status.FINISHED, Status.ABORTED, Status.FAILED)
+        return self in _DONE
+
+
+_DONE = frozenset((Status.FINISHED, Status.ABORTED, Status.FAILED))
 
 
 def check_prompt(prompt_ids: Sequence[int] | torch.Tensor, info: ModelInfo) -> torch.Tensor:

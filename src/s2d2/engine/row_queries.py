@@ -34,11 +34,15 @@ class RowWork:
 
     @property
     def draft_queries(self) -> list[DraftQuery]:
-        return ([self.draft] if self.draft is not None else []) + self.groups
+        if self.draft is None:
+            return self.groups
+        return [self.draft, *self.groups] if self.groups else [self.draft]
 
     @property
     def verify_queries(self) -> list[VerifyQuery]:
-        return [q for q in (self.verify, self.lead) if q is not None]
+        if self.lead is None:
+            return [self.verify] if self.verify is not None else []
+        return [self.verify, self.lead] if self.verify is not None else [self.lead]
 
 
 def _rows(dev: DeviceOps, logits: torch.Tensor, slots: list[int]) -> torch.Tensor:

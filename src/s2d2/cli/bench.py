@@ -94,12 +94,14 @@ def _load_model(
     any loading failure becomes one line."""
     import torch
 
-    from ..model import load
+    from ..model import freeze_loaded_heap, load
 
     if threads is not None:
         torch.set_num_threads(threads)
     try:
-        return load(model, device=device, dtype=dtype, max_num_seqs=max_num_seqs, use_preset=False)
+        m = load(model, device=device, dtype=dtype, max_num_seqs=max_num_seqs, use_preset=False)
+        freeze_loaded_heap()
+        return m
     except S2D2Error:
         raise
     except Exception as exc:  # a broken checkpoint can fail in many ways; the user needs one line

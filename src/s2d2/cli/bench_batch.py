@@ -102,7 +102,7 @@ def bench_batch_command(
     import torch
 
     from .. import throughput, throughput_table
-    from ..model import load
+    from ..model import freeze_loaded_heap, load
 
     lims = _int_list(limits, "--limits")
     check_kv_options(kv_page_size, kv_budget_tokens)
@@ -118,6 +118,7 @@ def bench_batch_command(
             raise S2D2Error(f"--threads must be >= 1, got {threads}")
         torch.set_num_threads(threads)
     m = load(model, device=device, dtype=dtype)
+    freeze_loaded_heap()
     cost, label = _cost(m, cost_profile, simulate, shape)
     results = throughput.run_throughput(
         m,

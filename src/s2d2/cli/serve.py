@@ -202,7 +202,7 @@ def serve_command(
             **options,
         )
         return
-    from ..model import load
+    from ..model import freeze_loaded_heap, load
     from ..serving.app import create_app
     from ..serving.server import serve
 
@@ -216,6 +216,7 @@ def serve_command(
         **memory,
     )
     app = create_app(m, routing_state=routing_state, **options)
+    freeze_loaded_heap()
     status = serve(
         app, host=host, port=port, grace=grace, log_level=log_level, timeout_keep_alive=timeout_keep_alive
     )

@@ -41,11 +41,13 @@ def build_deployment(
     rows = app_options.get("max_num_seqs") or 16
 
     def build_app() -> Any:
-        from ..model import load
+        from ..model import freeze_loaded_heap, load
         from .app import create_app
 
         m = load(model, device=device, dtype=dtype, max_num_seqs=rows, **(load_options or {}))
-        return create_app(m, **app_options)
+        app = create_app(m, **app_options)
+        freeze_loaded_heap()
+        return app
 
     scaling: dict[str, Any] = {"num_replicas": replicas}
     if autoscale_max is not None and autoscale_max > replicas:

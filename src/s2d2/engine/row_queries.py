@@ -48,7 +48,7 @@ class RowWork:
 def _rows(dev: DeviceOps, logits: torch.Tensor, slots: list[int]) -> torch.Tensor:
     """``logits[slots]``: a view when the slots are consecutive, else a gather (index made on device)."""
     if slots and slots[-1] - slots[0] == len(slots) - 1:
-        return logits[slots[0] : slots[-1] + 1]
+        return logits if len(slots) == len(logits) else logits[slots[0] : slots[-1] + 1]
     return logits.index_select(0, dev.tensor(slots))
 
 
@@ -74,15 +74,16 @@ def _with_context(req: Request, q: DraftQuery | VerifyQuery, slots: list[int], b
 
 def queries(dev: DeviceOps, req: Request, logits: torch.Tensor) -> RowWork:
     """What ``req`` needs from the logits of its forward (``req.action``)."""
-    work = RowWork(req, req.action)
+    action = req.action
+    work = RowWork(req, action)
     cfg, cur = req.config, req.cursor
-    if req.action in (Action.DRAFT, Action.POST) and cfg.editing_threshold is not None:
-        upto = cur.candidate_limit if req.action == Action.DRAFT else cur.n_valid
+    if cfg.editing_threshold is not None and action in (Action.DRAFT, Action.POST):
+        upto = cur.candidate_limit if action == Action.DRAFT else cur.n_valid
         slots = _edit_slots(req, upto)
         if slots:
             work.edit = DraftQuery(req, _rows(dev, logits, slots), slots)
             _with_context(req, work.edit, slots, cur.ids)
-    if req.action == Action.DRAFT:
+    if action == Action.DRAFT:
         pol = req.policy
         work.draft = DraftQuery(
             req,
@@ -99,10 +100,10 @@ def queries(dev: DeviceOps, req: Request, logits: torch.Tensor) -> RowWork:
             n = cur.length
             work.lead = VerifyQuery(req, logits[n : n + 1], [req.info.mask_token_id], True, None)
             _with_context(req, work.lead, [cur.lead], cur.ids)
-    elif req.action == Action.LEAD:
+    elif action == Action.LEAD:
         work.lead = VerifyQuery(req, logits, [req.info.mask_token_id], True, None)
         _with_context(req, work.lead, [cur.lead], cur.ids)
-    elif req.action == Action.VERIFY:
+    elif action == Action.VERIFY:
         p = req.pending
         span = p.span_len
         sizes = [span] + [g.rows for g in p.groups]

@@ -69,7 +69,7 @@ class ModelRunner:
                 cur.lead = cur.candidates[0]
                 seg = ad.lead_segment(st, pending, cur.ids, start=cur.start, cached=c, extend=ext)
             else:
-                cur.lead = req.draft_lead()
+                cur.lead = req.draft_lead() if req.ar_lead else None
                 seg = ad.draft_segment(
                     st, pending, cur.ids, start=cur.start, block_size=B, causal=causal, cached=c, extend=ext,
                     lead=cur.lead,

@@ -72,7 +72,7 @@ def advance(req: Request) -> None:
         if req.pending is not None:
             req.action = Action.VERIFY
             return
-        if not cur.is_open:
+        if cur.ids is None:  # no open block
             if cur.start >= req.limit or req.end is not None:
                 _finish(req)
                 return
@@ -100,13 +100,15 @@ def advance(req: Request) -> None:
                 continue
             _close_block(req)
             continue
-        u = cand[0] // req.unit
+        unit = req.unit
+        u = cand[0] // unit
         if u != cur.unit_id:
             cur.unit_id, cur.step = u, 0
-        cur.candidates = [c for c in cand if c < (u + 1) * req.unit]
+        end = (u + 1) * unit
+        cur.candidates = cand if cand[-1] < end else [c for c in cand if c < end]
         cur.candidate_limit = hi
         cur.n_committed = len(ids) - ids.count(mask_id)
-        if _take_predraft(req):
+        if req.predraft is not None and _take_predraft(req):
             continue
         req.action = Action.DRAFT
         return
@@ -190,11 +192,12 @@ def _draft_step(
     ``predrafted``: the drafts came from the previous fused verification's pre-draft group."""
     cfg, cur = req.config, req.cursor
     req.stats.steps += 1
-    req.tracer.begin_step(cur.start, cur.step, predrafted=predrafted)
+    if req.tracer.steps is not None:
+        req.tracer.begin_step(cur.start, cur.step, predrafted=predrafted)
     if edit is not None:
         _edit(req, edit.result)
     cand = values.slots
-    quota = 1 if req.rule == "eb" else F.quota(cur.step, req.unit, cfg.num_steps)
+    quota = 1 if req.rule == "eb" or req.unit == 1 else F.quota(cur.step, req.unit, cfg.num_steps)
     p = DraftStep(values, [False] * len(cand), quota)
     if lead is not None:
         _commit_first(req, p, lead.correction, _at(lead.logprobs or None, 0), _at(lead.top or None, 0))
@@ -285,6 +288,8 @@ def _verify_step(req: Request, vq: VerifyQuery, group_drafts: list[SlotDrafts]) 
 
 def _report_verification(req: Request, p: DraftStep, vq: VerifyQuery) -> None:
     """Trace the verified span's commits and record their AR-mode log-probabilities."""
+    if req.logprobs is None and req.tracer.steps is None:
+        return
     span, n_acc = p.span_slots, vq.n_accepted
     committed = span[: n_acc + (vq.correction is not None)]
     for i, s in enumerate(committed):
@@ -336,10 +341,12 @@ def _finish_step(req: Request, p: DraftStep) -> None:
         if req.policy is not None:
             req.stats.fallback_commits += len(chosen)
             how = "fallback"
+        tracing = req.tracer.steps is not None
         for i in chosen:
             s, tok = v.slots[i], v.drafts[i]
             cur.ids[s] = tok
-            req.tracer.commit(cur.start + s, tok, how, confidence=v.conf[i])
+            if tracing:
+                req.tracer.commit(cur.start + s, tok, how, confidence=v.conf[i])
             if req.logprobs is not None:
                 _record(req, s, tok, _at(v.logprob, i), _at(v.top, i), _draft_source(req, s))
         p.n_committed += len(chosen)

@@ -374,21 +374,26 @@ def run_queries(
 
 
 def _read_verifications(checks: list[tuple[VerifyQuery, dict[str, int]]], fetch: _Fetch) -> None:
-    at_row: dict[int, int] = {}
-    at_pos: dict[int, int] = {}
+    """Fill each verification from its keys' fetched values. Queries registered together (the strict
+    ones) share one ``keys`` and come consecutively, row after row, in registration order."""
+    last: dict[str, int] | None = None
+    r = p = 0
     for q, keys in checks:
-        kid = id(keys)
-        r, p = at_row.get(kid, 0), at_pos.get(kid, 0)
+        if keys is not last:
+            last, r, p = keys, 0, 0
+            n_acc, corrections = fetch.get(keys["n_acc"]), fetch.get(keys["correction"])
+            q_probs = fetch.get(keys["q_prob"]) if "q_prob" in keys else None
+            logprobs = fetch.get(keys["logprob"]) if "logprob" in keys else None
         n = len(q.drafts)
-        q.n_accepted = int(fetch.get(keys["n_acc"])[r])
+        q.n_accepted = int(n_acc[r])
         reached = min(q.n_accepted + 1, n)
-        q.correction = int(fetch.get(keys["correction"])[r]) if q.n_accepted < n else None
+        q.correction = int(corrections[r]) if q.n_accepted < n else None
         if q._p_correction_key is not None:
             q.p_correction = fetch.get(q._p_correction_key)[0]
-        if "q_prob" in keys:
-            q.q_probs = fetch.get(keys["q_prob"])[p : p + reached]
-        if "logprob" in keys:
-            q.logprobs = fetch.get(keys["logprob"])[p : p + reached]
+        if q_probs is not None:
+            q.q_probs = q_probs[p : p + reached]
+        if logprobs is not None:
+            q.logprobs = logprobs[p : p + reached]
             k, want = keys["_k"], q.req.config.logprobs or 0
             if want:
                 ids, lps = fetch.get(keys["top_ids"]), fetch.get(keys["top_lp"])
@@ -398,4 +403,4 @@ def _read_verifications(checks: list[tuple[VerifyQuery, dict[str, int]]], fetch:
                 ]
             else:
                 q.top = [()] * reached
-        at_row[kid], at_pos[kid] = r + 1, p + n
+        r, p = r + 1, p + n

@@ -7,6 +7,8 @@ entropy-bounded) commits to reach the step's quota. Both read the drafter's host
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import torch
 
@@ -17,6 +19,7 @@ from .fusion import plan_groups
 from .request import Request
 
 
+@functools.lru_cache(maxsize=1024)
 def f32(x: float) -> float:
     """``x`` rounded to float32: comparing a float32 value with it on the host decides exactly as torch
     does comparing the float32 tensor with the Python number."""

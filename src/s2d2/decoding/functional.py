@@ -55,9 +55,9 @@ def argmax(x: torch.Tensor) -> torch.Tensor:
 
 
 def greedy_pick(probs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(argmax(probs), token_probs(probs, argmax(probs)))``: ``[n]`` each."""
-    indices = argmax(probs)
-    return indices, token_probs(probs, indices)
+    """``(argmax(probs), token_probs(probs, argmax(probs)))``: ``[n]`` each. The probability is the row's
+    maximum (``amax``, one reduction without a gather): the same value, NaN included."""
+    return argmax(probs), probs.amax(dim=-1)
 
 
 def sample(probs: torch.Tensor, greedy: bool, generator: torch.Generator | None = None) -> torch.Tensor:

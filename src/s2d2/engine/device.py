@@ -20,6 +20,18 @@ from ..adapters.host_lists import long_tensor
 MAX_VOCAB = 2**24
 
 
+def _as_float32(parts: list[torch.Tensor]) -> list[torch.Tensor]:
+    """``parts`` ready to be concatenated into one float32 tensor. Where one part is float32 and the
+    others are integer or bool, they are left as they are: ``torch.cat`` promotes them to float32 as
+    ``.to(torch.float32)`` would (one op instead of a conversion a part); other floating parts
+    (float64, half precision) are converted first."""
+    f32 = torch.float32
+    dtypes = [p.dtype for p in parts]
+    if f32 in dtypes and all(d == f32 or not d.is_floating_point for d in dtypes):
+        return parts
+    return [p if d == f32 else p.to(f32) for p, d in zip(parts, dtypes, strict=True)]
+
+
 class DeviceOps:
     """Tensor factories on one device, and the counted transfer of results to the host."""
 
@@ -62,13 +74,12 @@ class DeviceOps:
         Values travel as float32 (probabilities and logprobs are float32 already), so token ids come back
         exact below 2**24 (as floats: ``int()`` them); the engine refuses larger vocabularies.
         """
-        sizes = [int(p.numel()) for p in parts]
         if not parts:
             return []
         self.host_transfers += 1
-        f32 = torch.float32
-        flat = torch.cat([(p if p.dtype == f32 else p.to(f32)).reshape(-1) for p in parts])
-        values = self._fetch(flat)
+        flat_parts = [p.reshape(-1) for p in parts]
+        sizes = [p.numel() for p in flat_parts]
+        values = self._fetch(torch.cat(_as_float32(flat_parts)))
         out, at = [], 0
         for n in sizes:
             out.append(values[at : at + n])

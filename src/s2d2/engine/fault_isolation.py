@@ -38,32 +38,36 @@ def _run(run: RunFn, rows: Sequence[Any], segments: Sequence[Any]) -> list[torch
 
 
 def isolate(
-    run: RunFn, rows: Sequence[Row], segments: Sequence[Any]
+    run: RunFn, rows: Sequence[Row], segments: Sequence[Any], *, whole_failed: bool = False
 ) -> tuple[list[torch.Tensor | None], dict[int, BaseException]]:
     """Run ``segments`` (one per row of ``rows``) through ``run`` (the runner's ``run``).
 
     Returns each row's logits (``None`` for a row that failed) and the failures by row index. The first
     try is the whole batch; only after it fails are halves re-run, recursively, down to single rows.
+    ``whole_failed``: the caller has run the whole batch (two rows or more) and it failed: start with
+    its halves.
     """
     logits: list[torch.Tensor | None] = [None] * len(rows)
     failures: dict[int, BaseException] = {}
 
-    def attempt(index: list[int]) -> None:
-        try:
-            out = _run(run, [rows[i] for i in index], [segments[i] for i in index])
-        except Exception as exc:  # pinned down below, or charged to the one row it ran
-            if len(index) == 1:
-                failures[index[0]] = exc
+    def attempt(index: list[int], known_failed: bool = False) -> None:
+        if not known_failed:
+            try:
+                out = _run(run, [rows[i] for i in index], [segments[i] for i in index])
+            except Exception as exc:  # pinned down below, or charged to the one row it ran
+                if len(index) == 1:
+                    failures[index[0]] = exc
+                    return
+            else:
+                for i, lg in zip(index, out, strict=True):
+                    logits[i] = lg
                 return
-            half = len(index) // 2
-            attempt(index[:half])
-            attempt(index[half:])
-            return
-        for i, lg in zip(index, out, strict=True):
-            logits[i] = lg
+        half = len(index) // 2
+        attempt(index[:half])
+        attempt(index[half:])
 
     if rows:
-        attempt(list(range(len(rows))))
+        attempt(list(range(len(rows))), known_failed=whole_failed and len(rows) > 1)
     return logits, failures
 
 
@@ -74,8 +78,17 @@ def run_isolating_failures(
     on_failure: Callable[[Row, BaseException], None],
 ) -> tuple[list[Row], list[torch.Tensor]]:
     """:func:`isolate`, then ``on_failure(row, exc)`` for each failed row; returns the rows that ran and
-    their logits, in order (the engine step's drop-in for ``runner.run(rows, segments)``)."""
-    logits, failures = isolate(run, rows, segments)
+    their logits, in order (the engine step's drop-in for ``runner.run(rows, segments)``). A batch that
+    runs (the usual case) costs one call, with no bookkeeping per row."""
+    if not rows:
+        return [], []
+    try:
+        return list(rows), _run(run, rows, segments)
+    except Exception as exc:
+        if len(rows) == 1:
+            on_failure(rows[0], exc)
+            return [], []
+    logits, failures = isolate(run, rows, segments, whole_failed=True)
     for i, exc in failures.items():
         on_failure(rows[i], exc)
     kept = [i for i in range(len(rows)) if i not in failures]

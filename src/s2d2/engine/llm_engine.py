@@ -274,27 +274,35 @@ class LLMEngine:
             self._guarded(req, advance)
         deferred = self.planner.plan(self.scheduler.running)
         rows, segments = [], []
+        segment = self.runner.segment
+        recomputing: set[int] = set()
         for req in self.scheduler.running:
-            if req.action is None and req.cache.recompute_left == 0:
+            resuming = req.cache.restore_to is not None and req.cache.recompute_left > 0
+            if req.action is None and not resuming:
                 continue  # idle
             if req.abort_requested or req.status.done or (deferred and id(req) in deferred):
                 continue
             try:
-                segments.append(self.runner.segment(req))
+                segments.append(segment(req))
                 rows.append(req)
             except Exception as exc:
                 self._fail(req, exc)
+                continue
+            if resuming:
+                recomputing.add(id(req))
         rows, segments = self.scheduler.allocate(rows, segments)
         if rows:
             shape = None if self.cost is None else self.runner.shape(segments)
-            recomputing = {id(r) for r in rows if r.cache.recompute_left > 0}
             t0 = time.perf_counter()
             rows, logits = run_isolating_failures(self.runner.run, rows, segments, self._fail)
             forward = time.perf_counter() - t0
-            decoding = [(r, lg) for r, lg in zip(rows, logits, strict=True) if id(r) not in recomputing]
             with self.device.phase():
-                self._postprocess([r for r, _ in decoding], [lg for _, lg in decoding])
-            self._recomputed([r for r in rows if id(r) in recomputing])
+                if recomputing:
+                    pairs = [(r, lg) for r, lg in zip(rows, logits, strict=True) if id(r) not in recomputing]
+                    self._postprocess([r for r, _ in pairs], [lg for _, lg in pairs])
+                    self._recomputed([r for r in rows if id(r) in recomputing])
+                else:
+                    self._postprocess(rows, logits)
             self.scheduler.publish(rows)
         outputs = []
         if self.stream:
@@ -322,14 +330,20 @@ class LLMEngine:
             works.append(w)
             if w.edit is not None:
                 edits.append(w.edit)
-            drafts += w.draft_queries
-            verifies += w.verify_queries
+            if w.draft is not None:  # then the groups: the order of w.draft_queries and w.verify_queries
+                drafts.append(w.draft)
+            if w.groups:
+                drafts += w.groups
+            if w.verify is not None:
+                verifies.append(w.verify)
+            if w.lead is not None:
+                verifies.append(w.lead)
         try:
             run_queries(self.device, edits, drafts, verifies)
         except Exception:  # a batched computation failed: find the rows that cause it
             self._run_queries_alone(works)
         for w in works:
-            if w.req.status.done:
+            if w.req.status.done:  # failed in the device half
                 continue
             try:
                 apply(w)

@@ -55,12 +55,10 @@ class Status(StrEnum):
     ABORTED = "aborted"
     FAILED = "failed"
 
-    @property
-    def done(self) -> bool:
-        return self in _DONE
-
-
-_DONE = frozenset((Status.FINISHED, Status.ABORTED, Status.FAILED))
+    def __init__(self, value: str) -> None:
+        #: whether the request has ended (finished, aborted or failed); a member attribute, not a property,
+        #: as the engine reads it for every row every step
+        self.done = value in ("finished", "aborted", "failed")
 
 
 def check_prompt(prompt_ids: Sequence[int] | torch.Tensor, info: ModelInfo) -> torch.Tensor:

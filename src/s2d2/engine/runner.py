@@ -54,9 +54,10 @@ class ModelRunner:
 
     def segment(self, req: Request) -> Segment:
         """The segment of ``req``'s next forward (host tensors; the adapter moves them to its device)."""
-        st, cfg, ad, cur, cache = req.state, req.config, self.adapter, req.cursor, req.cache
+        cfg, ad, cur, cache = req.config, self.adapter, req.cursor, req.cache
+        st = cache.state
         B, causal = cfg.block_size, cfg.causal_cache
-        if cache.recompute_left > 0:
+        if cache.restore_to is not None and cache.recompute_left > 0:
             return self.recompute_segment(req)
         if req.action == Action.PREFILL:
             chunk = prefill_positions(self.prefill_chunk, B)

@@ -170,12 +170,13 @@ class Scheduler:
         for req, seg in zip(rows, segments, strict=True):
             if req.status is not Status.RUNNING:  # preempted for an older row's pages this step
                 continue
-            if req.state.length + seg.n <= req.state.capacity:  # its pages hold the segment already
+            state = req.cache.state
+            if state.length + seg.n <= state.capacity:  # its pages hold the segment already
                 kept.append((req, seg))
                 continue
             while req.status is Status.RUNNING:
                 try:
-                    self.pool.ensure(req.state, req.state.length + seg.n)
+                    self.pool.ensure(state, state.length + seg.n)
                     kept.append((req, seg))
                     break
                 except OutOfPages:
@@ -204,8 +205,9 @@ class Scheduler:
             return
         ps = self.pool.page_size
         for req in rows:
-            cache, state = req.cache, req.state
-            if cache.prefix_key is None or state is None or req.status != Status.RUNNING:
+            cache = req.cache
+            state = cache.state
+            if cache.prefix_key is None or state is None or req.status is not Status.RUNNING:
                 continue
             if state.length // ps > cache.published // ps:
                 self.pool.pages.publish(state.slot, cache.prefix_key, req.cached_tokens(state.length))

@@ -150,8 +150,8 @@ def _draw(
     probs: torch.Tensor, queries: list[DraftQuery], sizes: list[int]
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """One token per row and its probability ``[rows]`` each: argmax for greedy rows, else a draw from
-    each row's own generator."""
-    if all(q.req.greedy for q in queries):
+    each row's own generator. The queries share their sampling transforms, so greedy is all or none."""
+    if queries[0].req.greedy:
         return F.greedy_pick(probs)
     parts = probs.split(sizes)
     drafts = torch.cat(

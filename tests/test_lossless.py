@@ -73,3 +73,31 @@ def test_lossless_stats_consistent(random_sdar, block_size):
     # every step commits its accepted prefix plus one correction, or the whole remaining span
     assert s.accepted <= s.drafted
     assert s.nfe == s.nfe_prefill + s.nfe_draft + s.nfe_verify + s.nfe_commit
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_strict_rule_read_on_the_host_equals_the_device_rule(random_sdar, data):
+    """A strict verification with no per-position values asked for is read off ``argmax q`` on the host;
+    a traced one (or one asking for log-probabilities) computes its prefix and correction on the device.
+    Both give the same accepted prefixes, corrections and so tokens, batch of several spans included."""
+    info = random_sdar.info
+    prompts = data.draw(st.lists(_prompts(info.vocab_size, info.mask_token_id, 11), min_size=1, max_size=4))
+    settings_ = data.draw(
+        st.sampled_from(
+            [
+                dict(preset="lossless", block_size=4),
+                dict(preset="lossless", block_size=8),
+                dict(decoder="s2d2", block_size=8, policy="always", acceptance="strict", threshold=0.5),
+            ]
+        ),
+        label="settings",
+    )
+    common = dict(max_new_tokens=data.draw(st.integers(1, 12)), ignore_eos=True, **settings_)
+    host = random_sdar.generate_batch(prompts, **common)
+    traced = random_sdar.generate_batch(prompts, trace=True, **common)
+    scored = random_sdar.generate_batch(prompts, logprobs=0, **common)
+    for a, b, c in zip(host, traced, scored, strict=True):
+        assert a.token_ids == b.token_ids == c.token_ids
+        assert (a.stats.accepted, a.stats.drafted) == (b.stats.accepted, b.stats.drafted)
+        assert (a.stats.accepted, a.stats.verify_steps) == (c.stats.accepted, c.stats.verify_steps)

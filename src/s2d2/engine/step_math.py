@@ -10,6 +10,7 @@ transfer (:meth:`~.device.DeviceOps.to_host`). Logits never leave the device.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -258,11 +259,19 @@ def _tops(
 
 def _verify_strict(queries: list[VerifyQuery], dev: DeviceOps, fetch: _Fetch) -> list[dict[str, int]]:
     """Strict rule for many rows at once: accepted prefix where draft == argmax q, correction = argmax q
-    at the first mismatch. Registers per-row (n_accepted, correction) and per-position values."""
+    at the first mismatch.
+
+    Where no query asks for per-position values (traces, log-probabilities), only ``argmax q`` of every
+    span position is registered (``q_arg``, ``[S]``) and each row's prefix and correction are read off
+    it on the host (:func:`_read_verifications`): the drafts are host values already, and this spares
+    the device a dozen small operations. Otherwise the prefix and correction are computed on the device
+    too (the per-position values are gathered at the committed tokens) and registered per row."""
     mask_id = queries[0].req.info.mask_token_id
-    sizes = [len(q.drafts) for q in queries]
     raw = any(q.req.config.logprobs is not None for q in queries)
     logits, masked = _without_mask_token([_adjusted(dev, q, q.q_rows) for q in queries], mask_id, raw)
+    if not raw and all(q.req.tracer.steps is None for q in queries):
+        return [{"q_arg": fetch.add(F.argmax(masked))}] * len(queries)
+    sizes = [len(q.drafts) for q in queries]
     host_drafts: list[int] = []
     row_of: list[int] = []
     local: list[int] = []
@@ -376,14 +385,26 @@ def run_queries(
 def _read_verifications(checks: list[tuple[VerifyQuery, dict[str, int]]], fetch: _Fetch) -> None:
     """Fill each verification from its keys' fetched values. Queries registered together (the strict
     ones) share one ``keys`` and come consecutively, row after row, in registration order."""
-    last: dict[str, int] | None = None
-    r = p = 0
-    for q, keys in checks:
-        if keys is not last:
-            last, r, p = keys, 0, 0
-            n_acc, corrections = fetch.get(keys["n_acc"]), fetch.get(keys["correction"])
-            q_probs = fetch.get(keys["q_prob"]) if "q_prob" in keys else None
-            logprobs = fetch.get(keys["logprob"]) if "logprob" in keys else None
+    for _, run in itertools.groupby(checks, key=lambda check: id(check[1])):
+        pairs = list(run)
+        group, keys = [q for q, _ in pairs], pairs[0][1]
+        if "q_arg" in keys:  # the strict rule on the host: accept up to the first draft that is not argmax q
+            q_arg, p = fetch.ints(keys["q_arg"]), 0
+            for q in group:
+                n = len(q.drafts)
+                q.n_accepted = next((i for i in range(n) if q.drafts[i] != q_arg[p + i]), n)
+                q.correction = q_arg[p + q.n_accepted] if q.n_accepted < n else None
+                p += n
+        else:
+            _read_device_checks(group, keys, fetch)
+
+
+def _read_device_checks(group: list[VerifyQuery], keys: dict[str, int], fetch: _Fetch) -> None:
+    n_acc, corrections = fetch.get(keys["n_acc"]), fetch.get(keys["correction"])
+    q_probs = fetch.get(keys["q_prob"]) if "q_prob" in keys else None
+    logprobs = fetch.get(keys["logprob"]) if "logprob" in keys else None
+    p = 0
+    for r, q in enumerate(group):
         n = len(q.drafts)
         q.n_accepted = int(n_acc[r])
         reached = min(q.n_accepted + 1, n)
@@ -403,4 +424,4 @@ def _read_verifications(checks: list[tuple[VerifyQuery, dict[str, int]]], fetch:
                 ]
             else:
                 q.top = [()] * reached
-        r, p = r + 1, p + n
+        p += n

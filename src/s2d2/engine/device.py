@@ -21,13 +21,15 @@ MAX_VOCAB = 2**24
 
 
 def _as_float32(parts: list[torch.Tensor]) -> list[torch.Tensor]:
-    """``parts`` ready to be concatenated into one float32 tensor. Where one part is float32 and the
-    others are integer or bool, they are left as they are: ``torch.cat`` promotes them to float32 as
-    ``.to(torch.float32)`` would (one op instead of a conversion a part); other floating parts
-    (float64, half precision) are converted first."""
+    """``parts`` ready to be concatenated into one tensor whose values read back as float32 would. Parts
+    that are all integer or bool are left as they are (their values come back exact, as ints); where one
+    part is float32 and the others are integer or bool, they are left too: ``torch.cat`` promotes them
+    to float32 as ``.to(torch.float32)`` would (one op instead of a conversion a part); other floating
+    parts (float64, half precision) are converted first."""
     f32 = torch.float32
     dtypes = [p.dtype for p in parts]
-    if f32 in dtypes and all(d == f32 or not d.is_floating_point for d in dtypes):
+    floating = [d for d in dtypes if d.is_floating_point]
+    if not floating or all(d == f32 for d in floating):
         return parts
     return [p if d == f32 else p.to(f32) for p, d in zip(parts, dtypes, strict=True)]
 
@@ -72,12 +74,13 @@ class DeviceOps:
         """Every tensor of ``parts`` flattened, brought to the host in ONE transfer, as Python lists.
 
         Values travel as float32 (probabilities and logprobs are float32 already), so token ids come back
-        exact below 2**24 (as floats: ``int()`` them); the engine refuses larger vocabularies.
+        exact below 2**24 (as floats: ``int()`` them); the engine refuses larger vocabularies. A transfer
+        of integer parts only (token ids, counts) keeps their dtype: its values come back as ints.
         """
         if not parts:
             return []
         self.host_transfers += 1
-        flat_parts = [p.reshape(-1) for p in parts]
+        flat_parts = [p if p.dim() == 1 else p.reshape(-1) for p in parts]
         sizes = [p.numel() for p in flat_parts]
         values = self._fetch(torch.cat(_as_float32(flat_parts)))
         out, at = [], 0

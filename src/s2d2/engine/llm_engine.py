@@ -277,7 +277,7 @@ class LLMEngine:
         segment = self.runner.segment
         recomputing: set[int] = set()
         for req in self.scheduler.running:
-            resuming = req.cache.restore_to is not None and req.cache.recompute_left > 0
+            resuming = req.cache.recompute_left > 0
             if req.action is None and not resuming:
                 continue  # idle
             if req.abort_requested or req.status.done or (deferred and id(req) in deferred):

@@ -57,7 +57,7 @@ class ModelRunner:
         cfg, ad, cur, cache = req.config, self.adapter, req.cursor, req.cache
         st = cache.state
         B, causal = cfg.block_size, cfg.causal_cache
-        if cache.restore_to is not None and cache.recompute_left > 0:
+        if cache.recompute_left > 0:
             return self.recompute_segment(req)
         if req.action == Action.PREFILL:
             chunk = prefill_positions(self.prefill_chunk, B)

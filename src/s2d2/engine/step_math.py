@@ -400,6 +400,8 @@ def _read_verifications(checks: list[tuple[VerifyQuery, dict[str, int]]], fetch:
 
 
 def _read_device_checks(group: list[VerifyQuery], keys: dict[str, int], fetch: _Fetch) -> None:
+    """Fill verifications registered together with per-row values computed on the device (accepted
+    length, correction) and, where asked, per-position values (AR probabilities, log-probabilities)."""
     n_acc, corrections = fetch.get(keys["n_acc"]), fetch.get(keys["correction"])
     q_probs = fetch.get(keys["q_prob"]) if "q_prob" in keys else None
     logprobs = fetch.get(keys["logprob"]) if "logprob" in keys else None

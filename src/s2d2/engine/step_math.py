@@ -96,13 +96,40 @@ class _Fetch:
         return self._ints[i]
 
 
+def _tiled(rows: list[torch.Tensor]) -> torch.Tensor | None:
+    """The tensor ``rows`` tile end to end, in order, when they do (views of the forward's logits that
+    cover them whole: every row of a step that drafts, or verifies, alone), else None."""
+    first = rows[0]
+    if first.storage_offset() != 0:
+        return None
+    storage, at = first.untyped_storage().data_ptr(), 0
+    for r in rows:
+        if r.storage_offset() != at or not r.is_contiguous() or r.untyped_storage().data_ptr() != storage:
+            return None
+        at += r.numel()
+    if at * first.element_size() != first.untyped_storage().nbytes():
+        return None
+    vocab = first.shape[-1]
+    return first.as_strided((at // vocab, vocab), (vocab, 1), 0)
+
+
 def _without_mask_token(
-    rows: list[torch.Tensor], mask_id: int, keep_raw: bool
+    rows: list[torch.Tensor], mask_id: int, keep_raw: bool, in_place: bool = False
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The group's logits ``[S, vocab]`` (``rows`` stacked) and a copy with the mask token's column at
-    -inf (it is never a prediction). The stacking is a copy already: it is masked in place unless the raw
+    -inf (it is never a prediction).
+
+    ``in_place``: no query of the step reads raw logits, so the forward's logits are masked where they
+    are (no copy where the rows tile them, :func:`_tiled`; the mask column is -inf for every query of
+    the step alike). Otherwise the stacking is a copy already and is masked in place unless the raw
     logits are still needed (``keep_raw``: log-probabilities) or there is one part (a view of the
     forward's logits, which other queries may read)."""
+    if in_place:
+        masked = _tiled(rows) if len(rows) > 1 else rows[0]
+        if masked is None:
+            masked = torch.cat(rows)
+        masked[:, mask_id] = float("-inf")
+        return masked, masked
     if len(rows) == 1 or keep_raw:
         logits = torch.cat(rows) if len(rows) > 1 else rows[0]
         masked = logits.clone()
@@ -172,9 +199,9 @@ class _DraftGroup:
     top: int = 0
 
 
-def _draft_group(queries: list[DraftQuery], dev: DeviceOps, fetch: _Fetch) -> _DraftGroup:
+def _draft_group(queries: list[DraftQuery], dev: DeviceOps, fetch: _Fetch, in_place: bool) -> _DraftGroup:
     """Register the device values of queries sharing sampling transforms (read back by
-    :func:`_read_group`)."""
+    :func:`_read_group`); ``in_place``: see :func:`_without_mask_token`."""
     first = queries[0].req
     temperature, top_k, top_p = _transforms(first)
     mask_id = first.info.mask_token_id
@@ -191,7 +218,8 @@ def _draft_group(queries: list[DraftQuery], dev: DeviceOps, fetch: _Fetch) -> _D
         m = max(m, q.alternatives)
         if q.alpha:
             estimators[(cfg.estimator, cfg.estimator_value)] = None
-    logits, masked = _without_mask_token([_adjusted(dev, q, q.rows) for q in queries], mask_id, k is not None)
+    rows = [_adjusted(dev, q, q.rows) for q in queries]
+    logits, masked = _without_mask_token(rows, mask_id, k is not None, in_place)
     probs = F.probs_from_logits(masked, temperature, top_k, top_p)
     drafts, conf = _draw(probs, queries, sizes)
     keys = {"drafts": fetch.add(drafts), "conf": fetch.add(conf)}
@@ -257,7 +285,9 @@ def _tops(
     return [tuple((int(ids[i * width + j]), lps[i * width + j]) for j in range(k)) for i in range(n)]
 
 
-def _verify_strict(queries: list[VerifyQuery], dev: DeviceOps, fetch: _Fetch) -> list[dict[str, int]]:
+def _verify_strict(
+    queries: list[VerifyQuery], dev: DeviceOps, fetch: _Fetch, in_place: bool
+) -> list[dict[str, int]]:
     """Strict rule for many rows at once: accepted prefix where draft == argmax q, correction = argmax q
     at the first mismatch.
 
@@ -268,7 +298,8 @@ def _verify_strict(queries: list[VerifyQuery], dev: DeviceOps, fetch: _Fetch) ->
     too (the per-position values are gathered at the committed tokens) and registered per row."""
     mask_id = queries[0].req.info.mask_token_id
     raw = any(q.req.config.logprobs is not None for q in queries)
-    logits, masked = _without_mask_token([_adjusted(dev, q, q.q_rows) for q in queries], mask_id, raw)
+    rows = [_adjusted(dev, q, q.q_rows) for q in queries]
+    logits, masked = _without_mask_token(rows, mask_id, raw, in_place)
     if not raw and all(q.req.tracer.steps is None for q in queries):
         return [{"q_arg": fetch.add(F.argmax(masked))}] * len(queries)
     sizes = [len(q.drafts) for q in queries]
@@ -360,6 +391,7 @@ def _verify_probabilistic(q: VerifyQuery, dev: DeviceOps, fetch: _Fetch) -> dict
     return keys
 
 
+@torch.inference_mode()
 def run_queries(
     dev: DeviceOps,
     edits: Sequence[DraftQuery],
@@ -368,11 +400,17 @@ def run_queries(
 ) -> None:
     """Compute every query on the device, then fill their results from ONE transfer (see the module).
 
-    Edits are drawn before drafts, so a row that edits and drafts in one step draws in that order."""
+    Edits are drawn before drafts, so a row that edits and drafts in one step draws in that order. Where
+    no query asks for log-probabilities, the forward's logits are masked in place (no copies; the
+    forward's logits are read by this step's queries alone)."""
     fetch = _Fetch()
-    pending = [_draft_group(g, dev, fetch) for batch in (edits, drafts) for g in _by_transforms(batch)]
+    batches = (edits, drafts, verifies)
+    in_place = not any(q.req.config.logprobs is not None for batch in batches for q in batch)
+    pending = [
+        _draft_group(g, dev, fetch, in_place) for batch in (edits, drafts) for g in _by_transforms(batch)
+    ]
     strict = [q for q in verifies if q.strict]
-    checks = list(zip(strict, _verify_strict(strict, dev, fetch), strict=True)) if strict else []
+    checks = list(zip(strict, _verify_strict(strict, dev, fetch, in_place), strict=True)) if strict else []
     checks += [(q, _verify_probabilistic(q, dev, fetch)) for q in verifies if not q.strict]
     if not fetch.parts:
         return

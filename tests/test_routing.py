@@ -9,7 +9,7 @@ import torch
 
 from s2d2.config import DecodeConfig
 from s2d2.decoding import functional as F
-from s2d2.decoding.policies import UCB, Hysteresis, RouteFeatures, SkipCheck, make_policy
+from s2d2.decoding.policies import POLICIES, UCB, Hysteresis, Policy, RouteFeatures, SkipCheck, make_policy
 
 V = 4
 
@@ -74,6 +74,21 @@ def test_never_always_minspan():
     ms = make_policy(cfg.replace(policy="min-span"))
     assert ms.decide(features(cfg, CONFIDENT))  # span 3 >= 3
     assert not ms.decide(features(cfg, UNSURE))  # span 2 < 3
+
+
+@pytest.mark.parametrize("name", sorted(POLICIES))
+def test_a_fixed_decision_is_the_policys_decision_whatever_the_features(name):
+    """The step skips the features of a policy with ``fixed`` set: it must decide so on any features,
+    and learn nothing from them."""
+    cfg = DecodeConfig.build(block_size=8, min_span=3)
+    policy = make_policy(cfg.replace(policy=name))
+    if policy.fixed is None:
+        return
+    for probs in (CONFIDENT, UNSURE):
+        for n_dynamic, progress in ((0, 0.0), (3, 0.9)):
+            assert policy.decide(features(cfg, probs, n_dynamic, progress)) is policy.fixed
+    assert not policy.learns_from_checks and not policy.reads_alpha and not policy.reads_entropy
+    assert type(policy).update is Policy.update  # the base class's: it ignores its feedback
 
 
 def test_score_threshold_static_and_dynamic():

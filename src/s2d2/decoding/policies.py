@@ -80,6 +80,9 @@ class Policy:
     reads_entropy = False
     #: whether :meth:`update` wants each verified step's :class:`SkipCheck` (computing it costs a little)
     learns_from_checks = False
+    #: the decision of a policy that reads no features and learns nothing (None: it decides per step);
+    #: the step then builds no :class:`RouteFeatures` unless something else reads them
+    fixed: bool | None = None
 
     def __init__(self, config: DecodeConfig):
         self.config = config
@@ -96,6 +99,7 @@ class Policy:
 
 class Never(Policy):
     name = "never"
+    fixed = False
 
     def decide(self, f: RouteFeatures) -> bool:
         return False
@@ -103,6 +107,7 @@ class Never(Policy):
 
 class Always(Policy):
     name = "always"
+    fixed = True
 
     def decide(self, f: RouteFeatures) -> bool:
         return True

@@ -254,10 +254,15 @@ def _verify_step(req: Request, vq: VerifyQuery, group_drafts: list[SlotDrafts]) 
     n_acc, correction = vq.n_accepted, vq.correction
     if req.policy is not None and req.policy.learns_from_checks:
         p.check = SkipCheck.of(fallback_picks(req, p) or [], p.span_offset, n_acc)
-    span = p.span_slots
-    for i in range(n_acc):
-        cur.ids[span[i]] = p.drafts.drafts[p.span_offset + i]
-        p.done[p.span_offset + i] = True
+    span, off = p.span_slots, p.span_offset
+    if n_acc:
+        accepted = p.drafts.drafts[off : off + n_acc]
+        if span[n_acc - 1] - span[0] == n_acc - 1:  # consecutive slots (a routed span always is)
+            cur.ids[span[0] : span[0] + n_acc] = accepted
+        else:
+            for s, t in zip(span[:n_acc], accepted, strict=True):
+                cur.ids[s] = t
+        p.done[off : off + n_acc] = [True] * n_acc
     p.n_committed += n_acc
     if correction is not None:
         cur.ids[span[n_acc]] = correction

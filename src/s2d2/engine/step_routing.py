@@ -27,24 +27,26 @@ def f32(x: float) -> float:
 
 
 def route(req: Request, p: DraftStep) -> None:
-    """The routing decision of a drafted step: set ``p.mode`` (and the verification's input) to verify."""
+    """The routing decision of a drafted step: set ``p.mode`` (and the verification's input) to verify.
+
+    A policy with a fixed decision (:attr:`~s2d2.decoding.policies.Policy.fixed`) gets no features
+    unless fusion reads their scores (``p.features`` stays None)."""
     cfg, cur, v = req.config, req.cursor, p.drafts
     off, slots = p.span_offset, v.slots
-    n = 1
-    while off + n < len(slots) and slots[off + n] == slots[off] + n:
-        n += 1
+    last = len(slots) - 1
+    if slots[last] - slots[off] == last - off:  # consecutive to the end (a block's usual candidates)
+        n = last - off + 1
+    else:
+        n = 1
+        while off + n < len(slots) and slots[off + n] == slots[off] + n:
+            n += 1
     p.span_len = n
-    tau = f32(cfg.threshold)
-    p.features = RouteFeatures(
-        span_len=n,
-        alpha=None if v.alpha is None else v.alpha[off : off + n],
-        norm_entropy=None if v.norm_entropy is None else v.norm_entropy[off : off + n],
-        block_size=cfg.block_size,
-        progress=cur.n_committed / cur.length,
-        n_dynamic=sum(1 for c in v.conf[off:] if c > tau),
-        config=cfg,
-    )
-    if not req.policy.decide(p.features):
+    decision = req.policy.fixed
+    if decision is None or cfg.fuse:
+        p.features = _features(req, p, n)
+        if decision is None:
+            decision = req.policy.decide(p.features)
+    if not decision:
         return
     p.mode = VerifyMode.FUSED if cfg.fuse else VerifyMode.PLAIN
     p.filled = list(cur.ids)
@@ -53,6 +55,21 @@ def route(req: Request, p: DraftStep) -> None:
             p.filled[s] = t
     if p.mode == VerifyMode.FUSED and not (req.auto_plan and req.cache.partial):
         p.groups = plan_groups(req, p)  # a planned row's groups are the planner's (.planner)
+
+
+def _features(req: Request, p: DraftStep, n: int) -> RouteFeatures:
+    """What a policy (or fusion's group plan) reads of the span of ``n`` candidates from ``p.span_offset``."""
+    cfg, cur, v, off = req.config, req.cursor, p.drafts, p.span_offset
+    tau = f32(cfg.threshold)
+    return RouteFeatures(
+        span_len=n,
+        alpha=None if v.alpha is None else v.alpha[off : off + n],
+        norm_entropy=None if v.norm_entropy is None else v.norm_entropy[off : off + n],
+        block_size=cfg.block_size,
+        progress=cur.n_committed / cur.length,
+        n_dynamic=sum(1 for c in v.conf[off:] if c > tau),
+        config=cfg,
+    )
 
 
 def fallback_picks(req: Request, p: DraftStep) -> list[int] | None:

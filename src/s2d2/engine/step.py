@@ -255,13 +255,8 @@ def _verify_step(req: Request, vq: VerifyQuery, group_drafts: list[SlotDrafts]) 
     if req.policy is not None and req.policy.learns_from_checks:
         p.check = SkipCheck.of(fallback_picks(req, p) or [], p.span_offset, n_acc)
     span, off = p.span_slots, p.span_offset
-    if n_acc:
-        accepted = p.drafts.drafts[off : off + n_acc]
-        if span[n_acc - 1] - span[0] == n_acc - 1:  # consecutive slots (a routed span always is)
-            cur.ids[span[0] : span[0] + n_acc] = accepted
-        else:
-            for s, t in zip(span[:n_acc], accepted, strict=True):
-                cur.ids[s] = t
+    if n_acc:  # a span's slots are consecutive (route measures it so; the planner keeps a prefix of it)
+        cur.ids[span[0] : span[0] + n_acc] = p.drafts.drafts[off : off + n_acc]
         p.done[off : off + n_acc] = [True] * n_acc
     p.n_committed += n_acc
     if correction is not None:

@@ -114,7 +114,7 @@ def _tiled(rows: list[torch.Tensor]) -> torch.Tensor | None:
 
 
 def _without_mask_token(
-    rows: list[torch.Tensor], mask_id: int, keep_raw: bool, in_place: bool = False
+    rows: list[torch.Tensor], mask_id: int, keep_raw: bool, in_place: bool
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The group's logits ``[S, vocab]`` (``rows`` stacked) and a copy with the mask token's column at
     -inf (it is never a prediction).
@@ -401,8 +401,8 @@ def run_queries(
     """Compute every query on the device, then fill their results from ONE transfer (see the module).
 
     Edits are drawn before drafts, so a row that edits and drafts in one step draws in that order. Where
-    no query asks for log-probabilities, the forward's logits are masked in place (no copies; the
-    forward's logits are read by this step's queries alone)."""
+    no query asks for log-probabilities, the forward's logits are masked in place (no copy where the rows
+    tile them; the forward's logits are read by this step's queries alone)."""
     fetch = _Fetch()
     batches = (edits, drafts, verifies)
     in_place = not any(q.req.config.logprobs is not None for batch in batches for q in batch)

@@ -8,11 +8,40 @@ from pathlib import Path
 
 import pytest
 import torch
+from hypothesis import settings
 
 REPO = Path(__file__).resolve().parents[1]
 
 # Tiny models run fastest single-threaded, and tests must not fight a busy machine for cores.
 torch.set_num_threads(1)
+
+#: Hypothesis profiles, chosen by ``HYPOTHESIS_PROFILE``: ``ci`` (the default) runs every property test at
+#: its full example count; ``dev`` caps each at :data:`DEV_EXAMPLES` for a quick inner loop (README).
+DEV_EXAMPLES = 8
+settings.register_profile("ci", deadline=None)
+settings.register_profile("dev", deadline=None, max_examples=DEV_EXAMPLES)
+PROFILE = os.environ.get("HYPOTHESIS_PROFILE", "ci")
+if PROFILE not in ("ci", "dev"):
+    raise pytest.UsageError(f"HYPOTHESIS_PROFILE must be ci or dev, got {PROFILE!r}")
+settings.load_profile(PROFILE)
+
+
+#: Test folders whose every test gets a marker (``-m "not server"``, ``-m "not properties"``): the
+#: servers on a real port, and the engine-equality properties (the emulated-device list of ``.ci/run``).
+FOLDER_MARKERS = {"serving": "server", "properties": "properties"}
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        folder = Path(item.fspath).parent.name
+        if folder in FOLDER_MARKERS:
+            item.add_marker(FOLDER_MARKERS[folder])
+
+
+def examples(n: int) -> int:
+    """A property test's example count: ``n`` under the ``ci`` profile, at most :data:`DEV_EXAMPLES` under
+    ``dev`` (an explicit ``@settings(max_examples=...)`` would otherwise override the profile)."""
+    return min(n, DEV_EXAMPLES) if PROFILE == "dev" else n
 
 
 def fixtures_dir() -> Path:
@@ -144,7 +173,7 @@ def step_by_step_planning():
     (for the tests of the per-step planner and of planned rows in batches; the choice by load itself is
     tests/test_plan_regime.py's)."""
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr("s2d2.engine.planner.MIN_FIXED_SHARE", 0.0)
+        mp.setattr("s2d2.engine.planner.step_planner.MIN_FIXED_SHARE", 0.0)
         yield
 
 
@@ -184,3 +213,23 @@ if os.environ.get("S2D2_EMULATED_DEVICE") == "1":
     import emulated_device
 
     emulated_device.install()
+
+
+class GapRecorder:
+    """Wraps an adapter; remembers the smallest top-1/top-2 log-probability gap of any logits row."""
+
+    def __init__(self, adapter):
+        self.inner, self.info = adapter, adapter.info
+        self.min_gap = float("inf")
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    def run(self, segments):
+        out = self.inner.run(segments)
+        for lg in out:
+            if lg.shape[0]:
+                lp = torch.log_softmax(lg.index_fill(1, torch.tensor([self.info.mask_token_id]), -1e9), -1)
+                top = lp.topk(2, dim=-1).values
+                self.min_gap = min(self.min_gap, float((top[:, 0] - top[:, 1]).min()))
+        return out

@@ -22,7 +22,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from s2d2.engine import llm_engine
-from s2d2.engine.device import DeviceOps
+from s2d2.engine.step.device import DeviceOps
 
 
 class DeviceMixError(RuntimeError):

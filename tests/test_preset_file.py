@@ -10,7 +10,7 @@ import pytest
 from conftest import assert_one_line_error, run_cli, tiny_model_path
 from s2d2.config import DecodeConfig
 from s2d2.errors import ConfigError
-from s2d2.tuning.preset_file import MODEL_PRESET_FILE, PresetFile, read_preset_file, write_preset_file
+from s2d2.presets import MODEL_PRESET_FILE, PresetFile, read_preset_file, write_preset_file
 
 SETTINGS = {"decoder": "s2d2", "block_size": 8, "policy": "score", "score": "dynamic", "threshold": 0.7}
 

@@ -9,11 +9,14 @@ with a one-line message.
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import ConfigError
+from .presets import PRESETS, PresetFile, looks_like_preset_file, read_preset_file
 
 DECODERS = ("ar", "static", "dynamic", "eb", "s2d2")
 FALLBACKS = ("static", "dynamic", "eb")
@@ -34,8 +37,11 @@ UCB_SCOPES = ("request", "engine")
 UCB_REWARDS = ("auto", "committed", "checked")
 UCB_ENTROPY_SCALES = ("auto", "linear", "log")
 #: ``fixed``: every step decodes as the settings say; ``auto``: the engine's cost-aware planner chooses each
-#: verification (s2d2.engine.planner)
+#: verification (s2d2.engine.planner.step_planner)
 PLANS = ("fixed", "auto")
+#: The routing policies by name; :data:`s2d2.decoding.policies.POLICIES` registers one class for each
+#: (asserted there), so the settings never import the decoders.
+POLICY_NAMES = ("never", "always", "min-span", "score", "hysteresis", "ucb")
 #: Most alternatives ``logprobs`` may ask for per token (OpenAI's limit).
 MAX_TOP_LOGPROBS = 20
 
@@ -50,11 +56,6 @@ ESTIMATOR_DEFAULTS: dict[str, float | None] = {
 }
 
 
-def policy_names() -> tuple[str, ...]:
-    """The routing policies, read from their one registry (:data:`s2d2.decoding.policies.POLICIES`)."""
-    from .decoding.policies import POLICIES
-
-    return tuple(POLICIES)
 
 
 @dataclass
@@ -159,7 +160,7 @@ class DecodeConfig:
     #: With ``plan="auto"`` on the lossless family: other block sizes the engine may decode a request with
     #: instead of ``block_size``, chosen when the request is added, by the load then (the rows it will
     #: share steps with) and the engine's cost profile: the largest whose draft and whole-block
-    #: verification forwards cost at most :data:`s2d2.engine.block_size_choice.TOLERANCE` more than the
+    #: verification forwards cost at most :data:`s2d2.engine.planner.block_size.TOLERANCE` more than the
     #: smallest's (while a forward is bound by reading the weights, as on a GPU at low load, a bigger
     #: block is free). The tokens are AR greedy's whichever is chosen. Empty: ``block_size`` always.
     plan_block_sizes: tuple[int, ...] = ()
@@ -213,7 +214,7 @@ class DecodeConfig:
         """Merge ``config`` (or the defaults), a preset and explicit settings, then validate.
 
         ``preset`` is a name in :data:`PRESETS` or a preset file (a value ending in ``.json`` or naming an
-        existing file; see :mod:`s2d2.tuning.preset_file`).
+        existing file; see :mod:`s2d2.presets`).
 
         Settings whose value is ``None`` are treated as "not given", except ``steps``, ``seed``,
         ``estimator_param``, ``sub_block_size`` and ``editing_threshold`` where ``None`` is meaningful
@@ -261,7 +262,7 @@ class DecodeConfig:
 
         choice("decoder", self.decoder, DECODERS)
         choice("fallback", self.fallback, FALLBACKS)
-        choice("policy", self.policy, policy_names())
+        choice("policy", self.policy, POLICY_NAMES)
         choice("estimator", self.estimator, ESTIMATORS)
         choice("score", self.score, SCORES)
         choice("acceptance", self.acceptance, ACCEPTANCE)
@@ -391,86 +392,39 @@ def preset_settings(preset: str) -> dict[str, Any]:
         raise ConfigError(f"preset must be a name or a .json file, got {preset!r}")
     if preset in PRESETS:
         return dict(PRESETS[preset])
-    from .tuning.preset_file import looks_like_preset_file, read_preset_file
-
     if looks_like_preset_file(preset):
-        return read_preset_file(preset).settings
+        return checked_preset_file(preset).settings
     raise ConfigError(
         f"unknown preset {preset!r}; choose one of: {', '.join(sorted(PRESETS))}, or give a PRESET.json file"
     )
 
 
-_FAST_DLLM_V2: dict[str, Any] = dict(
-    decoder="s2d2", block_size=32, steps=None, threshold=0.9, fallback="dynamic", last_block="full"
-)
-_FAST_DLLM_V2_HYSTERESIS: dict[str, Any] = dict(
-    policy="hysteresis", score="dynamic", penalty=1.0, hysteresis_on=1.0, hysteresis_off=-5.0
-)
-_LLADA2: dict[str, Any] = dict(
-    decoder="s2d2",
-    block_size=32,
-    steps=None,
-    fallback="dynamic",
-    policy="score",
-    score="static",
-    penalty=4.0,
-    last_block="full",
-)
+#: Preset files whose settings were checked, by (path, settings as JSON): a batch builds a config a request.
+_CHECKED: set[tuple[str, str]] = set()
 
-_LOSSLESS: dict[str, Any] = dict(
-    decoder="s2d2",
-    steps=None,
-    policy="always",
-    acceptance="auto",
-    fallback="static",
-    causal_cache=True,
-    temperature=0.0,
-)
 
-#: Named presets: partial settings applied before the user's own. The paper presets decode the last block
-#: whole (``last_block="full"``), as the families' reference decoders that produced the paper's figures do.
-PRESETS: dict[str, dict[str, Any]] = {
-    # SDAR-8B, B=4: score threshold 0 with a static penalty c=1, soft-entropy estimator.
-    "paper-sdar-a": dict(
-        decoder="s2d2",
-        block_size=4,
-        steps=4,
-        policy="score",
-        score="static",
-        penalty=1.0,
-        score_threshold=0.0,
-        estimator="soft-entropy",
-        fallback="dynamic",
-        threshold=0.85,
-        causal_cache=True,
-        last_block="full",
-    ),
-    # SDAR-8B, B=16: verify on every step.
-    "paper-sdar-b": dict(
-        decoder="s2d2",
-        block_size=16,
-        steps=16,
-        policy="always",
-        fallback="dynamic",
-        threshold=0.85,
-        causal_cache=True,
-        last_block="full",
-    ),
-    # Fast-dLLM v2 7B (block 32, tau 0.9): sub-blocks of 4 or 16 with hysteresis routing (on 1, off -5,
-    # dynamic score, c = 1); whole 32-token sub-blocks with a minimum span of 8.
-    "paper-fast-dllm-v2-sub4": dict(_FAST_DLLM_V2, sub_block_size=4, **_FAST_DLLM_V2_HYSTERESIS),
-    "paper-fast-dllm-v2-sub16": dict(_FAST_DLLM_V2, sub_block_size=16, **_FAST_DLLM_V2_HYSTERESIS),
-    "paper-fast-dllm-v2-sub32": dict(_FAST_DLLM_V2, sub_block_size=32, policy="min-span", min_span=8),
-    # LLaDA2.1-Mini (block 32) with token editing: conservative (mask tau 0.95, edit tau 0.9, score
-    # threshold -5) and quality (mask tau 0.7, edit tau 0.5, score threshold 0); static score, c = 4.
-    "paper-llada2-conservative": dict(_LLADA2, threshold=0.95, editing_threshold=0.9, score_threshold=-5.0),
-    "paper-llada2-quality": dict(_LLADA2, threshold=0.7, editing_threshold=0.5, score_threshold=0.0),
-    # Output equals AR greedy decoding token for token, at any block size.
-    "lossless": _LOSSLESS,
-    # The same output in about one forward per step: verification forwards carry the next step's drafts.
-    "lossless-fused": dict(_LOSSLESS, fuse=True, predraft_positions=4, predraft_tokens=0),
-    # The same output again; the engine's planner chooses each step's verification by its cost.
-    "lossless-auto": dict(
-        _LOSSLESS, fuse=True, predraft_positions=4, predraft_tokens=0, plan="auto", plan_block_sizes=(8, 16)
-    ),
-}
+def checked_preset_file(path: str | os.PathLike[str]) -> PresetFile:
+    """Read a preset file and check its settings: the one place a preset file's settings are validated.
+
+    Every name must be a decoding setting and the settings must be valid on their own; any problem is one
+    ``ConfigError`` line naming the file.
+    """
+    pf = read_preset_file(path)
+    key = (str(pf.path), json.dumps(pf.settings, sort_keys=True, default=str))
+    if key in _CHECKED:
+        return pf
+
+    def fail(reason: str) -> ConfigError:
+        return ConfigError(f"preset file {pf.path}: {reason}")
+
+    names = {f.name for f in dataclasses.fields(DecodeConfig)}
+    for name in pf.settings:
+        if name not in names:
+            raise fail(f'unknown decoding setting {name!r} in "settings"')
+    try:
+        DecodeConfig.build(**{k: v for k, v in pf.settings.items() if v is not None})
+    except (ConfigError, TypeError, ValueError) as exc:
+        raise fail(f"invalid settings: {exc}") from None
+    _CHECKED.clear() if len(_CHECKED) > 64 else None
+    _CHECKED.add(key)
+    return pf

@@ -15,18 +15,18 @@ import torch
 
 from .adapters import ModelAdapter, load_adapter
 from .adapters.kv_pool import DEFAULT_PAGE_SIZE
-from .config import DecodeConfig
-from .cost_profile import resolve_cost_profile
+from .config import DecodeConfig, checked_preset_file
+from .cost.profile import resolve_cost_profile
+from .cost.step_cost import StepCost
 from .decoding.stats import GenerationStats, StepTrace
-from .engine.cost import StepCost
 from .engine.llm_engine import LLMEngine
 from .engine.logprobs import TokenLogprob
 from .engine.outputs import DecodeOutput
 from .engine.request import check_prompt
 from .engine.request_limits import default_max_query_tokens_per_row
 from .errors import ConfigError, ModelLoadError, PromptError, S2D2Error
-from .likelihoods import Likelihoods
-from .tuning.preset_file import MODEL_PRESET_FILE, PresetFile, read_preset_file
+from .presets import MODEL_PRESET_FILE, PresetFile
+from .scoring.likelihoods import Likelihoods
 
 #: Models shipped inside the package, by name.
 BUILTIN_MODELS = ("tiny-gsm",)
@@ -79,7 +79,7 @@ class GenerationResult:
 
 
 class S2D2Model(Likelihoods):
-    """A block-diffusion model ready to decode (and to score: :class:`~s2d2.likelihoods.Likelihoods`): an
+    """A block-diffusion model ready to decode (and to score: :class:`~s2d2.scoring.Likelihoods`): an
     adapter plus (optionally) its tokenizer."""
 
     def __init__(
@@ -103,7 +103,7 @@ class S2D2Model(Likelihoods):
         self.prefix_cache, self.kv_page_size = prefix_cache, kv_page_size
         #: most query tokens of one engine step, all rows together (the step planner keeps it)
         self.max_num_batched_tokens = max_num_batched_tokens
-        #: the engine's step-cost profile (:mod:`s2d2.engine.cost`), if any
+        #: the engine's step-cost profile (:mod:`s2d2.cost.step_cost`), if any
         self.cost = cost
         #: the checkpoint's own default decoding settings (its ``s2d2_preset.json``), if any
         self.preset = preset
@@ -374,17 +374,17 @@ def load(
     file) gets those settings as its defaults (explicit settings and ``preset=`` still win); pass
     ``use_preset=False`` to ignore it. ``cost_profile``: a measured step-cost profile file (calibrated
     and written when missing) or ``roofline:h200`` / ``roofline:a100`` (a projection); see
-    :mod:`s2d2.engine.cost`; the step planner of ``plan="auto"`` requests plans with it. Without one, on
+    :mod:`s2d2.cost.step_cost`; the step planner of ``plan="auto"`` requests plans with it. Without one, on
     an accelerator a profile of this machine is measured on first use and cached
-    (:func:`s2d2.cost_profile.default_profile_path`); on the CPU the planner plans with
-    :data:`s2d2.engine.planner.GENERIC_COST`, the built-in model's CPU profile.
+    (:func:`s2d2.cost.profile.default_profile_path`); on the CPU the planner plans with
+    :data:`s2d2.cost.generic.GENERIC_COST`, the built-in model's CPU profile.
     ``max_num_batched_tokens``: most query tokens of one engine step over all rows (as vLLM's; the
     planner degrades planned verifications and defers prefill chunks to keep it; at least
     ``max_query_tokens_per_row``).
     """
     path = resolve_model_path(name_or_path)
     preset_path = path / MODEL_PRESET_FILE  # read first: a broken preset file fails before the slow load
-    preset = read_preset_file(preset_path) if use_preset and preset_path.is_file() else None
+    preset = checked_preset_file(preset_path) if use_preset and preset_path.is_file() else None
     adapter = load_adapter(path, device=device, dtype=dtype, **options)
     tokenizer = load_tokenizer(path)
     name = str(name_or_path)

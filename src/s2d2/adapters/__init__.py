@@ -15,15 +15,8 @@ import torch
 
 from ..errors import ModelLoadError
 from . import fast_dllm_v2, llada2, sdar
-from .base import (
-    KVState,
-    ModelAdapter,
-    ModelInfo,
-    read_added_tokens,
-    read_config,
-    resolve_device,
-    resolve_dtype,
-)
+from .base import KVState, ModelAdapter, ModelInfo
+from .checkpoint import read_added_tokens, read_config, resolve_device, resolve_dtype
 
 FAMILIES: list[ModuleType] = [sdar, fast_dllm_v2, llada2]
 

@@ -32,16 +32,11 @@ from typing import Any
 import torch
 
 from ..errors import ModelLoadError
-from .base import (
-    ModelInfo,
-    find_mask_token,
-    load_safetensors,
-    matches_family,
-    require_mask_token,
-    token_causal,
-)
+from .base import ModelInfo
+from .checkpoint import find_mask_token, load_safetensors, matches_family, require_mask_token
 from .hf import HFAdapter
 from .kv_pool import KVState
+from .masks import token_causal
 from .sdar import eos_ids
 from .segment import Segment
 

@@ -16,9 +16,10 @@ from typing import Any
 
 import torch
 
-from .base import ModelAdapter, ModelInfo, context_mask, draft_mask, score_mask, verify2l_mask
+from .base import ModelAdapter, ModelInfo
 from .fastpath import FastDecoder
 from .kv_pool import KVPool, KVState
+from .masks import context_mask, draft_mask, score_mask, verify2l_mask
 from .segment import Predraft, Segment
 
 
@@ -346,7 +347,7 @@ class HFAdapter(ModelAdapter):
         self, state: KVState, prefix: torch.Tensor, branches: Sequence[torch.Tensor], *, score_from: int
     ) -> Segment:
         """Same-position scoring: each scored token is read at a MASK query at its own position behind
-        the tokens before it (:func:`~s2d2.adapters.base.score_mask`); logit rows are the MASK rows."""
+        the tokens before it (:func:`~s2d2.adapters.masks.score_mask`); logit rows are the MASK rows."""
         start, p, mask_id = state.length, prefix.numel(), self.info.mask_token_id
         ids = [prefix, torch.full((p - score_from,), mask_id, dtype=torch.long)]
         pos = [torch.arange(start, start + p), torch.arange(start + score_from, start + p)]
@@ -374,7 +375,7 @@ class HFAdapter(ModelAdapter):
         """Instantiate ``cls(config)`` without random init, then load ``weights`` strictly."""
         from transformers.initialization import no_init_weights
 
-        from .base import load_weights_into
+        from .checkpoint import load_weights_into
 
         config._attn_implementation = "sdpa"
         with no_init_weights():

@@ -13,7 +13,8 @@ from typing import Any
 import torch
 
 from ..errors import ModelLoadError
-from .base import ModelInfo, find_mask_token, load_safetensors, matches_family, require_mask_token
+from .base import ModelInfo
+from .checkpoint import find_mask_token, load_safetensors, matches_family, require_mask_token
 from .hf import HFAdapter
 
 FAMILY = "sdar"

@@ -13,5 +13,5 @@ concept per module:
 - :mod:`.report`: the table, the plots and :func:`~.report.write_results`; the Pareto frontier.
 - :mod:`.outdir`: the files of an output directory and the checks before writing there.
 
-The Wilson interval behind the accuracy column is :func:`s2d2.metrics.wilson_interval`.
+The Wilson interval behind the accuracy column is :func:`s2d2.intervals.wilson_interval`.
 """

@@ -32,7 +32,7 @@ class BenchConfig:
 
     def expanded(self) -> dict[str, Any]:
         """The settings with the preset's values written out (explicit settings win); the preset is a name
-        in :data:`s2d2.config.PRESETS` or a preset file."""
+        in :data:`s2d2.presets.PRESETS` or a preset file."""
         from ..config import preset_settings
         from ..errors import ConfigError
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ..metrics import wilson_interval
+from ..intervals import wilson_interval
 from .grids import BenchConfig
 
 

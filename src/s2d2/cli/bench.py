@@ -7,10 +7,10 @@ from typing import Annotated, Any
 
 import typer
 
+from ..bench.grid_run import run_bench
 from ..bench.grids import GRIDS, BenchConfig, get_grid
 from ..bench.outdir import OUTPUT_FILES, check_out_dir
 from ..bench.report import render_table, require_matplotlib
-from ..bench.runner import run_bench
 from ..bench.suites import SUITES, load_problems
 from ..errors import S2D2Error
 from .options import DeviceOpt, DtypeOpt, MaxNewOpt, ModelOpt, ProgressOpt, check_max_num_seqs
@@ -111,8 +111,8 @@ def _load_model(
 
 def preset_rows(presets: list[str] | None) -> list[BenchConfig]:
     """One bench row per ``--preset``: named after the preset file's ``name`` (or the preset's name)."""
-    from ..config import PRESETS, preset_settings
-    from ..tuning.preset_file import read_preset_file
+    from ..config import preset_settings
+    from ..presets import PRESETS, read_preset_file
 
     rows = []
     for value in presets or []:

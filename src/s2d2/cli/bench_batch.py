@@ -1,4 +1,5 @@
-"""``s2d2 bench-batch``: output tokens/s of the batched engine by batch limit (:mod:`s2d2.throughput`)."""
+"""``s2d2 bench-batch``: output tokens/s of the batched engine by batch limit
+(:mod:`~s2d2.bench.throughput`)."""
 
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ def _int_list(text: str, flag: str) -> list[int]:
 
 def _cost(m, cost_profile: str | None, simulate: str | None, shape: Path | None):
     """The step-cost profile of the run and, for a simulation, its label (figures are projected)."""
-    from ..cost_profile import resolve_cost_profile
+    from ..cost.profile import resolve_cost_profile
 
     if simulate is not None and cost_profile is not None:
         raise S2D2Error("give --cost-profile or --simulate, not both")
@@ -101,7 +102,7 @@ def bench_batch_command(
     open-loop Poisson arrivals (the same in every cell) and time to first token from arrival (p50, p99)."""
     import torch
 
-    from .. import throughput, throughput_table
+    from ..bench import throughput, throughput_table
     from ..model import freeze_loaded_heap, load
 
     lims = _int_list(limits, "--limits")

@@ -1,4 +1,4 @@
-"""``s2d2 bench-forward``: milliseconds per forward by query, context and batch (:mod:`s2d2.forward_cost`)."""
+"""``s2d2 bench-forward``: milliseconds per forward by query, context and batch (:mod:`s2d2.cost.measure`)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from ..engine.cost import FittedCost, profile_key
+from ..cost.step_cost import FittedCost, profile_key
 from ..errors import S2D2Error
 from .bench_batch import _int_list
 from .options import DeviceOpt, DtypeOpt
@@ -38,7 +38,7 @@ def bench_forward_command(
     import torch
     from tqdm.auto import tqdm
 
-    from .. import forward_cost
+    from ..cost import measure as forward_cost
     from ..model import load
 
     if (model is None) == (config_json is None):

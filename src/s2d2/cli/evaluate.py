@@ -100,7 +100,7 @@ def eval_command(
     dtype: DtypeOpt = None,
 ) -> None:
     """Evaluate a model on GSM8K, MBPP, HumanEval or tiny-gsm: accuracy (95% CI), NFE/token, wall time."""
-    from ..evaluation.runner import print_summary, run_eval
+    from ..evaluation.eval_loop import print_summary, run_eval
     from ..evaluation.tasks import get_task
 
     t = get_task(task)

@@ -79,7 +79,7 @@ def tune_command(
     _require_optuna()
     problems, task_obj = load_dev_problems(task, split, n, data)
     m = _load(model, device, dtype, threads, max_num_seqs)
-    from ..tuning.evaluate import DevSet
+    from ..tuning.trial_eval import DevSet
 
     dev = DevSet(problems, task_obj, max_new_tokens or task_obj.max_new_tokens, task_obj.default_chat(m))
     run_and_write(m, dev, spec, out, name=name, progress=progress)
@@ -144,9 +144,9 @@ def _load(model: str, device: str | None, dtype: str | None, threads: int | None
 
 def run_and_write(m: Any, dev: Any, spec: Any, out: Path, *, name: str | None, progress: bool) -> None:
     """Run the study, then write the preset, its plot and its table; print a summary."""
-    from ..tuning.preset_file import write_preset_file
-    from ..tuning.report import write_report
+    from ..presets import write_preset_file
     from ..tuning.study import run_tune
+    from ..tuning.trial_report import write_report
 
     result = run_tune(m, dev, spec, progress=progress)
     if name is not None:

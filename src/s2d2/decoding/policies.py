@@ -14,7 +14,7 @@ from functools import cached_property
 
 import torch
 
-from ..config import DecodeConfig
+from ..config import POLICY_NAMES, DecodeConfig
 from . import functional as F
 from .routing_state import ArmStats, EngineRoutingState, Table
 
@@ -222,6 +222,8 @@ class UCB(Policy):
 POLICIES: dict[str, type[Policy]] = {
     cls.name: cls for cls in (Never, Always, MinSpan, ScoreThreshold, Hysteresis, UCB)
 }
+# the settings name the policies without importing this module: the two lists must agree
+assert tuple(POLICIES) == POLICY_NAMES, (tuple(POLICIES), POLICY_NAMES)
 
 
 def make_policy(config: DecodeConfig, shared: EngineRoutingState | None = None) -> Policy:

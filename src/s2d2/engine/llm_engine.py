@@ -18,28 +18,21 @@ import torch
 from ..adapters.base import ModelAdapter
 from ..adapters.kv_pool import DEFAULT_PAGE_SIZE
 from ..config import DecodeConfig
+from ..cost.step_cost import StepCost, median_abs_error
 from ..decoding.routing_state import EngineRoutingState
 from ..decoding.stats import GenerationStats
 from ..errors import ConfigError, PromptError, S2D2Error
-from .block_size_choice import halfway_context, planned_config
-from .cost import StepCost, median_abs_error
-from .device import MAX_VOCAB, DeviceOps
+from .admission import Admission
 from .fault_isolation import run_isolating_failures
+from .model_runner import ModelRunner
 from .outputs import DecodeOutput, RequestOutput
-from .plan_regime import fixed_config
 from .planner import StepPlanner
-from .request import Request, Status, check_prompt, plans_automatically
+from .request import Request, Status
 from .request_limits import (
-    RequestLimitError,
-    check_request_limits,
     default_max_query_tokens_per_row,
-    fold_limit_for,
 )
-from .row_queries import RowWork, queries
-from .runner import ModelRunner
 from .scheduler import Scheduler
-from .step import advance, apply
-from .step_math import DraftQuery, VerifyQuery, run_queries
+from .step import MAX_VOCAB, DeviceOps, DraftQuery, RowWork, VerifyQuery, advance, apply, queries, run_queries
 from .step_timing import StepTiming
 
 
@@ -125,6 +118,11 @@ class LLMEngine:
             cost, prefill_chunk=self.runner.prefill_chunk, timing=self.timing,
             max_num_batched_tokens=max_num_batched_tokens,
         )  # fmt: skip
+        #: shapes each added request (its block size, limits, caching): :mod:`.admission`
+        self.admission = Admission(
+            adapter, self.planner, max_query_tokens_per_row=limit, prefill_chunk=self.runner.prefill_chunk,
+            prefix_cache=prefix_cache, make_generator=self.device.generator,
+        )  # fmt: skip
 
     @property
     def max_num_seqs(self) -> int:
@@ -142,36 +140,11 @@ class LLMEngine:
         """Queue a request; returns its id. A bad prompt raises :class:`PromptError` at once, settings
         over the engine's limits a :class:`~.request_limits.RequestLimitError` naming the setting.
         Where the settings leave the block size open (``plan_block_sizes``), it is chosen for the load
-        (:mod:`.block_size_choice`): ``expected_rows`` rows sharing its steps (default: the running and
-        waiting requests and this one, at most ``max_num_seqs``)."""
-        prompt = check_prompt(prompt_ids, self.adapter.info)
+        (:mod:`.admission`): ``expected_rows`` rows sharing its steps (default: the running and waiting
+        requests and this one, at most ``max_num_seqs``)."""
         rows = expected_rows if expected_rows is not None else self.num_running + self.num_waiting + 1
-        rows = min(rows, self.max_num_seqs)
-        sizes = config.block_size_choices()
-        if sizes:
-            config = planned_config(config, sizes, prompt.numel(), rows, self.planner.decide, self._fits)
-            self.planner.stats.count_block_choice(config.block_size)
-        if plans_automatically(config, self.adapter.info):
-            context = halfway_context(prompt.numel(), config)
-            if not self.planner.plans_step_by_step(rows, config.block_size, context):
-                config = fixed_config(config)
-                self.planner.stats.fixed_choices += 1
-        fold = self.check_limits(config)
         rid = next(self._ids) if request_id is None else request_id
-        req = Request(
-            rid, prompt, config, self.adapter.info, routing=self.routing, make_generator=self.device.generator
-        )
-        req.cache.fold_limit = fold
-        req.cache.partial = (
-            self.adapter.caches_partial_blocks and config.causal_cache and config.editing_threshold is None
-        )
-        req.cache.prefix_key = self._prefix_key(config)
-        req.ar_lead = req.auto_plan and self.adapter.supports_lead(config.causal_cache)
-        if config.fuse and self.adapter.info.shifted:
-            raise ConfigError(
-                "fuse is not available for shifted-prediction models (Fast-dLLM v2): their verification "
-                "is a plain causal forward with no 2L layout to carry pre-drafts"
-            )
+        req = self.admission.request(prompt_ids, config, rid, min(rows, self.max_num_seqs), self.routing)
         if not self.scheduler.fits_alone(req):
             raise PromptError(
                 f"the request needs {req.kv_need} cached positions (prompt + max_new_tokens + one block), "
@@ -181,34 +154,9 @@ class LLMEngine:
         self._emitted[rid] = 0
         return rid
 
-    def _prefix_key(self, config: DecodeConfig) -> tuple | None:
-        """What a row's cached keys/values depend on besides its tokens: token-causal caches depend on
-        nothing else, block-causal ones on the block size. None (no sharing) where the prefix cache is
-        off or the family's prefill computes keys unlike its decoding forwards (LLaDA2's official
-        prefill mask, where a chunk's keys depend on the chunk)."""
-        causal = config.causal_cache
-        if not self.prefix_cache or not self.adapter.can_fold_prefill(causal):
-            return None
-        return ("token-causal",) if causal else ("block-causal", config.block_size)
-
     def check_limits(self, config: DecodeConfig) -> int:
-        """Raise a :class:`~.request_limits.RequestLimitError` if ``config``'s requests could feed one
-        forward more than ``max_query_tokens_per_row`` tokens a row; returns their fold limit (the prompt
-        positions a first draft may carry)."""
-        limit, chunk = self.max_query_tokens_per_row, self.runner.prefill_chunk
-        folds = self.adapter.can_fold_prefill(config.causal_cache)
-        fold = fold_limit_for(limit, config, chunk) if folds else 0
-        check_request_limits(
-            config, limit=limit, prefill_chunk=chunk, fold_limit=fold, vocab_size=self.adapter.info.vocab_size
-        )
-        return fold
-
-    def _fits(self, config: DecodeConfig) -> bool:
-        try:
-            self.check_limits(config)
-        except RequestLimitError:
-            return False
-        return True
+        """See :meth:`.admission.Admission.check_limits` (the server checks a request's settings early)."""
+        return self.admission.check_limits(config)
 
     def abort(self, request_id: Any) -> bool:
         """Abort a request; its row is freed at the next step. False if it is unknown or done."""

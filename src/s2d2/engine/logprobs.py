@@ -2,7 +2,7 @@
 
 Every value is ``log_softmax`` of the model's raw float32 logits over the whole vocabulary (no sampling
 transform applied), so a token the AR mode verified carries exactly the log-likelihood that
-:mod:`s2d2.engine.scorer` gives for it. ``source`` says which forward the value comes from.
+:mod:`s2d2.scoring.scorer` gives for it. ``source`` says which forward the value comes from.
 """
 
 from __future__ import annotations

@@ -33,8 +33,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from ..config import PRESETS, DecodeConfig
+from ..config import DecodeConfig
 from ..errors import ConfigError
+from ..presets import PRESETS
 
 #: The largest block a shipped preset names (the default bound is a whole number of it).
 PRESET_BLOCK_SIZE = max(int(p.get("block_size", 1)) for p in PRESETS.values())

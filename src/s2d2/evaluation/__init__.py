@@ -10,7 +10,7 @@
 from __future__ import annotations
 
 from .answers import extract_code, extract_gsm8k_answer, normalize_number
-from .runner import EvalReport, EvalSummary, ProblemResult, print_summary, run_eval, wilson_interval
+from .eval_loop import EvalReport, EvalSummary, ProblemResult, print_summary, run_eval, wilson_interval
 from .sandbox import ExecResult, run_python
 from .tasks import TASKS, Score, Task, get_task
 

@@ -9,7 +9,7 @@ a 4xx :class:`~s2d2.serving.errors.APIError` naming the field: the model name, r
 settings (through ``S2D2Model.make_config``, the code the CLI uses). Settings are layered: the model's
 defaults, the server's ``--preset`` (or the request's ``s2d2.preset``), the ``s2d2`` object, then the
 OpenAI / vLLM top-level fields (:data:`TOP_LEVEL`, and ``logprobs``). A request's ``s2d2.preset`` must be
-a preset name of :data:`s2d2.config.PRESETS`: a client may not make the server read one of its files
+a preset name of :data:`s2d2.presets.PRESETS`: a client may not make the server read one of its files
 (only the server's own ``--preset`` may be a file).
 
 Choices: each prompt (completions take a list) gets ``n`` of them, in response order ``prompt x n +

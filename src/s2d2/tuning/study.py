@@ -17,11 +17,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import S2D2Error
+from ..presets import PresetFile
 from .choice import TrialPoint, accuracy_floor, choose, complete_points
-from .evaluate import DevFigures, DevSet, evaluate
-from .preset_file import PresetFile
 from .progress import TuneProgress
 from .space import SEED_POINTS, SearchSpace
+from .trial_eval import DevFigures, DevSet, evaluate
 
 
 @dataclass

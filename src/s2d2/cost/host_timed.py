@@ -1,0 +1,30 @@
+"""A step-cost profile plus the engine's host time per row: what the step planner decides with.
+
+A measured profile (:class:`~.cost.FittedCost`) predicts the forward. On the host that runs it, a step
+also spends time outside the forward (the device half's small ops, the host bookkeeping, admission and
+retirement), most of it per row. A choice that takes more steps for the same tokens (AR only) pays that
+time per token more often than a draft, so the planner charges it: :class:`HostTimedCost` adds
+``host_ms_per_row x rows`` to every prediction. The figure is a constant of the engine
+(:data:`~.generic.HOST_MS_PER_ROW`), not learned from the run's wall time: the plans, and so the
+statistics, stay the same from run to run.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .step_cost import StepCost, StepShape
+
+
+@dataclass(frozen=True)
+class HostTimedCost:
+    """``inner``'s prediction plus ``host_ms_per_row`` per row (a :class:`~.cost.StepCost`)."""
+
+    inner: StepCost
+    host_ms_per_row: float
+
+    def predict_ms(self, shape: StepShape) -> float:
+        return self.inner.predict_ms(shape) + self.host_ms_per_row * shape.rows
+
+    def predict_totals(self, rows: int, tokens: int, attention: float, kv: int, padded: float) -> float:
+        return self.inner.predict_totals(rows, tokens, attention, kv, padded) + self.host_ms_per_row * rows

@@ -1,0 +1,297 @@
+"""What one engine step costs: predicted milliseconds from the step's shape.
+
+A step's shape (:class:`StepShape`) is, per row, the query tokens it feeds and the cached positions
+it attends to. Two profiles predict its time:
+
+* :class:`FittedCost`: measured on this machine by a short calibration of dummy forwards over a grid
+  (rows x query tokens x context), fitted by least squares to
+  ``ms = a + b * rows + c * tokens + d * attention / 1000`` where ``attention`` counts the query-key
+  pairs the padded attention computes (per attention group: rows x longest query x longest keys).
+  It is written to a JSON file keyed by model, device, dtype and threads, in the format
+  ``s2d2 bench-forward --json`` writes (its cells plus the fit), and read back when the key matches.
+* :class:`RooflineCost`: computed from a model's config and a hardware description (:data:`HARDWARE`,
+  from the vendors' data sheets): the larger of compute time (2 x parameters x tokens plus attention
+  FLOPs, at an efficiency) and memory time (weights read once per forward plus every row's keys and
+  values, at an efficiency), plus a fixed overhead per forward. Figures from it are projections.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import torch
+
+from ..errors import S2D2Error
+from ..files import write_text_atomically
+
+
+@dataclass(frozen=True)
+class StepShape:
+    """One forward: ``queries[i]`` tokens fed by row i after ``contexts[i]`` cached positions;
+    ``groups`` the attention groups the forward pads rows into, as ``(rows, queries, keys)`` each
+    (default: one group of them all)."""
+
+    queries: tuple[int, ...]
+    contexts: tuple[int, ...]
+    groups: tuple[tuple[int, int, int], ...] | None = None
+
+    @classmethod
+    def of(
+        cls, queries: Sequence[int], contexts: Sequence[int], groups: Sequence[Sequence[int]]
+    ) -> StepShape:
+        """``groups``: each attention group's row indices."""
+        padded = tuple(
+            (len(g), max(queries[i] for i in g), max(queries[i] + contexts[i] for i in g)) for g in groups
+        )
+        return cls(tuple(queries), tuple(contexts), padded)
+
+    @property
+    def padded_attention(self) -> int:
+        """Query-key pairs the padded attention computes: sum over groups of rows x queries x keys."""
+        if self.groups is None:
+            return len(self.queries) * max(self.queries, default=0) * max(
+                (q + c for q, c in zip(self.queries, self.contexts, strict=True)), default=0
+            )
+        return sum(r * q * k for r, q, k in self.groups)
+
+    @property
+    def rows(self) -> int:
+        return len(self.queries)
+
+    @property
+    def tokens(self) -> int:
+        return sum(self.queries)
+
+    @property
+    def attention(self) -> int:
+        """Query-key pairs scored: sum of q x (context + q) over rows."""
+        return sum(q * (c + q) for q, c in zip(self.queries, self.contexts, strict=True))
+
+
+class StepCost(Protocol):
+    def predict_ms(self, shape: StepShape) -> float: ...
+
+    def predict_totals(self, rows: int, tokens: int, attention: float, kv: int, padded: float) -> float:
+        """The same prediction from a shape's totals: rows, query tokens, query-key pairs scored
+        (:attr:`StepShape.attention`), keys held (context + queries, summed over rows) and the padded
+        attention's pairs (:attr:`StepShape.padded_attention`); the step planner's cheap form."""
+        ...
+
+
+def _features(rows: int, tokens: int, attention: int) -> list[float]:
+    return [1.0, float(rows), float(tokens), attention / 1000.0]
+
+
+@dataclass
+class FittedCost:
+    """A least-squares fit of measured forwards (see the module docstring)."""
+
+    coef: tuple[float, float, float, float]
+    key: dict[str, Any] = field(default_factory=dict)
+    cells: list[dict[str, Any]] = field(default_factory=list)
+
+    def predict_ms(self, shape: StepShape) -> float:
+        return self.predict_totals(shape.rows, shape.tokens, 0, 0, shape.padded_attention)
+
+    def predict_totals(self, rows: int, tokens: int, attention: float, kv: int, padded: float) -> float:
+        a, b, c, d = self.coef
+        return max(0.0, a + b * rows + c * tokens + d * padded / 1000.0)
+
+    @classmethod
+    def fit(cls, cells: Sequence[dict[str, Any]], key: dict[str, Any] | None = None) -> FittedCost:
+        """Fit ``cells`` (``batch``, ``context``, ``query``, ``ms`` each, as bench-forward measures)."""
+        if len(cells) < 4:
+            raise S2D2Error(f"a cost fit needs at least 4 measured forwards, got {len(cells)}")
+        shapes = [StepShape((c["query"],) * c["batch"], (c["context"],) * c["batch"]) for c in cells]
+        feats = [_features(s.rows, s.tokens, s.padded_attention) for s in shapes]
+        xs = torch.tensor(feats, dtype=torch.float64)
+        ys = torch.tensor([[float(c["ms"])] for c in cells], dtype=torch.float64)
+        # relative error matters (a 1 ms step and a 50 ms step alike): weight each cell by 1 / ms
+        w = 1.0 / ys.clamp_min(1e-3)
+        sol = torch.linalg.lstsq(xs * w, ys * w).solution.view(-1).tolist()
+        return cls(tuple(sol), dict(key or {}), list(cells))
+
+    # ------------------------------------------------------------------ the file
+    def to_json(self) -> dict[str, Any]:
+        fit = {"terms": ["1", "rows", "tokens", "attention/1000"], "coef": list(self.coef)}
+        extra = {k: self.key.get(k) for k in ("device", "dtype")}
+        return {"key": self.key, "fit": fit, "cells": self.cells, **extra}
+
+    def save(self, path: Path) -> None:
+        write_text_atomically(path, json.dumps(self.to_json(), indent=1) + "\n")
+
+    @classmethod
+    def load(cls, path: Path) -> FittedCost:
+        """Read a profile (or any ``bench-forward --json`` file: its cells are fitted)."""
+        try:
+            data = json.loads(Path(path).read_text())
+            cells = data["cells"]
+        except (OSError, json.JSONDecodeError, KeyError, TypeError) as exc:
+            raise S2D2Error(f"cannot read the cost profile {path}: {exc}") from None
+        key = data.get("key") or {k: data.get(k) for k in ("device", "dtype")}
+        fit = data.get("fit")
+        if isinstance(fit, dict) and len(fit.get("coef", ())) == 4:
+            return cls(tuple(float(c) for c in fit["coef"]), key, cells)
+        return cls.fit(cells, key)
+
+
+def profile_key(adapter: Any, model_name: str) -> dict[str, Any]:
+    """What a measured profile depends on."""
+    return {
+        "model": model_name,
+        "device": str(adapter.device),
+        "dtype": str(adapter.dtype).replace("torch.", ""),
+        "threads": torch.get_num_threads(),
+    }
+
+
+#: The calibration grid: small enough for a few seconds on a CPU with a tiny model.
+CALIBRATION = {"batch": (1, 4, 16, 64), "query": (1, 4, 16, 48), "context": (32, 192)}
+
+
+def calibrate(
+    adapter: Any, key: dict[str, Any], measure: Callable[..., list[dict[str, Any]]], repeats: int = 3
+) -> FittedCost:
+    """Time dummy forwards over :data:`CALIBRATION` (``measure`` is :func:`s2d2.cost.measure.measure`)
+    and fit them."""
+    g = CALIBRATION
+    cells = measure(adapter, g["query"], g["context"], g["batch"], repeats)
+    return FittedCost.fit(cells, key)
+
+
+def measured_profile(
+    adapter: Any, path: Path, key: dict[str, Any], measure: Callable[..., list[dict[str, Any]]]
+) -> FittedCost:
+    """The profile in ``path`` when its key matches, else a fresh calibration written there."""
+    if path.is_file():
+        prof = FittedCost.load(path)
+        if prof.key == key:
+            return prof
+    prof = calibrate(adapter, key, measure)
+    prof.save(path)
+    return prof
+
+
+# ---------------------------------------------------------------------------------------------- roofline
+@dataclass(frozen=True)
+class Hardware:
+    """A device's data-sheet figures and the share of them a decode step reaches."""
+
+    name: str
+    #: dense bf16 tensor FLOP/s and memory bytes/s
+    peak_flops: float
+    bandwidth: float
+    #: fixed cost of one forward (launches, small ops), seconds
+    overhead_s: float = 40e-6
+    compute_efficiency: float = 0.6
+    memory_efficiency: float = 0.8
+
+
+#: Data-sheet figures: H200 SXM (989 TFLOP/s bf16 dense, 4.8 TB/s HBM3e), H100 SXM (989 TFLOP/s, 3.35 TB/s),
+#: A100 80GB SXM (312 TFLOP/s, 2.04 TB/s).
+HARDWARE: dict[str, Hardware] = {
+    "h200": Hardware("h200", 989e12, 4.8e12),
+    "h100": Hardware("h100", 989e12, 3.35e12),
+    "a100": Hardware("a100", 312e12, 2.039e12),
+}
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """What a transformer's step cost depends on (read from a transformers-style config)."""
+
+    layers: int
+    hidden: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    intermediate: int
+    vocab: int
+    bytes_per_value: int = 2
+
+    @classmethod
+    def from_config(cls, config: dict[str, Any]) -> ModelShape:
+        try:
+            hidden, heads = int(config["hidden_size"]), int(config["num_attention_heads"])
+            return cls(
+                layers=int(config["num_hidden_layers"]),
+                hidden=hidden,
+                heads=heads,
+                kv_heads=int(config.get("num_key_value_heads") or heads),
+                head_dim=int(config.get("head_dim") or hidden // heads),
+                intermediate=int(config["intermediate_size"]),
+                vocab=int(config["vocab_size"]),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise S2D2Error(f"the shape config lacks a transformer setting: {exc}") from None
+
+    @property
+    def params(self) -> int:
+        """Weights read by one forward (attention, gated MLP, LM head; embeddings are gathered)."""
+        attn = self.hidden * self.head_dim * (2 * self.heads + 2 * self.kv_heads)
+        mlp = 3 * self.hidden * self.intermediate
+        return self.layers * (attn + mlp) + self.hidden * self.vocab
+
+
+@dataclass(frozen=True)
+class RooflineCost:
+    """Projected step time of ``model`` on ``hw`` (see the module docstring)."""
+
+    model: ModelShape
+    hw: Hardware
+
+    def predict_ms(self, shape: StepShape) -> float:
+        kv = sum(c + q for q, c in zip(shape.queries, shape.contexts, strict=True))
+        return self.predict_totals(shape.rows, shape.tokens, shape.attention, kv, 0)
+
+    def predict_totals(self, rows: int, tokens: int, attention: float, kv: int, padded: float) -> float:
+        m, hw = self.model, self.hw
+        flops = 2 * m.params * tokens + 4 * m.layers * m.heads * m.head_dim * attention
+        nbytes = m.bytes_per_value * (m.params + 2 * m.layers * m.kv_heads * m.head_dim * kv)
+        compute = flops / (hw.peak_flops * hw.compute_efficiency)
+        memory = nbytes / (hw.bandwidth * hw.memory_efficiency)
+        return 1e3 * (max(compute, memory) + hw.overhead_s)
+
+
+def roofline(spec: str, shape_config: str | os.PathLike[str] | dict[str, Any]) -> RooflineCost:
+    """``roofline:NAME`` for the model of ``shape_config`` (a config.json path or its dict)."""
+    name = spec.split(":", 1)[1] if ":" in spec else spec
+    if name not in HARDWARE:
+        raise S2D2Error(f"unknown hardware {name!r}; choose one of: {', '.join(HARDWARE)}")
+    if not isinstance(shape_config, dict):
+        try:
+            shape_config = json.loads(Path(shape_config).read_text())
+        except (OSError, json.JSONDecodeError) as exc:
+            raise S2D2Error(f"cannot read the shape config {shape_config}: {exc}") from None
+    return RooflineCost(ModelShape.from_config(shape_config), HARDWARE[name])
+
+
+def median_abs_error(pairs: Sequence[tuple[float, float]]) -> float:
+    """Median of |predicted - measured| / measured over ``(predicted, measured)`` pairs."""
+    errs = sorted(abs(p - m) / m for p, m in pairs if m > 0)
+    if not errs:
+        return math.nan
+    mid = len(errs) // 2
+    return errs[mid] if len(errs) % 2 else 0.5 * (errs[mid - 1] + errs[mid])
+
+
+__all__ = [
+    "HARDWARE",
+    "FittedCost",
+    "Hardware",
+    "ModelShape",
+    "RooflineCost",
+    "StepCost",
+    "StepShape",
+    "calibrate",
+    "measured_profile",
+    "median_abs_error",
+    "profile_key",
+    "roofline",
+]

@@ -1,0 +1,113 @@
+"""Admission: a prompt and its settings shaped into a :class:`~.request.Request` the engine can run.
+
+Everything decided once per request, when it is added, lives here: the prompt and limit checks, the
+block size chosen for the load and whether the planner plans it step by step (:mod:`.planner`), the
+prompt positions a first draft may carry (the fold limit), whether partial blocks are cached, the prefix
+cache's key and whether the row may lead with AR steps. The engine queues the result; the scheduler
+takes it from there.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+
+from ..adapters.base import ModelAdapter
+from ..config import DecodeConfig
+from ..decoding.routing_state import EngineRoutingState
+from ..errors import ConfigError
+from .planner import StepPlanner, fixed_config, halfway_context, planned_config
+from .request import Request, check_prompt, plans_automatically
+from .request_limits import RequestLimitError, check_request_limits, fold_limit_for
+
+
+class Admission:
+    """Shapes requests for one engine (see the module docstring); it holds no request itself."""
+
+    def __init__(
+        self,
+        adapter: ModelAdapter,
+        planner: StepPlanner,
+        *,
+        max_query_tokens_per_row: int,
+        prefill_chunk: int,
+        prefix_cache: bool,
+        make_generator: Callable[[int], torch.Generator],
+    ):
+        self.adapter = adapter
+        self.planner = planner
+        self.max_query_tokens_per_row = max_query_tokens_per_row
+        self.prefill_chunk = prefill_chunk
+        self.prefix_cache = prefix_cache
+        self.make_generator = make_generator
+
+    def request(
+        self,
+        prompt_ids: Sequence[int] | torch.Tensor,
+        config: DecodeConfig,
+        rid: Any,
+        rows: int,
+        routing: EngineRoutingState,
+    ) -> Request:
+        """The request of ``prompt_ids`` under ``config``, shaped for ``rows`` rows sharing its steps (and
+        the engine's shared routing statistics, ``routing``, which a caller may replace between requests).
+
+        A bad prompt raises :class:`PromptError`, settings over the engine's limits a
+        :class:`~.request_limits.RequestLimitError` naming the setting. Where the settings leave the block
+        size open (``plan_block_sizes``), it is chosen for the load (:mod:`.planner.block_size`)."""
+        prompt = check_prompt(prompt_ids, self.adapter.info)
+        sizes = config.block_size_choices()
+        if sizes:
+            config = planned_config(config, sizes, prompt.numel(), rows, self.planner.decide, self.fits)
+            self.planner.stats.count_block_choice(config.block_size)
+        if plans_automatically(config, self.adapter.info):
+            context = halfway_context(prompt.numel(), config)
+            if not self.planner.plans_step_by_step(rows, config.block_size, context):
+                config = fixed_config(config)
+                self.planner.stats.fixed_choices += 1
+        fold = self.check_limits(config)
+        info = self.adapter.info
+        req = Request(rid, prompt, config, info, routing=routing, make_generator=self.make_generator)
+        req.cache.fold_limit = fold
+        req.cache.partial = (
+            self.adapter.caches_partial_blocks and config.causal_cache and config.editing_threshold is None
+        )
+        req.cache.prefix_key = self.prefix_key(config)
+        req.ar_lead = req.auto_plan and self.adapter.supports_lead(config.causal_cache)
+        if config.fuse and self.adapter.info.shifted:
+            raise ConfigError(
+                "fuse is not available for shifted-prediction models (Fast-dLLM v2): their verification "
+                "is a plain causal forward with no 2L layout to carry pre-drafts"
+            )
+        return req
+
+    def prefix_key(self, config: DecodeConfig) -> tuple | None:
+        """What a row's cached keys/values depend on besides its tokens: token-causal caches depend on
+        nothing else, block-causal ones on the block size. None (no sharing) where the prefix cache is
+        off or the family's prefill computes keys unlike its decoding forwards (LLaDA2's official
+        prefill mask, where a chunk's keys depend on the chunk)."""
+        causal = config.causal_cache
+        if not self.prefix_cache or not self.adapter.can_fold_prefill(causal):
+            return None
+        return ("token-causal",) if causal else ("block-causal", config.block_size)
+
+    def check_limits(self, config: DecodeConfig) -> int:
+        """Raise a :class:`~.request_limits.RequestLimitError` if ``config``'s requests could feed one
+        forward more than ``max_query_tokens_per_row`` tokens a row; returns their fold limit (the prompt
+        positions a first draft may carry)."""
+        limit, chunk = self.max_query_tokens_per_row, self.prefill_chunk
+        folds = self.adapter.can_fold_prefill(config.causal_cache)
+        fold = fold_limit_for(limit, config, chunk) if folds else 0
+        check_request_limits(
+            config, limit=limit, prefill_chunk=chunk, fold_limit=fold, vocab_size=self.adapter.info.vocab_size
+        )
+        return fold
+
+    def fits(self, config: DecodeConfig) -> bool:
+        try:
+            self.check_limits(config)
+        except RequestLimitError:
+            return False
+        return True

@@ -1,0 +1,112 @@
+"""Turns the running rows into one batched model call.
+
+Each row contributes the segment of the forward it needs (``req.action``): a chunk of its prompt, its
+draft block (with the previous block's committed tokens folded in front), or its 2L verification. All
+segments run as ONE forward (:meth:`~s2d2.adapters.base.ModelAdapter.run`); the runner hands each row
+its own logits back and counts what the forward cost.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from ..adapters.attention_groups import split_by_length
+from ..adapters.base import ModelAdapter
+from ..adapters.segment import Segment
+from ..cost.step_cost import StepShape
+from .draft_step import VerifyMode
+from .request import Action, Request
+from .request_limits import prefill_positions
+from .step.fusion import predraft_inputs
+
+
+@dataclass
+class ForwardCounters:
+    """Engine-wide counts: forwards, rows per forward and query tokens fed to the model."""
+
+    forwards: int = 0
+    rows: int = 0
+    query_tokens: int = 0
+
+    @property
+    def mean_rows(self) -> float:
+        return self.rows / self.forwards if self.forwards else 0.0
+
+
+class ModelRunner:
+    """Builds each row's segment and runs the batch (see the module docstring)."""
+
+    def __init__(self, adapter: ModelAdapter, *, prefill_chunk: int = 512):
+        if prefill_chunk < 1:
+            raise ValueError(f"prefill_chunk must be >= 1, got {prefill_chunk}")
+        self.adapter = adapter
+        self.prefill_chunk = prefill_chunk
+        self.counters = ForwardCounters()
+
+    @staticmethod
+    def shape(segments: Sequence[Segment]) -> StepShape:
+        """The shape of a forward over ``segments`` (before it runs: cached lengths advance in it)."""
+        lengths = [s.state.length for s in segments]
+        return StepShape.of([s.n for s in segments], lengths, split_by_length(segments))
+
+    def segment(self, req: Request) -> Segment:
+        """The segment of ``req``'s next forward (host tensors; the adapter moves them to its device)."""
+        cfg, ad, cur, cache = req.config, self.adapter, req.cursor, req.cache
+        st = cache.state
+        B, causal = cfg.block_size, cfg.causal_cache
+        if cache.recompute_left > 0:
+            return self.recompute_segment(req)
+        if req.action == Action.PREFILL:
+            chunk = prefill_positions(self.prefill_chunk, B)
+            ids = torch.tensor(req.tokens[st.length : min(cache.prompt_blocks, st.length + chunk)])
+            return ad.prefill_segment(st, ids, block_size=B, causal=causal)
+        if req.action in (Action.DRAFT, Action.POST, Action.LEAD):
+            pending = req.tokens[st.length : cur.start]  # empty once a causal cache holds the block's start
+            c, ext = cache.block_cached, cache.partial
+            if req.action == Action.LEAD:
+                cur.lead = cur.candidates[0]
+                seg = ad.lead_segment(st, pending, cur.ids, start=cur.start, cached=c, extend=ext)
+            else:
+                cur.lead = req.draft_lead() if req.ar_lead else None
+                seg = ad.draft_segment(
+                    st, pending, cur.ids, start=cur.start, block_size=B, causal=causal, cached=c, extend=ext,
+                    lead=cur.lead,
+                )  # fmt: skip
+            cache.block_extension = seg.keep - len(pending)
+            return seg
+        if req.action == Action.VERIFY:
+            p, c = req.pending, cache.block_cached
+            filled = p.filled  # token ids (a list; adapters take lists or host tensors)
+            if p.mode == VerifyMode.FUSED:
+                groups = predraft_inputs(req, p.groups)
+                return ad.fused_verify_segment(
+                    st, filled, start=cur.start, slots=p.span_slots, predrafts=groups, cached=c
+                )
+            return ad.verify_segment(st, filled, start=cur.start, slots=p.span_slots, cached=c)
+        raise RuntimeError(f"request {req.request_id!r} needs no forward")
+
+    def recompute_segment(self, req: Request) -> Segment:
+        """The next chunk of a preempted row's cache, rewritten as it was first computed: prompt blocks
+        as a prefill (in the same whole-block chunks from position 0), committed output as a commit."""
+        st, cfg, cache = req.state, req.config, req.cache
+        B = cfg.block_size
+        end = min(cache.restore_to, st.length + prefill_positions(self.prefill_chunk, B))
+        make = self.adapter.commit_segment
+        if st.length < cache.prompt_blocks:
+            end, make = min(end, cache.prompt_blocks), self.adapter.prefill_segment
+        ids = torch.tensor(req.cached_tokens(end)[st.length :], dtype=torch.long)
+        return make(st, ids, block_size=B, causal=cfg.causal_cache)
+
+    def run(self, rows: Sequence[Request], segments: Sequence[Segment]) -> list[torch.Tensor]:
+        """One forward over ``segments`` (one per row of ``rows``); each row's logits, in order."""
+        logits = self.adapter.run(segments)
+        for req, seg in zip(rows, segments, strict=True):
+            req.stats.query_tokens += seg.n
+        c = self.counters
+        c.forwards += 1
+        c.rows += len(rows)
+        c.query_tokens += sum(s.n for s in segments)
+        return logits

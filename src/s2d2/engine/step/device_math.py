@@ -1,0 +1,51 @@
+"""The device half of a decode step: everything computed from a forward's logits, batched over rows.
+
+After each forward the host half (:mod:`.host`) describes what every row needs from its logits as
+queries (:class:`DraftQuery` for drafting or editing slots, :class:`VerifyQuery` for an AR-mode check of
+a drafted span); :func:`run_queries` computes them all as batched tensor operations on the model's
+device (rows with the same sampling transforms share one softmax; draws use each request's own
+generator, so a row's values never depend on its batch-mates) and brings the small results back in ONE
+transfer (:meth:`~.device.DeviceOps.to_host`). Logits never leave the device.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from .device import DeviceOps, Fetch
+from .draft_math import DraftQuery, by_transforms, draft_group, read_group
+from .verify_math import VerifyQuery, read_verifications, verify_probabilistic, verify_strict
+
+
+@torch.inference_mode()
+def run_queries(
+    dev: DeviceOps,
+    edits: Sequence[DraftQuery],
+    drafts: Sequence[DraftQuery],
+    verifies: Sequence[VerifyQuery],
+) -> None:
+    """Compute every query on the device, then fill their results from ONE transfer (see the module).
+
+    Edits are drawn before drafts, so a row that edits and drafts in one step draws in that order. Where
+    no query asks for log-probabilities, the forward's logits are masked in place (no copy where the rows
+    tile them; the forward's logits are read by this step's queries alone)."""
+    fetch = Fetch()
+    batches = (edits, drafts, verifies)
+    in_place = not any(q.req.config.logprobs is not None for batch in batches for q in batch)
+    pending = [
+        draft_group(g, dev, fetch, in_place) for batch in (edits, drafts) for g in by_transforms(batch)
+    ]
+    strict = [q for q in verifies if q.strict]
+    checks = list(zip(strict, verify_strict(strict, dev, fetch, in_place), strict=True)) if strict else []
+    checks += [(q, verify_probabilistic(q, dev, fetch)) for q in verifies if not q.strict]
+    if not fetch.parts:
+        return
+    fetch.values = dev.to_host(fetch.parts)
+    for group in pending:
+        read_group(group, fetch)
+    read_verifications(checks, fetch)
+
+
+__all__ = ["DraftQuery", "VerifyQuery", "run_queries"]

@@ -1,0 +1,170 @@
+"""Drafting on the device: the drafter's tokens, probabilities and the values routing reads, for every row
+that drafts (or edits) this step, rows with the same sampling transforms in one softmax (draws from each
+request's own generator, so a row's values never depend on its batch-mates)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from ...decoding import functional as F
+from ..draft_step import SlotDrafts
+from ..request import Request
+from .device import DeviceOps, Fetch
+from .logits_view import adjusted, without_mask_token
+
+
+@dataclass
+class DraftQuery:
+    """Draft (or edit) ``slots`` of one row from ``rows`` ``[len(slots), vocab]`` of its logits.
+
+    Flags say which values besides the drawn token and its probability the host needs.
+    """
+
+    req: Request
+    rows: torch.Tensor
+    slots: list[int]
+    entropy: bool = False
+    norm_entropy: bool = False
+    alpha: bool = False
+    #: how many most likely tokens to rank per slot (fused verification's correction branches)
+    alternatives: int = 0
+    #: keep the distributions on the device (a probabilistic verification will need them)
+    keep_probs: bool = False
+    #: OpenAI logit adjustments (``req.adjust``): each row's absolute position and the generated tokens
+    #: its context holds (from the first generated position on; the mask token where undecided)
+    positions: list[int] | None = None
+    context: list[int] | None = None
+    result: SlotDrafts | None = None
+
+
+def _transforms(req: Request) -> tuple[float, int, float]:
+    c = req.config
+    return (c.temperature, c.top_k, c.top_p)
+
+
+def by_transforms(queries: Sequence[DraftQuery]) -> list[list[DraftQuery]]:
+    """The queries with slots, grouped by sampling transforms (in order of first appearance)."""
+    groups: dict[tuple[float, int, float], list[DraftQuery]] = {}
+    for q in queries:
+        if q.slots:
+            c = q.req.config
+            key = (c.temperature, c.top_k, c.top_p)
+            if key in groups:
+                groups[key].append(q)
+            else:
+                groups[key] = [q]
+    return list(groups.values())
+
+
+def _draw(
+    probs: torch.Tensor, queries: list[DraftQuery], sizes: list[int]
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """One token per row and its probability ``[rows]`` each: argmax for greedy rows, else a draw from
+    each row's own generator. The queries share their sampling transforms, so greedy is all or none."""
+    if queries[0].req.greedy:
+        return F.greedy_pick(probs)
+    parts = probs.split(sizes)
+    drafts = torch.cat(
+        [F.sample(p, q.req.greedy, q.req.generator) for p, q in zip(parts, queries, strict=True)]
+    )
+    return drafts, F.token_probs(probs, drafts)
+
+
+@dataclass
+class DraftGroup:
+    """Queries sharing sampling transforms, and the indices of their device values in the step's fetch."""
+
+    queries: list[DraftQuery]
+    keys: dict[str, int]
+    #: widths of the per-row values with several entries a row (alternatives, top log-probabilities)
+    alternatives: int = 0
+    top: int = 0
+
+
+def draft_group(queries: list[DraftQuery], dev: DeviceOps, fetch: Fetch, in_place: bool) -> DraftGroup:
+    """Register the device values of queries sharing sampling transforms (read back by
+    :func:`read_group`); ``in_place``: see :func:`without_mask_token`."""
+    first = queries[0].req
+    temperature, top_k, top_p = _transforms(first)
+    mask_id = first.info.mask_token_id
+    sizes, k, m = [], None, 0
+    entropy = norm_entropy = keep = False
+    estimators: dict[tuple, None] = {}
+    for q in queries:
+        sizes.append(len(q.slots))
+        cfg = q.req.config
+        if cfg.logprobs is not None and (k is None or cfg.logprobs > k):
+            k = cfg.logprobs
+        entropy, norm_entropy = entropy or q.entropy, norm_entropy or q.norm_entropy
+        keep = keep or q.keep_probs
+        m = max(m, q.alternatives)
+        if q.alpha:
+            estimators[(cfg.estimator, cfg.estimator_value)] = None
+    rows = [adjusted(dev, q, q.rows) for q in queries]
+    logits, masked = without_mask_token(rows, mask_id, k is not None, in_place)
+    probs = F.probs_from_logits(masked, temperature, top_k, top_p)
+    drafts, conf = _draw(probs, queries, sizes)
+    keys = {"drafts": fetch.add(drafts), "conf": fetch.add(conf)}
+    if entropy:
+        keys["entropy"] = fetch.add(F.entropy(probs))
+    if norm_entropy:
+        keys["norm_entropy"] = fetch.add(F.normalized_entropy(probs))
+    for est in estimators:
+        keys[f"alpha:{est}"] = fetch.add(F.acceptance_estimate(est[0], probs, drafts, est[1]))
+    if m:
+        keys["alternatives"] = fetch.add(torch.topk(probs, min(m, probs.shape[-1]), dim=-1).indices)
+    if k is not None:
+        lsm = torch.log_softmax(logits.float(), dim=-1)
+        keys["logprob"] = fetch.add(lsm.gather(-1, drafts.view(-1, 1)).view(-1))
+        if k:
+            top = torch.topk(lsm, k, dim=-1)
+            keys["top_ids"], keys["top_lp"] = fetch.add(top.indices), fetch.add(top.values)
+    if keep:
+        at = 0
+        for q, n in zip(queries, sizes, strict=True):
+            if q.keep_probs:
+                q.result = SlotDrafts(q.slots, [], [], probs=probs[at : at + n])
+            at += n
+    return DraftGroup(queries, keys, m, k or 0)
+
+
+def read_group(group: DraftGroup, fetch: Fetch) -> None:
+    """Fill every query of ``group`` with its host values (its rows of the group's fetched tensors)."""
+    keys = group.keys
+    drafts, conf = fetch.ints(keys["drafts"]), fetch.get(keys["conf"])
+    at = 0
+    for q in group.queries:
+        n = len(q.slots)
+        hi = at + n
+        res = SlotDrafts(q.slots, drafts[at:hi], conf[at:hi])
+        if q.result is not None:
+            res.probs = q.result.probs
+        if q.entropy:
+            res.entropy = fetch.get(keys["entropy"])[at:hi]
+        if q.norm_entropy:
+            res.norm_entropy = fetch.get(keys["norm_entropy"])[at:hi]
+        cfg = q.req.config
+        if q.alpha:
+            res.alpha = fetch.get(keys[f"alpha:{(cfg.estimator, cfg.estimator_value)}"])[at:hi]
+        if q.alternatives:
+            w = group.alternatives
+            flat = fetch.get(keys["alternatives"])[at * w : hi * w]
+            res.alternatives = [[int(t) for t in flat[i * w : (i + 1) * w]] for i in range(n)]
+        if cfg.logprobs is not None:
+            res.logprob = fetch.get(keys["logprob"])[at:hi]
+            res.top = _tops(fetch, keys, group.top, cfg.logprobs, at, n)
+        q.result = res
+        at = hi
+
+
+def _tops(
+    fetch: Fetch, keys: dict[str, int], width: int, k: int, at: int, n: int
+) -> list[tuple[tuple[int, float], ...]]:
+    if not k:
+        return [()] * n
+    ids = fetch.get(keys["top_ids"])[at * width : (at + n) * width]
+    lps = fetch.get(keys["top_lp"])[at * width : (at + n) * width]
+    return [tuple((int(ids[i * width + j]), lps[i * width + j]) for j in range(k)) for i in range(n)]

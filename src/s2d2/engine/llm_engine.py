@@ -18,10 +18,13 @@ import torch
 from ..adapters.base import ModelAdapter
 from ..adapters.kv_pool import DEFAULT_PAGE_SIZE
 from ..config import DecodeConfig
+from ..constraints.compiler import CompiledConstraint
+from ..constraints.matcher import GrammarState
 from ..decoding.routing_state import EngineRoutingState
 from ..decoding.stats import GenerationStats
 from ..errors import ConfigError, PromptError, S2D2Error
 from .block_size_choice import halfway_context, planned_config
+from .constrained import attach_masks
 from .cost import StepCost, median_abs_error
 from .device import MAX_VOCAB, DeviceOps
 from .fault_isolation import run_isolating_failures
@@ -138,13 +141,17 @@ class LLMEngine:
         request_id: Any = None,
         *,
         expected_rows: int | None = None,
+        constraint: CompiledConstraint | None = None,
     ) -> Any:
         """Queue a request; returns its id. A bad prompt raises :class:`PromptError` at once, settings
         over the engine's limits a :class:`~.request_limits.RequestLimitError` naming the setting.
         Where the settings leave the block size open (``plan_block_sizes``), it is chosen for the load
         (:mod:`.block_size_choice`): ``expected_rows`` rows sharing its steps (default: the running and
-        waiting requests and this one, at most ``max_num_seqs``)."""
+        waiting requests and this one, at most ``max_num_seqs``). ``constraint``: structured output, a
+        grammar compiled for this model's vocabulary (:mod:`s2d2.constraints`; :mod:`.constrained`)."""
         prompt = check_prompt(prompt_ids, self.adapter.info)
+        if constraint is not None:
+            self._check_constraint(constraint, config)
         rows = expected_rows if expected_rows is not None else self.num_running + self.num_waiting + 1
         rows = min(rows, self.max_num_seqs)
         sizes = config.block_size_choices()
@@ -162,6 +169,8 @@ class LLMEngine:
             rid, prompt, config, self.adapter.info, routing=self.routing, make_generator=self.device.generator
         )
         req.cache.fold_limit = fold
+        if constraint is not None:
+            req.grammar = GrammarState(constraint)
         req.cache.partial = (
             self.adapter.caches_partial_blocks and config.causal_cache and config.editing_threshold is None
         )
@@ -180,6 +189,18 @@ class LLMEngine:
         self.scheduler.add(req)
         self._emitted[rid] = 0
         return rid
+
+    def _check_constraint(self, constraint: CompiledConstraint, config: DecodeConfig) -> None:
+        """Settings structured output cannot honour raise a one-line ConfigError."""
+        if constraint.vocab_size != self.adapter.info.vocab_size:
+            raise ConfigError(
+                f"the constraint was compiled for {constraint.vocab_size} tokens, the model has "
+                f"{self.adapter.info.vocab_size}"
+            )
+        if config.editing_threshold is not None:
+            raise ConfigError("structured output cannot be combined with token editing (editing_threshold)")
+        if config.ignore_eos:
+            raise ConfigError("structured output ends where its grammar does: ignore_eos is not available")
 
     def _prefix_key(self, config: DecodeConfig) -> tuple | None:
         """What a row's cached keys/values depend on besides its tokens: token-causal caches depend on
@@ -324,6 +345,8 @@ class LLMEngine:
         for req, lg in zip(rows, logits, strict=True):
             try:
                 w = queries(dev, req, dev.mark(lg))
+                if req.grammar is not None:
+                    attach_masks(w)
             except Exception as exc:
                 self._fail(req, exc)
                 continue
@@ -399,8 +422,10 @@ class LLMEngine:
         configs: Sequence[DecodeConfig],
         *,
         on_finish: Callable[[int, DecodeOutput], None] | None = None,
+        constraints: Sequence[CompiledConstraint | None] | None = None,
     ) -> list[DecodeOutput]:
-        """Decode every prompt with its config; results in input order.
+        """Decode every prompt with its config (and its structured-output ``constraints[i]``, if any);
+        results in input order.
 
         A prompt the engine rejects gives a ``DecodeOutput`` with ``status="failed"`` and its one-line
         ``error``; the others decode as usual. ``on_finish(index, output)`` is called as each one ends.
@@ -411,7 +436,8 @@ class LLMEngine:
         for i, (prompt, cfg) in enumerate(zip(prompts, configs, strict=True)):
             rid = ("generate", i, next(self._ids))
             try:
-                self.add_request(prompt, cfg, rid, expected_rows=rows)
+                grammar = constraints[i] if constraints is not None else None
+                self.add_request(prompt, cfg, rid, expected_rows=rows, constraint=grammar)
                 index[rid] = i
             except S2D2Error as exc:
                 results[i] = DecodeOutput(

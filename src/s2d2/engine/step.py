@@ -19,6 +19,7 @@ import time
 
 from ..decoding import functional as F
 from ..decoding.policies import SkipCheck
+from .constrained import conforming_picks
 from .draft_step import DraftStep, SlotDrafts, VerifyMode
 from .fusion import pick_group, stale_drafts
 from .logprobs import LogprobSource, TokenLogprob
@@ -335,6 +336,8 @@ def _reuse_stale(req: Request, p: DraftStep) -> None:
 def _finish_step(req: Request, p: DraftStep) -> None:
     """Top the step up to its quota with the baseline rule, feed the policy back, count the step."""
     chosen = fallback_picks(req, p)
+    if chosen and req.grammar is not None:  # structured output: left to right, within the grammar
+        chosen = conforming_picks(req, p, chosen)
     cur, v = req.cursor, p.drafts
     if chosen is not None:
         how = "baseline"

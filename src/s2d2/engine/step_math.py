@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from ..constraints.bitmask import masked_rows
 from ..decoding import functional as F
 from ..decoding.logits_adjust import adjust_logits, token_counts
 from .device import DeviceOps
@@ -44,6 +45,10 @@ class DraftQuery:
     #: its context holds (from the first generated position on; the mask token where undecided)
     positions: list[int] | None = None
     context: list[int] | None = None
+    #: structured output: host int32 grammar bitmask of the first rows (``[k, words]``), and its rows of
+    #: the step's one device bitmask (set by :func:`run_queries`)
+    grammar_bits: torch.Tensor | None = None
+    grammar_dev: torch.Tensor | None = None
     result: SlotDrafts | None = None
 
 
@@ -59,6 +64,9 @@ class VerifyQuery:
     p_rows: torch.Tensor | None = None
     positions: list[int] | None = None
     context: list[int] | None = None
+    #: structured output: the grammar bitmask of every span position (host; see :class:`DraftQuery`)
+    grammar_bits: torch.Tensor | None = None
+    grammar_dev: torch.Tensor | None = None
     n_accepted: int = 0
     correction: int | None = None
     #: the AR-mode probability of each committed token (accepted drafts, then the correction); tracing
@@ -140,8 +148,11 @@ def _without_mask_token(
 
 
 def _adjusted(dev: DeviceOps, q: DraftQuery | VerifyQuery, rows: torch.Tensor) -> torch.Tensor:
-    """``rows`` after the request's logit adjustments (:mod:`~s2d2.decoding.logits_adjust`): bias,
-    penalties counted over the generated tokens before each row's position, ``min_tokens``."""
+    """``rows`` after the request's grammar mask (structured output: forbidden tokens at -inf) and its
+    logit adjustments (:mod:`~s2d2.decoding.logits_adjust`): bias, penalties counted over the generated
+    tokens before each row's position, ``min_tokens``."""
+    if q.grammar_dev is not None:
+        rows = masked_rows(rows, q.grammar_dev)
     if q.positions is None:
         return rows
     req, adjust = q.req, q.req.adjust
@@ -405,6 +416,7 @@ def run_queries(
     tile them; the forward's logits are read by this step's queries alone)."""
     fetch = _Fetch()
     batches = (edits, drafts, verifies)
+    _upload_grammar(dev, batches)
     in_place = not any(q.req.config.logprobs is not None for batch in batches for q in batch)
     pending = [
         _draft_group(g, dev, fetch, in_place) for batch in (edits, drafts) for g in _by_transforms(batch)
@@ -418,6 +430,20 @@ def run_queries(
     for group in pending:
         _read_group(group, fetch)
     _read_verifications(checks, fetch)
+
+
+def _upload_grammar(dev: DeviceOps, batches: Sequence[Sequence[DraftQuery | VerifyQuery]]) -> None:
+    """Every query's host grammar bitmask in ONE host-to-device copy; each query gets its rows (a view)."""
+    constrained = [q for batch in batches for q in batch if q.grammar_bits is not None]
+    if not constrained:
+        return
+    parts = [q.grammar_bits for q in constrained]
+    bits = dev.from_host(torch.cat(parts) if len(parts) > 1 else parts[0])
+    at = 0
+    for q in constrained:
+        n = q.grammar_bits.shape[0]
+        q.grammar_dev = bits[at : at + n]
+        at += n
 
 
 def _read_verifications(checks: list[tuple[VerifyQuery, dict[str, int]]], fetch: _Fetch) -> None:

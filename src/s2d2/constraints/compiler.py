@@ -104,12 +104,25 @@ class GrammarCache:
             raise
         except Exception as exc:  # xgrammar raises RuntimeError / ValueError subclasses with long texts
             raise ConfigError(f"invalid {constraint.kind.replace('_', ' ')}: {_one_line(exc)}") from None
+        self._check_vocabulary(constraint, grammar)
         self.compiles += 1
         compiled = CompiledConstraint(constraint, grammar, self.vocab_size)
         self._entries[constraint] = compiled
         if len(self._entries) > self.max_entries:
             self._entries.popitem(last=False)
         return compiled
+
+    def _check_vocabulary(self, constraint: OutputConstraint, grammar: Any) -> None:
+        """A grammar none of whose first tokens the vocabulary holds is a ConfigError (the built-in
+        model's vocabulary has no braces or quotes, so it cannot begin a JSON object)."""
+        xgr = xgrammar()
+        bits = xgr.allocate_token_bitmask(1, self.vocab_size)
+        xgr.GrammarMatcher(grammar).fill_next_token_bitmask(bits, 0)
+        if not bool(bits.any()):
+            raise ConfigError(
+                f"this model's vocabulary cannot begin any output the {constraint.kind.replace('_', ' ')} "
+                "constraint allows"
+            )
 
     def _build(self, c: OutputConstraint) -> Any:
         comp = self._compiler

@@ -67,6 +67,34 @@ def _one_line(exc: BaseException) -> str:
     return text if len(text) <= 200 else text[:197] + "..."
 
 
+def _word_piece_prefix(tokenizer: Any) -> str | None:
+    """The continuation prefix of a WordPiece decoder (the built-in model's: ``@@``), else None."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    decoder = getattr(backend, "decoder", None)
+    if decoder is None or type(decoder).__name__ != "WordPiece":
+        return None
+    return decoder.prefix
+
+
+def _tokenizer_info(xgr: Any, tokenizer: Any, vocab_size: int, stops: list[int]) -> Any:
+    """xgrammar's view of the vocabulary: each token as the text it adds to the decoded output.
+
+    A WordPiece decoder joins tokens with a space unless a token starts with its continuation prefix;
+    xgrammar's own reading of such a vocabulary would see no spaces, so the grammar would constrain a
+    different text than the one returned. Here every token but a continuation carries its space: the
+    constrained text is the decoded one after one leading space (:attr:`GrammarCache.lead`)."""
+    prefix = _word_piece_prefix(tokenizer)
+    if prefix is None:
+        return xgr.TokenizerInfo.from_huggingface(tokenizer, vocab_size=vocab_size, stop_token_ids=stops)
+    special = set(getattr(tokenizer, "all_special_tokens", []))
+    vocab = [""] * vocab_size
+    for text, i in tokenizer.get_vocab().items():
+        if i < vocab_size:
+            plain = text in special
+            vocab[i] = text if plain else text[len(prefix) :] if text.startswith(prefix) else " " + text
+    return xgr.TokenizerInfo(vocab, xgr.VocabType.RAW, vocab_size=vocab_size, stop_token_ids=stops)
+
+
 class GrammarCache:
     """Compiles constraints for one tokenizer; ``compile`` returns the cached grammar when it can."""
 
@@ -81,10 +109,11 @@ class GrammarCache:
         if tokenizer is None:
             raise ConfigError("structured output needs the model's tokenizer (this model has none)")
         xgr = xgrammar()
-        info = xgr.TokenizerInfo.from_huggingface(
-            tokenizer, vocab_size=vocab_size, stop_token_ids=list(stop_token_ids)
-        )
+        info = _tokenizer_info(xgr, tokenizer, vocab_size, list(stop_token_ids))
         self.vocab_size = vocab_size
+        #: what the grammar's text has before the decoded text (a WordPiece vocabulary's first space);
+        #: regex and choice constraints are compiled after it, so they match the decoded text
+        self.lead = " " if _word_piece_prefix(tokenizer) is not None else ""
         self._compiler = xgr.GrammarCompiler(info, max_threads=1)
         self._entries: OrderedDict[OutputConstraint, CompiledConstraint] = OrderedDict()
         self.max_entries = max_entries
@@ -131,9 +160,9 @@ class GrammarCache:
         if c.kind == "json_object":
             return comp.compile_builtin_json_grammar()
         if c.kind == "regex":
-            return comp.compile_regex(c.source)
+            return comp.compile_regex(re.escape(self.lead) + c.source if self.lead else c.source)
         if c.kind == "choice":
-            return comp.compile_grammar(_choice_grammar(c.source))
+            return comp.compile_grammar(_choice_grammar([self.lead + o for o in c.source]))
         if c.kind == "grammar":
             return comp.compile_grammar(c.source)
         raise ConfigError(f"unknown constraint kind {c.kind!r}")

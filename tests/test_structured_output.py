@@ -139,3 +139,35 @@ def test_bad_constraints_are_one_line_errors(json_model, kwargs, words):
     with pytest.raises(ConfigError, match=words) as info:
         json_model.generate(PROMPTS[0], max_new_tokens=8, **kwargs)
     assert "\n" not in str(info.value)
+
+
+def test_cli_json_schema_regex_and_request_file(json_model, tmp_path, capsys):
+    from conftest import assert_one_line_error, run_cli
+
+    path = str(json_model.path)
+    schema = tmp_path / "schema.json"
+    schema.write_text(json.dumps(SCHEMAS["enum"]))
+    common = ["--model", path, "--device", "cpu", "--max-new-tokens", str(MAX_NEW)]
+    code, out, _ = run_cli(capsys, "generate", PROMPTS[1], *common, "--json-schema", str(schema), "--json")
+    assert code == 0
+    want = json_model.generate(PROMPTS[1], json_schema=SCHEMAS["enum"], max_new_tokens=MAX_NEW)
+    assert json.loads(out)["token_ids"] == want.token_ids
+    code, out, _ = run_cli(capsys, "generate", PROMPTS[1], *common, "--regex", "[0-9]{3}", "--json")
+    assert code == 0 and len(json.loads(out)["text"]) == 3
+    code, _, err = run_cli(capsys, "generate", PROMPTS[1], *common, "--regex", "([a")
+    assert_one_line_error(code, err, "invalid regex")
+    lines = [
+        {"prompt": PROMPTS[2], "json_schema": SCHEMAS["bounds"]},
+        {"prompt": PROMPTS[3], "choice": ["red", "blue"]},
+        {"prompt": PROMPTS[4], "json_schema": "{bad"},
+    ]
+    src, dst = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    src.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    code, _, _ = run_cli(
+        capsys, "generate", *common, "--input", str(src), "--output", str(dst), "--no-progress"
+    )
+    assert code == 1  # the third line fails alone
+    got = [json.loads(x) for x in dst.read_text().splitlines()]
+    jsonschema.validate(json.loads(got[0]["text"]), SCHEMAS["bounds"])
+    assert got[1]["text"] in ("red", "blue")
+    assert "not valid JSON" in got[2]["error"]

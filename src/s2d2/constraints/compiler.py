@@ -160,7 +160,7 @@ class GrammarCache:
         if c.kind == "json_object":
             return comp.compile_builtin_json_grammar()
         if c.kind == "regex":
-            return comp.compile_regex(re.escape(self.lead) + c.source if self.lead else c.source)
+            return comp.compile_regex(self.lead + c.source)  # a space is itself in a regex
         if c.kind == "choice":
             return comp.compile_grammar(_choice_grammar([self.lead + o for o in c.source]))
         if c.kind == "grammar":

@@ -3,7 +3,10 @@
 PYTHONPATH=src python scripts/structured_overhead.py
 """
 
-import cProfile, pstats, s2d2
+import cProfile
+import pstats
+
+import s2d2
 from s2d2.tasks.tiny_gsm.splits import load_split
 
 qs = [p["question"] for p in load_split("test")[:48]]

@@ -126,6 +126,9 @@ class EmulatedDeviceOps(DeviceOps):
     def arange(self, n):
         return _mark(super().arange(n))
 
+    def from_host(self, t):
+        return _mark(super().from_host(t))
+
     def rand(self, n, generator):
         return _mark(super().rand(n, generator))
 

@@ -16,6 +16,7 @@ import torch
 from .adapters import ModelAdapter, load_adapter
 from .adapters.kv_pool import DEFAULT_PAGE_SIZE
 from .config import DecodeConfig, checked_preset_file
+from .constraints import CompiledConstraint, GrammarCache, OutputConstraint, constraint_of
 from .cost.profile import resolve_cost_profile
 from .cost.step_cost import StepCost
 from .decoding.stats import GenerationStats, StepTrace
@@ -31,6 +32,8 @@ from .scoring.likelihoods import Likelihoods
 #: Models shipped inside the package, by name.
 BUILTIN_MODELS = ("tiny-gsm",)
 DEFAULT_MODEL = "tiny-gsm"
+#: Keywords of ``generate`` / ``generate_batch`` (and request files) that ask for structured output.
+CONSTRAINT_KEYS = ("response_format", "json_schema", "regex", "choice", "grammar")
 #: Rows the engine decodes together unless ``s2d2.load(..., max_num_seqs=N)`` says otherwise.
 DEFAULT_MAX_NUM_SEQS = 16
 
@@ -124,6 +127,7 @@ class S2D2Model(Likelihoods):
         #: the engine's bound on query tokens per row and forward (:mod:`s2d2.engine.request_limits`)
         self.max_query_tokens_per_row = max_query_tokens_per_row
         self._engine: LLMEngine | None = None
+        self._grammars: GrammarCache | None = None
 
     @property
     def engine(self) -> LLMEngine:
@@ -203,6 +207,20 @@ class S2D2Model(Likelihoods):
             return " ".join(str(i) for i in ids)
         return self.tokenizer.decode(ids, skip_special_tokens=True)
 
+    # ------------------------------------------------------------------ structured output
+    def compile_constraint(self, constraint: OutputConstraint | None) -> CompiledConstraint | None:
+        """``constraint`` compiled for this model's tokenizer (cached: once per distinct constraint)."""
+        if constraint is None:
+            return None
+        if self._grammars is None:
+            self._grammars = GrammarCache(self.tokenizer, self.info.vocab_size, self.info.eos_token_ids)
+        return self._grammars.compile(constraint)
+
+    def _pop_constraint(self, settings: dict[str, Any]) -> CompiledConstraint | None:
+        """Take the structured-output keywords out of ``settings``; their compiled constraint, if any."""
+        given = {k: settings.pop(k) for k in CONSTRAINT_KEYS if k in settings}
+        return self.compile_constraint(constraint_of(**given))
+
     # ------------------------------------------------------------------ generation
     def make_config(self, config: DecodeConfig | None = None, **settings: Any) -> DecodeConfig:
         """``config`` (default: :meth:`default_config`) with a preset and explicit settings on top.
@@ -245,9 +263,15 @@ class S2D2Model(Likelihoods):
         ``settings`` use the CLI flags' names with underscores (``decoder``, ``preset``, ``block_size``,
         ``steps``, ``threshold``, ``policy``, ``estimator``, ``max_new_tokens``, ``temperature``,
         ``top_k``, ``top_p``, ``seed``, ...); they override ``config`` and the preset.
+
+        Structured output (at most one): ``response_format`` (OpenAI's ``{"type": "json_object"}`` or
+        ``{"type": "json_schema", "json_schema": {"schema": ...}}``), ``json_schema`` (a dict or JSON
+        text), ``regex``, ``choice`` (a list of strings) or ``grammar`` (EBNF); see :mod:`s2d2.constraints`.
         """
+        settings = dict(settings)
+        constraint = self._pop_constraint(settings)
         cfg = self.make_config(config, **settings)
-        out = self.engine.generate([self._ids(prompt, chat)], [cfg])[0]
+        out = self.engine.generate([self._ids(prompt, chat)], [cfg], constraints=[constraint])[0]
         if out.exception is not None:
             raise out.exception
         return self._result(out, cfg)
@@ -277,18 +301,22 @@ class S2D2Model(Likelihoods):
         if per_request is not None and len(per_request) != len(prompts):
             raise ConfigError(f"per_request has {len(per_request)} entries for {len(prompts)} prompts")
         cfgs: list[DecodeConfig | None] = []
+        grammars: list[CompiledConstraint | None] = []
         ids: list[list[int] | None] = []
         failed: dict[int, str] = {}
         for i, prompt in enumerate(prompts):
-            cfg, prompt_ids = None, None
+            cfg, prompt_ids, grammar = None, None, None
             try:
-                cfg = self.make_config(config, **{**settings, **(per_request[i] if per_request else {})})
+                own = {**settings, **(per_request[i] if per_request else {})}
+                grammar = self._pop_constraint(own)
+                cfg = self.make_config(config, **own)
                 prompt_ids = check_prompt(self._ids(prompt, chat), self.info).tolist()
             except S2D2Error as exc:
                 if errors == "raise":
                     raise
                 failed[i] = str(exc)
             cfgs.append(cfg)
+            grammars.append(grammar)
             ids.append(prompt_ids)
         live = [i for i in range(len(prompts)) if i not in failed]
         results: list[GenerationResult | None] = [None] * len(prompts)
@@ -310,7 +338,12 @@ class S2D2Model(Likelihoods):
             if on_finish is not None:
                 on_finish(i, res)
 
-        self.engine.generate([ids[i] for i in live], [cfgs[i] for i in live], on_finish=done)
+        self.engine.generate(
+            [ids[i] for i in live],
+            [cfgs[i] for i in live],
+            on_finish=done,
+            constraints=[grammars[i] for i in live],
+        )
         return results  # type: ignore[return-value]
 
 

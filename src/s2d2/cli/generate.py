@@ -62,6 +62,15 @@ OutputOpt = Annotated[
 ]
 
 
+JsonSchemaOpt = Annotated[
+    Path | None,
+    typer.Option("--json-schema", help="Structured output: the text is JSON valid under this schema file."),
+]
+RegexOpt = Annotated[
+    str | None, typer.Option("--regex", help="Structured output: the text matches this regex.")
+]
+
+
 def generate_command(
     prompt: PromptArg = None,
     model: ModelOpt = "tiny-gsm",
@@ -88,6 +97,8 @@ def generate_command(
     device: DeviceOpt = None,
     dtype: DtypeOpt = None,
     sets: SetOpt = None,
+    json_schema: JsonSchemaOpt = None,
+    regex: RegexOpt = None,
 ) -> None:
     """Generate a continuation of PROMPT and print it (with --json: text, token ids and statistics).
 
@@ -115,6 +126,7 @@ def generate_command(
     )
     if trace:
         settings["trace"] = True
+    constraint = _constraint_options(json_schema, regex)
     load_kw: dict[str, Any] = {} if max_num_seqs is None else {"max_num_seqs": max_num_seqs}
     if input_path is not None or output is not None:
         if prompt is not None:
@@ -127,7 +139,14 @@ def generate_command(
             raise S2D2Error('--ids does not apply to --input (give "prompt_ids" in the file)')
         load_kw.update(device=device, dtype=dtype)
         run_request_file(
-            model, settings, input_path, output, load_kw=load_kw, chat=chat, trace=trace, progress=progress
+            model,
+            {**settings, **constraint},
+            input_path,
+            output,
+            load_kw=load_kw,
+            chat=chat,
+            trace=trace,
+            progress=progress,
         )
         return
     if prompt is None:
@@ -135,8 +154,22 @@ def generate_command(
     m = load(model, device=device, dtype=dtype, **load_kw)
     cfg = m.make_config(**settings)  # validate settings before any work
     prompt_in = _prompt_input(prompt, ids=ids or m.tokenizer is None, ids_flag=ids, model=model)
-    result = m.generate(prompt_in, cfg, chat=chat)
+    result = m.generate(prompt_in, cfg, chat=chat, **constraint)
     _print_result(result, as_json=as_json, trace=trace, engine=m.engine.stats())
+
+
+def _constraint_options(json_schema: Path | None, regex: str | None) -> dict[str, Any]:
+    """``generate``'s structured-output keywords from the flags (the schema file read here)."""
+    if json_schema is None:
+        return {} if regex is None else {"regex": regex}
+    try:
+        text = json_schema.read_text()
+    except OSError as exc:
+        raise S2D2Error(f"cannot read --json-schema {json_schema}: {exc.strerror}") from None
+    out: dict[str, Any] = {"json_schema": text}
+    if regex is not None:
+        out["regex"] = regex  # generate refuses two constraints with one line
+    return out
 
 
 def _prompt_input(prompt: str, *, ids: bool, ids_flag: bool, model: str) -> Any:

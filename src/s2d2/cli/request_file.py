@@ -34,6 +34,14 @@ class FileRequest:
 _NO_ID = object()
 #: Keys of an input line that are not decoding settings.
 _REQUEST_KEYS = ("id", "prompt", "prompt_ids", "chat")
+#: Structured-output keys of an input line (as ``generate``'s keywords) and the JSON types they take.
+_CONSTRAINT_TYPES: dict[str, tuple[type, ...]] = {
+    "response_format": (dict,),
+    "json_schema": (dict, str),
+    "regex": (str,),
+    "choice": (list,),
+    "grammar": (str,),
+}
 
 
 def _setting_types() -> dict[str, str]:
@@ -110,6 +118,12 @@ def _parse_line(raw: str, types: dict[str, str]) -> tuple[Any, str | list[int], 
     settings: dict[str, Any] = {}
     for key, value in obj.items():
         if key in _REQUEST_KEYS:
+            continue
+        if key in _CONSTRAINT_TYPES:  # checked (and compiled) by generate_batch, per line
+            if not isinstance(value, _CONSTRAINT_TYPES[key]):
+                kinds = " or ".join(t.__name__ for t in _CONSTRAINT_TYPES[key])
+                raise ValueError(f"{key!r} must be a JSON {kinds}")
+            settings[key] = value
             continue
         if key not in types:
             raise ValueError(f"unknown key {key!r} (not a decoding setting)")

@@ -16,6 +16,8 @@ import torch
 
 from ..adapters.base import ModelAdapter
 from ..config import DecodeConfig
+from ..constraints.compiler import CompiledConstraint
+from ..constraints.matcher import GrammarState
 from ..decoding.routing_state import EngineRoutingState
 from ..errors import ConfigError
 from .planner import StepPlanner, fixed_config, halfway_context, planned_config
@@ -50,14 +52,19 @@ class Admission:
         rid: Any,
         rows: int,
         routing: EngineRoutingState,
+        *,
+        constraint: CompiledConstraint | None = None,
     ) -> Request:
         """The request of ``prompt_ids`` under ``config``, shaped for ``rows`` rows sharing its steps (and
         the engine's shared routing statistics, ``routing``, which a caller may replace between requests).
 
         A bad prompt raises :class:`PromptError`, settings over the engine's limits a
         :class:`~.request_limits.RequestLimitError` naming the setting. Where the settings leave the block
-        size open (``plan_block_sizes``), it is chosen for the load (:mod:`.planner.block_size`)."""
+        size open (``plan_block_sizes``), it is chosen for the load (:mod:`.planner.block_size`).
+        ``constraint``: structured output (the request's grammar state starts from it)."""
         prompt = check_prompt(prompt_ids, self.adapter.info)
+        if constraint is not None:
+            self.check_constraint(constraint, config)
         sizes = config.block_size_choices()
         if sizes:
             config = planned_config(config, sizes, prompt.numel(), rows, self.planner.decide, self.fits)
@@ -71,6 +78,8 @@ class Admission:
         info = self.adapter.info
         req = Request(rid, prompt, config, info, routing=routing, make_generator=self.make_generator)
         req.cache.fold_limit = fold
+        if constraint is not None:
+            req.grammar = GrammarState(constraint)
         req.cache.partial = (
             self.adapter.caches_partial_blocks and config.causal_cache and config.editing_threshold is None
         )
@@ -82,6 +91,18 @@ class Admission:
                 "is a plain causal forward with no 2L layout to carry pre-drafts"
             )
         return req
+
+    def check_constraint(self, constraint: CompiledConstraint, config: DecodeConfig) -> None:
+        """Settings structured output cannot honour raise a one-line ConfigError."""
+        if constraint.vocab_size != self.adapter.info.vocab_size:
+            raise ConfigError(
+                f"the constraint was compiled for {constraint.vocab_size} tokens, the model has "
+                f"{self.adapter.info.vocab_size}"
+            )
+        if config.editing_threshold is not None:
+            raise ConfigError("structured output cannot be combined with token editing (editing_threshold)")
+        if config.ignore_eos:
+            raise ConfigError("structured output ends where its grammar does: ignore_eos is not available")
 
     def prefix_key(self, config: DecodeConfig) -> tuple | None:
         """What a row's cached keys/values depend on besides its tokens: token-causal caches depend on

@@ -18,6 +18,7 @@ import torch
 from ..adapters.base import ModelAdapter
 from ..adapters.kv_pool import DEFAULT_PAGE_SIZE
 from ..config import DecodeConfig
+from ..constraints.compiler import CompiledConstraint
 from ..cost.step_cost import StepCost, median_abs_error
 from ..decoding.routing_state import EngineRoutingState
 from ..decoding.stats import GenerationStats
@@ -33,6 +34,7 @@ from .request_limits import (
 )
 from .scheduler import Scheduler
 from .step import MAX_VOCAB, DeviceOps, DraftQuery, RowWork, VerifyQuery, advance, apply, queries, run_queries
+from .step.grammar import attach_masks
 from .step_timing import StepTiming
 
 
@@ -136,15 +138,19 @@ class LLMEngine:
         request_id: Any = None,
         *,
         expected_rows: int | None = None,
+        constraint: CompiledConstraint | None = None,
     ) -> Any:
         """Queue a request; returns its id. A bad prompt raises :class:`PromptError` at once, settings
         over the engine's limits a :class:`~.request_limits.RequestLimitError` naming the setting.
         Where the settings leave the block size open (``plan_block_sizes``), it is chosen for the load
         (:mod:`.admission`): ``expected_rows`` rows sharing its steps (default: the running and waiting
-        requests and this one, at most ``max_num_seqs``)."""
+        requests and this one, at most ``max_num_seqs``). ``constraint``: structured output, a grammar
+        compiled for this model's vocabulary (:mod:`s2d2.constraints`; :mod:`.step.grammar`)."""
         rows = expected_rows if expected_rows is not None else self.num_running + self.num_waiting + 1
         rid = next(self._ids) if request_id is None else request_id
-        req = self.admission.request(prompt_ids, config, rid, min(rows, self.max_num_seqs), self.routing)
+        req = self.admission.request(
+            prompt_ids, config, rid, min(rows, self.max_num_seqs), self.routing, constraint=constraint
+        )
         if not self.scheduler.fits_alone(req):
             raise PromptError(
                 f"the request needs {req.kv_need} cached positions (prompt + max_new_tokens + one block), "
@@ -272,6 +278,8 @@ class LLMEngine:
         for req, lg in zip(rows, logits, strict=True):
             try:
                 w = queries(dev, req, dev.mark(lg))
+                if req.grammar is not None:
+                    attach_masks(w)
             except Exception as exc:
                 self._fail(req, exc)
                 continue
@@ -347,8 +355,10 @@ class LLMEngine:
         configs: Sequence[DecodeConfig],
         *,
         on_finish: Callable[[int, DecodeOutput], None] | None = None,
+        constraints: Sequence[CompiledConstraint | None] | None = None,
     ) -> list[DecodeOutput]:
-        """Decode every prompt with its config; results in input order.
+        """Decode every prompt with its config (and its structured-output ``constraints[i]``, if any);
+        results in input order.
 
         A prompt the engine rejects gives a ``DecodeOutput`` with ``status="failed"`` and its one-line
         ``error``; the others decode as usual. ``on_finish(index, output)`` is called as each one ends.
@@ -359,7 +369,8 @@ class LLMEngine:
         for i, (prompt, cfg) in enumerate(zip(prompts, configs, strict=True)):
             rid = ("generate", i, next(self._ids))
             try:
-                self.add_request(prompt, cfg, rid, expected_rows=rows)
+                grammar = constraints[i] if constraints is not None else None
+                self.add_request(prompt, cfg, rid, expected_rows=rows, constraint=grammar)
                 index[rid] = i
             except S2D2Error as exc:
                 results[i] = DecodeOutput(

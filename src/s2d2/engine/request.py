@@ -20,6 +20,7 @@ import torch
 from ..adapters.base import ModelInfo
 from ..adapters.kv_pool import KVState
 from ..config import DecodeConfig
+from ..constraints.matcher import GrammarState
 from ..decoding.logits_adjust import LogitsAdjust
 from ..decoding.policies import Policy, make_policy
 from ..decoding.routing_state import EngineRoutingState
@@ -150,6 +151,8 @@ class Request:
     routing: EngineRoutingState | None = field(default=None, repr=False)
     #: makes the request's random generator on the model's device (the engine's ``DeviceOps.generator``)
     make_generator: Any = field(default=None, repr=False)
+    #: structured output: the grammar state over the committed output (None: free text)
+    grammar: GrammarState | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         cfg, info = self.config, self.info

@@ -226,7 +226,7 @@ async def _submit(state: ServerState, prep: Prepared) -> list[Any]:
     subs: list[Any] = []
     try:
         for row in prep.rows:
-            subs.append(state.engine.submit(row.prompt_ids, row.config))
+            subs.append(state.engine.submit(row.prompt_ids, row.config, prep.constraint))
     except (QueueFull, Draining) as exc:
         for sub in subs:
             state.engine.abort(sub.request_id)

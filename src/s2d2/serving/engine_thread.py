@@ -54,6 +54,8 @@ class Submission:
     outputs: asyncio.Queue[RequestOutput] = field(default_factory=asyncio.Queue)
     #: resolves once the engine took the request (or raised its PromptError)
     accepted: asyncio.Future[None] | None = None
+    #: structured output: the compiled constraint (None: free text)
+    constraint: Any = None
 
 
 class EngineThread:
@@ -97,7 +99,7 @@ class EngineThread:
         raises :class:`~s2d2.engine.request_limits.RequestLimitError` naming the setting to lower."""
         self.engine.check_limits(config)
 
-    def submit(self, prompt_ids: list[int], config: DecodeConfig) -> Submission:
+    def submit(self, prompt_ids: list[int], config: DecodeConfig, constraint: Any = None) -> Submission:
         """Queue a request (call from the event loop); raises a ``RequestLimitError``,
         :class:`QueueFull` or :class:`Draining`."""
         if self.draining:
@@ -108,7 +110,7 @@ class EngineThread:
                 raise QueueFull(f"the waiting queue is full ({self.max_queue} requests)")
             self._inflight += 1
         loop = asyncio.get_running_loop()
-        sub = Submission(f"req-{next(self._ids)}", prompt_ids, config, loop)
+        sub = Submission(f"req-{next(self._ids)}", prompt_ids, config, loop, constraint=constraint)
         sub.accepted = loop.create_future()
         self._commands.put(("add", sub))
         return sub
@@ -167,7 +169,7 @@ class EngineThread:
 
     def _add(self, sub: Submission) -> None:
         try:
-            self.engine.add_request(sub.prompt_ids, sub.config, sub.request_id)
+            self.engine.add_request(sub.prompt_ids, sub.config, sub.request_id, constraint=sub.constraint)
         except Exception as exc:  # a PromptError (or any bad input): this request alone fails
             self._release()
             sub.loop.call_soon_threadsafe(_resolve, sub.accepted, exc)

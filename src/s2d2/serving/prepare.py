@@ -3,14 +3,15 @@ strings and how to answer (:class:`Prepared`).
 
 Every check that can fail on user input runs here, before the request reaches the engine, and fails as
 a 4xx :class:`~s2d2.serving.errors.APIError` naming the field: the model name, refused OpenAI options
-(``response_format`` other than text, tools, ``best_of`` != ``n``, ``stream_options`` without ``stream``,
+(``functions``, ``best_of`` != ``n``, ``stream_options`` without ``stream``,
 ``top_logprobs`` without ``logprobs``, ``suffix``), the prompts (through the engine's own
 ``check_prompt``), an explicit ``max_tokens`` the context cannot hold after the prompt, and the decoding
-settings (through ``S2D2Model.make_config``, the code the CLI uses). Settings are layered: the model's
-defaults, the server's ``--preset`` (or the request's ``s2d2.preset``), the ``s2d2`` object, then the
-OpenAI / vLLM top-level fields (:data:`TOP_LEVEL`, and ``logprobs``). A request's ``s2d2.preset`` must be
-a preset name of :data:`s2d2.presets.PRESETS`: a client may not make the server read one of its files
-(only the server's own ``--preset`` may be a file).
+settings (through ``S2D2Model.make_config``, the code the CLI uses), and the structured-output fields
+(:mod:`.structured`: compiled here, so a bad schema is a 400 before anything is queued). Settings are
+layered: the model's defaults, the server's ``--preset`` (or the request's ``s2d2.preset``), the
+``s2d2`` object, then the OpenAI / vLLM top-level fields (:data:`TOP_LEVEL`, and ``logprobs``). A
+request's ``s2d2.preset`` must be a preset name of :data:`s2d2.presets.PRESETS`: a client may not make
+the server read one of its files (only the server's own ``--preset`` may be a file).
 
 Choices: each prompt (completions take a list) gets ``n`` of them, in response order ``prompt x n +
 choice``; choice j of every prompt is seeded :func:`derived_seed` (``seed + j``), so it equals a request
@@ -28,6 +29,7 @@ from ..errors import S2D2Error
 from .chat import chat_prompt_ids, encode_text
 from .errors import APIError, bad_request
 from .protocol import ChatCompletionRequest, CompletionRequest
+from .structured import check_stream, compile_for, structured_of
 
 MAX_STOP = 4
 #: Most choices (prompts x n) one request may ask for: each is an engine request.
@@ -88,6 +90,10 @@ class Prepared:
     logprobs: int | None = None
     #: warnings about the settings, reported in the response's ``s2d2.notes``
     notes: list[str] = field(default_factory=list)
+    #: structured output: the compiled constraint of every choice (None: free text), and the function a
+    #: forced tool call names (the answer is that call, its arguments the constrained text)
+    constraint: Any = None
+    tool_name: str | None = None
 
     @property
     def prompt_ids(self) -> list[int]:
@@ -112,22 +118,10 @@ def _unsupported_value(message: str, param: str) -> APIError:
     return bad_request(message, param=param, code="unsupported_value")
 
 
-def _refuse_tools(body: CompletionRequest | ChatCompletionRequest) -> None:
-    for name in ("tools", "functions"):
-        if getattr(body, name):
-            raise _unsupported_value(f"{name} are not supported (no tool calling)", name)
-    for name in ("tool_choice", "function_call"):
-        if getattr(body, name) not in (None, "none"):
-            raise _unsupported_value(f"{name} is not supported (no tool calling)", name)
-
-
 def _refused(body: CompletionRequest | ChatCompletionRequest) -> None:
     """OpenAI options the server does not implement: a 400 naming them unless they are neutral."""
-    if body.response_format is not None and body.response_format.type != "text":
-        raise _unsupported_value(
-            f"response_format {body.response_format.type!r} is not supported (only 'text')", "response_format"
-        )
-    _refuse_tools(body)
+    if isinstance(body, CompletionRequest) and body.tool_choice not in (None, "none"):
+        raise _unsupported_value("tool_choice is for chat completions", "tool_choice")
     if body.stream_options is not None and not body.stream:
         raise bad_request(
             "stream_options is only allowed with stream=true", param="stream_options", code="invalid_value"
@@ -338,8 +332,11 @@ def prepare(
     """Check ``body`` and translate it (see the module docstring); raises a 4xx APIError."""
     check_model_name(body.model, served_name)
     _refused(body)
+    structured = structured_of(body)
+    check_stream(structured, bool(body.stream))
     stop = stop_strings(body.stop)
     config, given = build_config(model, body, server_preset)
+    constraint = compile_for(model, structured)
     prompts = _prompts(model, body)
     ids = [p for p, _ in prompts]
     _check_length(ids, config, given, model.info)
@@ -355,4 +352,6 @@ def prepare(
         prompt_texts=texts,
         logprobs=config.logprobs,
         notes=_notes(config),
+        constraint=constraint,
+        tool_name=structured.tool_name,
     )

@@ -58,7 +58,7 @@ class StreamOptions(BaseModel):
 
 class ResponseFormat(BaseModel):
     model_config = ConfigDict(strict=True, extra="allow", allow_inf_nan=False)
-    type: str = Field(description="Only `text` is supported (a 400 otherwise).")
+    type: str = Field(description="`text`, `json_object` or `json_schema` (with `json_schema`).")
 
 
 class _Sampling(BaseModel):
@@ -100,9 +100,20 @@ class _Sampling(BaseModel):
     n: int | None = Field(None, ge=1, description="Choices per prompt (each its own engine request).")
     stream: bool | None = Field(None, description="Stream server-sent events, ending in `data: [DONE]`.")
     stream_options: StreamOptions | None = Field(None, description="Only with `stream`.")
-    response_format: ResponseFormat | None = Field(None, description='Only `{"type": "text"}`.')
-    tools: list[Any] | None = Field(None, description="Not supported (a 400 unless empty).")
-    tool_choice: Any = Field(None, description="Not supported (a 400 unless `none`).")
+    response_format: ResponseFormat | None = Field(
+        None, description='`{"type": "text"}`, `{"type": "json_object"}` or `{"type": "json_schema", ...}`.'
+    )
+    tools: list[Any] | None = Field(None, description="Functions `tool_choice` may name (chat).")
+    tool_choice: Any = Field(
+        None, description="`none`, or a named function: the answer calls it, arguments within its schema."
+    )
+    structured_outputs: dict[str, Any] | None = Field(
+        None, description="vLLM's: one of `json` (a schema), `regex`, `choice` (strings), `grammar` (EBNF)."
+    )
+    guided_json: Any = Field(None, description="vLLM's older name of `structured_outputs.json`.")
+    guided_regex: str | None = Field(None, description="vLLM's older name of `structured_outputs.regex`.")
+    guided_choice: list[str] | None = Field(None, description="vLLM's older `structured_outputs.choice`.")
+    guided_grammar: str | None = Field(None, description="vLLM's older `structured_outputs.grammar`.")
     functions: list[Any] | None = Field(None, description="Not supported (a 400 unless empty).")
     function_call: Any = Field(None, description="Not supported (a 400 unless `none`).")
     user: str | None = None

@@ -234,6 +234,12 @@ class Renderer:
         }
 
 
+def tool_call_message(name: str, arguments: str) -> dict[str, Any]:
+    """A chat message calling function ``name`` with ``arguments`` (JSON text, constrained to its schema)."""
+    call = {"id": new_id("call"), "type": "function", "function": {"name": name, "arguments": arguments}}
+    return {"role": "assistant", "content": None, "tool_calls": [call]}
+
+
 def completion_body(r: Renderer, results: Sequence[ChoiceResult]) -> dict[str, Any]:
     """The non-streamed response (raises a 500 APIError if a choice failed inside the engine)."""
     outcomes = [res.outcome for res in results]
@@ -251,7 +257,11 @@ def completion_body(r: Renderer, results: Sequence[ChoiceResult]) -> dict[str, A
             scored = whole
         choice: dict[str, Any] = {"index": row.index, "logprobs": r.logprobs(scored)}
         choice["finish_reason"] = res.outcome.finish_reason
-        if r.chat:
+        if r.chat and r.prep.tool_name is not None:
+            choice["message"] = tool_call_message(r.prep.tool_name, res.text)
+            if res.outcome.finish_reason == "stop":
+                choice["finish_reason"] = "tool_calls"
+        elif r.chat:
             choice["message"] = {"role": "assistant", "content": res.text}
         else:
             choice["text"] = echo + res.text

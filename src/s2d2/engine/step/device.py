@@ -49,6 +49,10 @@ class DeviceOps:
             return long_tensor(data).to(self.device)
         return torch.tensor(data, dtype=dtype, device=self.device)
 
+    def from_host(self, t: torch.Tensor) -> torch.Tensor:
+        """A host tensor copied to the device (no wait): the step's grammar bitmask, one a step."""
+        return t.to(self.device, non_blocking=True)
+
     def arange(self, n: int) -> torch.Tensor:
         """``[n]`` long tensor 0..n-1 on the device."""
         return torch.arange(n, device=self.device)

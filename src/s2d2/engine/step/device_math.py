@@ -33,6 +33,7 @@ def run_queries(
     tile them; the forward's logits are read by this step's queries alone)."""
     fetch = Fetch()
     batches = (edits, drafts, verifies)
+    _upload_grammar(dev, batches)
     in_place = not any(q.req.config.logprobs is not None for batch in batches for q in batch)
     pending = [
         draft_group(g, dev, fetch, in_place) for batch in (edits, drafts) for g in by_transforms(batch)
@@ -46,6 +47,21 @@ def run_queries(
     for group in pending:
         read_group(group, fetch)
     read_verifications(checks, fetch)
+
+
+
+def _upload_grammar(dev: DeviceOps, batches: Sequence[Sequence[DraftQuery | VerifyQuery]]) -> None:
+    """Every query's host grammar bitmask in ONE host-to-device copy; each query gets its rows (a view)."""
+    constrained = [q for batch in batches for q in batch if q.grammar_bits is not None]
+    if not constrained:
+        return
+    parts = [q.grammar_bits for q in constrained]
+    bits = dev.from_host(torch.cat(parts) if len(parts) > 1 else parts[0])
+    at = 0
+    for q in constrained:
+        n = q.grammar_bits.shape[0]
+        q.grammar_dev = bits[at : at + n]
+        at += n
 
 
 __all__ = ["DraftQuery", "VerifyQuery", "run_queries"]

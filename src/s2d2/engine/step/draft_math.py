@@ -37,6 +37,10 @@ class DraftQuery:
     #: its context holds (from the first generated position on; the mask token where undecided)
     positions: list[int] | None = None
     context: list[int] | None = None
+    #: structured output: host int32 grammar bitmask of the first rows (``[k, words]``), and its rows of
+    #: the step's one device bitmask (set by :func:`~.device_math.run_queries`)
+    grammar_bits: torch.Tensor | None = None
+    grammar_dev: torch.Tensor | None = None
     result: SlotDrafts | None = None
 
 

@@ -24,6 +24,7 @@ from ..logprobs import LogprobSource, TokenLogprob
 from ..request import Action, Request, Status
 from .device_math import DraftQuery, VerifyQuery
 from .fusion import pick_group, stale_drafts
+from .grammar import conforming_picks
 from .routing import f32, fallback_picks, route
 from .row_queries import RowWork
 
@@ -335,6 +336,8 @@ def _reuse_stale(req: Request, p: DraftStep) -> None:
 def _finish_step(req: Request, p: DraftStep) -> None:
     """Top the step up to its quota with the baseline rule, feed the policy back, count the step."""
     chosen = fallback_picks(req, p)
+    if chosen and req.grammar is not None:  # structured output: left to right, within the grammar
+        chosen = conforming_picks(req, p, chosen)
     cur, v = req.cursor, p.drafts
     if chosen is not None:
         how = "baseline"

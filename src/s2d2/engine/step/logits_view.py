@@ -7,6 +7,7 @@ from typing import Protocol
 
 import torch
 
+from ...constraints.bitmask import masked_rows
 from ...decoding.logits_adjust import adjust_logits, token_counts
 from ..request import Request
 from .device import DeviceOps
@@ -18,6 +19,7 @@ class AdjustedQuery(Protocol):
     req: Request
     positions: list[int] | None
     context: list[int] | None
+    grammar_dev: torch.Tensor | None
 
 
 def tiled(rows: list[torch.Tensor]) -> torch.Tensor | None:
@@ -64,8 +66,11 @@ def without_mask_token(
 
 
 def adjusted(dev: DeviceOps, q: AdjustedQuery, rows: torch.Tensor) -> torch.Tensor:
-    """``rows`` after the request's logit adjustments (:mod:`~s2d2.decoding.logits_adjust`): bias,
-    penalties counted over the generated tokens before each row's position, ``min_tokens``."""
+    """``rows`` after the request's grammar mask (structured output: forbidden tokens at -inf) and its
+    logit adjustments (:mod:`~s2d2.decoding.logits_adjust`): bias, penalties counted over the generated
+    tokens before each row's position, ``min_tokens``."""
+    if q.grammar_dev is not None:
+        rows = masked_rows(rows, q.grammar_dev)
     if q.positions is None:
         return rows
     req, adjust = q.req, q.req.adjust

@@ -28,6 +28,9 @@ class VerifyQuery:
     p_rows: torch.Tensor | None = None
     positions: list[int] | None = None
     context: list[int] | None = None
+    #: structured output: the grammar bitmask of every span position (host; see ``DraftQuery``)
+    grammar_bits: torch.Tensor | None = None
+    grammar_dev: torch.Tensor | None = None
     n_accepted: int = 0
     correction: int | None = None
     #: the AR-mode probability of each committed token (accepted drafts, then the correction); tracing

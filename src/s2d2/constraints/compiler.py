@@ -1,0 +1,168 @@
+"""Compiling output constraints into grammars (xgrammar), once per distinct constraint.
+
+xgrammar is an optional dependency (``pip install s2d2[structured]``); it is imported here, lazily, the
+first time a constraint is compiled. A :class:`GrammarCache` belongs to one model (its tokenizer and
+vocabulary): every request with an equal :class:`~.spec.OutputConstraint` shares one compiled grammar,
+so a long generation or a busy server never recompiles.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import ConfigError
+from .spec import OutputConstraint
+
+MISSING_LIBRARY = "structured output needs `pip install s2d2[structured]` (the xgrammar library)"
+#: Compiled grammars a cache keeps (least recently used dropped first).
+DEFAULT_CACHE_ENTRIES = 128
+
+
+def xgrammar() -> Any:
+    """The xgrammar module, or a one-line ConfigError saying how to install it."""
+    try:
+        import xgrammar as xgr
+    except ImportError:
+        raise ConfigError(MISSING_LIBRARY) from None
+    return xgr
+
+
+@dataclass(frozen=True)
+class CompiledConstraint:
+    """A compiled grammar and the vocabulary it masks (``vocab_size`` columns of the model's logits)."""
+
+    constraint: OutputConstraint
+    grammar: Any
+    vocab_size: int
+
+
+def _choice_grammar(options: Sequence[str]) -> str:
+    """EBNF for exactly one of ``options`` (each a quoted literal; JSON escapes are EBNF's)."""
+    return "root ::= " + " | ".join(json.dumps(o, ensure_ascii=False) for o in options)
+
+
+#: xgrammar's messages start with a time and a C++ source location: not for the user
+_LOCATION = re.compile(r"^\[[\d:]+\]\s+\S+:\d+:\s*")
+
+
+#: xgrammar 0.2's rule for the characters of a length-bounded JSON string admits raw control characters,
+#: which JSON forbids (its unbounded string rule excludes them): the class, and the one JSON allows
+_LOOSE_CHARS, _JSON_CHARS = r"[^\"\\\r\n]", r"[^\0-\x1f\"\\\r\n]"
+
+
+def json_schema_grammar(xgr: Any, schema: str) -> str:
+    """EBNF of ``schema`` (compact JSON: no free whitespace) whose strings hold no raw control character."""
+    text = str(xgr.Grammar.from_json_schema(schema, any_whitespace=False, strict_mode=True))
+    return text.replace(_LOOSE_CHARS, _JSON_CHARS)
+
+
+def _one_line(exc: BaseException) -> str:
+    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+    text = _LOCATION.sub("", lines[0] if lines else type(exc).__name__)
+    return text if len(text) <= 200 else text[:197] + "..."
+
+
+def _word_piece_prefix(tokenizer: Any) -> str | None:
+    """The continuation prefix of a WordPiece decoder (the built-in model's: ``@@``), else None."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    decoder = getattr(backend, "decoder", None)
+    if decoder is None or type(decoder).__name__ != "WordPiece":
+        return None
+    return decoder.prefix
+
+
+def _tokenizer_info(xgr: Any, tokenizer: Any, vocab_size: int, stops: list[int]) -> Any:
+    """xgrammar's view of the vocabulary: each token as the text it adds to the decoded output.
+
+    A WordPiece decoder joins tokens with a space unless a token starts with its continuation prefix;
+    xgrammar's own reading of such a vocabulary would see no spaces, so the grammar would constrain a
+    different text than the one returned. Here every token but a continuation carries its space: the
+    constrained text is the decoded one after one leading space (:attr:`GrammarCache.lead`)."""
+    prefix = _word_piece_prefix(tokenizer)
+    if prefix is None:
+        return xgr.TokenizerInfo.from_huggingface(tokenizer, vocab_size=vocab_size, stop_token_ids=stops)
+    special = set(getattr(tokenizer, "all_special_tokens", []))
+    vocab = [""] * vocab_size
+    for text, i in tokenizer.get_vocab().items():
+        if i < vocab_size:
+            plain = text in special
+            vocab[i] = text if plain else text[len(prefix) :] if text.startswith(prefix) else " " + text
+    return xgr.TokenizerInfo(vocab, xgr.VocabType.RAW, vocab_size=vocab_size, stop_token_ids=stops)
+
+
+class GrammarCache:
+    """Compiles constraints for one tokenizer; ``compile`` returns the cached grammar when it can."""
+
+    def __init__(
+        self,
+        tokenizer: Any,
+        vocab_size: int,
+        stop_token_ids: Sequence[int],
+        *,
+        max_entries: int = DEFAULT_CACHE_ENTRIES,
+    ):
+        if tokenizer is None:
+            raise ConfigError("structured output needs the model's tokenizer (this model has none)")
+        xgr = xgrammar()
+        info = _tokenizer_info(xgr, tokenizer, vocab_size, list(stop_token_ids))
+        self.vocab_size = vocab_size
+        #: what the grammar's text has before the decoded text (a WordPiece vocabulary's first space);
+        #: regex and choice constraints are compiled after it, so they match the decoded text
+        self.lead = " " if _word_piece_prefix(tokenizer) is not None else ""
+        self._compiler = xgr.GrammarCompiler(info, max_threads=1)
+        self._entries: OrderedDict[OutputConstraint, CompiledConstraint] = OrderedDict()
+        self.max_entries = max_entries
+        #: grammars compiled (cache misses); a test reads it to show a long generation never recompiles
+        self.compiles = 0
+
+    def compile(self, constraint: OutputConstraint) -> CompiledConstraint:
+        """The compiled grammar of ``constraint``; an invalid schema, regex or grammar is a ConfigError
+        naming the problem."""
+        hit = self._entries.get(constraint)
+        if hit is not None:
+            self._entries.move_to_end(constraint)
+            return hit
+        try:
+            grammar = self._build(constraint)
+        except ConfigError:
+            raise
+        except Exception as exc:  # xgrammar raises RuntimeError / ValueError subclasses with long texts
+            raise ConfigError(f"invalid {constraint.kind.replace('_', ' ')}: {_one_line(exc)}") from None
+        self._check_vocabulary(constraint, grammar)
+        self.compiles += 1
+        compiled = CompiledConstraint(constraint, grammar, self.vocab_size)
+        self._entries[constraint] = compiled
+        if len(self._entries) > self.max_entries:
+            self._entries.popitem(last=False)
+        return compiled
+
+    def _check_vocabulary(self, constraint: OutputConstraint, grammar: Any) -> None:
+        """A grammar none of whose first tokens the vocabulary holds is a ConfigError (the built-in
+        model's vocabulary has no braces or quotes, so it cannot begin a JSON object)."""
+        xgr = xgrammar()
+        bits = xgr.allocate_token_bitmask(1, self.vocab_size)
+        xgr.GrammarMatcher(grammar).fill_next_token_bitmask(bits, 0)
+        if not bool(bits.any()):
+            raise ConfigError(
+                f"this model's vocabulary cannot begin any output the {constraint.kind.replace('_', ' ')} "
+                "constraint allows"
+            )
+
+    def _build(self, c: OutputConstraint) -> Any:
+        comp = self._compiler
+        if c.kind == "json_schema":
+            return comp.compile_grammar(json_schema_grammar(xgrammar(), c.source))
+        if c.kind == "json_object":
+            return comp.compile_builtin_json_grammar()
+        if c.kind == "regex":
+            return comp.compile_regex(self.lead + c.source)  # a space is itself in a regex
+        if c.kind == "choice":
+            return comp.compile_grammar(_choice_grammar([self.lead + o for o in c.source]))
+        if c.kind == "grammar":
+            return comp.compile_grammar(c.source)
+        raise ConfigError(f"unknown constraint kind {c.kind!r}")

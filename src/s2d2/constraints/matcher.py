@@ -1,0 +1,83 @@
+"""One request's grammar state: which tokens the grammar allows next, given its committed output.
+
+A :class:`GrammarState` wraps an xgrammar ``GrammarMatcher`` over the request's committed generated
+tokens (``fed`` of them so far). The engine's host half asks it for bitmask rows: the next-token mask at
+the first undecided position, and, for a drafted span, the mask at every position given the drafts
+before it (the matcher walks the drafts, then rolls back to the committed prefix).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from ..errors import S2D2Error
+from .compiler import CompiledConstraint, xgrammar
+
+
+class ConstraintViolation(S2D2Error):
+    """A committed token the grammar does not allow (the engine never commits one; a bug if raised)."""
+
+
+def bitmask_words(vocab_size: int) -> int:
+    """32-bit words of one bitmask row over ``vocab_size`` tokens."""
+    return (vocab_size + 31) // 32
+
+
+class GrammarState:
+    """The grammar matcher of one request, advanced over its committed generated tokens."""
+
+    def __init__(self, compiled: CompiledConstraint):
+        xgr = xgrammar()
+        self.compiled = compiled
+        self.matcher = xgr.GrammarMatcher(compiled.grammar)
+        self.words = bitmask_words(compiled.vocab_size)
+        #: generated tokens the matcher has consumed (all committed; stops growing once terminated)
+        self.fed = 0
+
+    @property
+    def terminated(self) -> bool:
+        """The grammar ended and its stop token was accepted: nothing follows."""
+        return self.matcher.is_terminated()
+
+    def advance(self, tokens: Sequence[int]) -> None:
+        """Consume newly committed tokens; a token the grammar refuses raises ConstraintViolation."""
+        m = self.matcher
+        for t in tokens:
+            if m.is_terminated():
+                return
+            if not m.accept_token(int(t)):
+                raise ConstraintViolation(
+                    f"generated token {int(t)} at output position {self.fed} breaks the "
+                    f"{self.compiled.constraint.kind} constraint"
+                )
+            self.fed += 1
+
+    def accepted_prefix(self, tokens: Sequence[int]) -> int:
+        """How many leading ``tokens`` the grammar allows from the committed state (state unchanged)."""
+        m, n = self.matcher, 0
+        for t in tokens:
+            if m.is_terminated() or not m.accept_token(int(t)):
+                break
+            n += 1
+        if n:
+            m.rollback(n)
+        return n
+
+    def masks(self, drafts: Sequence[int], n_rows: int) -> torch.Tensor:
+        """Host int32 bitmask ``[n_rows, words]``: row i allows the tokens the grammar accepts after the
+        committed prefix and ``drafts[:i]``. Rows after a draft the grammar refuses (or after it ended)
+        allow everything: a verification stops at or before that draft anyway."""
+        out = torch.full((n_rows, self.words), -1, dtype=torch.int32)
+        m, walked = self.matcher, 0
+        for i in range(n_rows):
+            if m.is_terminated():
+                break
+            m.fill_next_token_bitmask(out, i)
+            if i + 1 == n_rows or i >= len(drafts) or not m.accept_token(int(drafts[i])):
+                break
+            walked += 1
+        if walked:
+            m.rollback(walked)
+        return out

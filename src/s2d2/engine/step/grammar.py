@@ -1,0 +1,94 @@
+"""Structured output in the engine: a constrained row's grammar masks, and what it may commit.
+
+A constrained request (``Request.grammar``, a :class:`~s2d2.constraints.matcher.GrammarState`) commits
+its output left to right within the grammar:
+
+- :func:`sync` feeds the matcher the committed generated tokens it has not seen (up to the first
+  undecided position, the *frontier*);
+- :func:`attach_masks` gives the row's queries their host bitmask rows: a draft (or AR lead) query the
+  frontier's mask at its first slot when that slot is the frontier; a verification the mask at every span
+  position, given the drafts before it (the matcher walks the drafts and rolls back). The device half
+  masks the logits with them (:mod:`.device_math`), so strict acceptance commits the constrained AR
+  argmax and a draft the grammar forbids is rejected like any mismatch;
+- :func:`conforming_picks` keeps what a baseline rule (or S2D2's fallback) commits without verification
+  to the run of consecutive slots from the frontier that the grammar allows (the frontier's own draft
+  at least, which was drawn under its mask), so every decoder's output conforms.
+"""
+
+from __future__ import annotations
+
+from ...constraints.matcher import ConstraintViolation, GrammarState
+from ..draft_step import DraftStep
+from ..request import Action, Request
+from .row_queries import RowWork
+
+
+def _token_at(req: Request, pos: int) -> int:
+    cur = req.cursor
+    if pos < cur.start or cur.ids is None:
+        return req.tokens[pos]
+    return cur.ids[pos - cur.start] if pos < cur.start + cur.length else req.info.mask_token_id
+
+
+def sync(req: Request) -> GrammarState:
+    """Feed the matcher the committed generated tokens after the ones it has; returns the state."""
+    g = req.grammar
+    assert g is not None
+    mask_id, new = req.info.mask_token_id, []
+    pos = req.n_prompt + g.fed
+    end = min(req.limit, req.cursor.start + (req.cursor.length if req.cursor.ids is not None else 0))
+    while pos < end and not g.terminated:
+        t = _token_at(req, pos)
+        if t == mask_id:
+            break
+        new.append(t)
+        pos += 1
+    if new:
+        g.advance(new)
+    return g
+
+
+def frontier_slot(req: Request) -> int:
+    """The open block's slot of the first undecided generated position (after :func:`sync`)."""
+    return req.n_prompt + req.grammar.fed - req.cursor.start
+
+
+def attach_masks(work: RowWork) -> None:
+    """Give the row's draft, lead and verification queries their grammar bitmask rows (host tensors)."""
+    req = work.req
+    g = sync(req)
+    if g.terminated:
+        return  # the output ended with the grammar; nothing after it is kept
+    front = frontier_slot(req)
+    cur = req.cursor
+    if work.draft is not None and work.draft.slots and work.draft.slots[0] == front:
+        work.draft.grammar_bits = g.masks((), 1)
+    if work.lead is not None and cur.lead == front:
+        work.lead.grammar_bits = g.masks((), 1)
+    if work.action == Action.VERIFY and work.verify is not None:
+        if req.pending.span_slots[0] != front:
+            raise ConstraintViolation(
+                f"a verified span starts at slot {req.pending.span_slots[0]}, not at the grammar's "
+                f"frontier {front}"
+            )
+        drafts = work.verify.drafts
+        work.verify.grammar_bits = g.masks(drafts, len(drafts))
+
+
+def conforming_picks(req: Request, p: DraftStep, chosen: list[int]) -> list[int]:
+    """Of the baseline rule's ``chosen`` candidate indices, the ones a constrained row may commit: the
+    frontier's candidate (always), then the chosen candidates at the consecutive slots after it, cut at
+    the first draft the grammar refuses."""
+    g = sync(req)
+    if g.terminated:
+        return chosen  # after the stop token: nothing here reaches the output
+    front = frontier_slot(req)
+    v = p.drafts
+    index = {s: i for i, s in enumerate(v.slots) if not p.done[i]}
+    if front not in index:
+        return []
+    picked, run, s = set(chosen), [index[front]], front + 1
+    while s in index and index[s] in picked:
+        run.append(index[s])
+        s += 1
+    return run[: g.accepted_prefix([v.drafts[i] for i in run])]

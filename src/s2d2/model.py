@@ -7,7 +7,6 @@ import os
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -26,28 +25,12 @@ from .engine.request import check_prompt
 from .engine.request_limits import default_max_query_tokens_per_row
 from .errors import ConfigError, ModelLoadError, PromptError, S2D2Error
 from .likelihoods import Likelihoods
+from .model_source import BUILTIN_MODELS, builtin_path, resolve_model_path  # noqa: F401 - re-exported
 from .tuning.preset_file import MODEL_PRESET_FILE, PresetFile, read_preset_file
 
-#: Models shipped inside the package, by name.
-BUILTIN_MODELS = ("tiny-gsm",)
 DEFAULT_MODEL = "tiny-gsm"
 #: Rows the engine decodes together unless ``s2d2.load(..., max_num_seqs=N)`` says otherwise.
 DEFAULT_MAX_NUM_SEQS = 16
-
-
-def builtin_path(name: str) -> Path:
-    return Path(str(resources.files("s2d2") / "models" / name))
-
-
-def resolve_model_path(name_or_path: str | os.PathLike[str]) -> Path:
-    """A built-in model's directory, or the user's path as given."""
-    name = str(name_or_path)
-    if name in BUILTIN_MODELS:
-        path = builtin_path(name)
-        if not (path / "config.json").is_file():
-            raise ModelLoadError(f"the built-in model {name!r} is not installed in this package ({path})")
-        return path
-    return Path(name).expanduser()
 
 
 class UnknownWordsWarning(UserWarning):
@@ -358,9 +341,12 @@ def load(
     prefix_cache: bool = True,
     kv_page_size: int = DEFAULT_PAGE_SIZE,
     max_num_batched_tokens: int | None = None,
+    revision: str | None = None,
     **options: Any,
 ) -> S2D2Model:
-    """Load a block-diffusion model: a built-in name (``tiny-gsm``) or a local checkpoint directory.
+    """Load a block-diffusion model: a built-in name (``tiny-gsm``), a local checkpoint directory or a
+    Hugging Face Hub repository (``ORG/NAME``, at ``revision``: a branch, tag or commit; from the cache,
+    or downloaded unless ``HF_HUB_OFFLINE=1``; see :mod:`s2d2.model_source`).
 
     The family is detected from ``config.json``; no remote code is executed; weights are read from
     safetensors. ``device``: cpu | cuda (default: cuda if available); ``dtype``: bf16 | fp16 | fp32
@@ -382,7 +368,7 @@ def load(
     planner degrades planned verifications and defers prefill chunks to keep it; at least
     ``max_query_tokens_per_row``).
     """
-    path = resolve_model_path(name_or_path)
+    path = resolve_model_path(name_or_path, revision)
     preset_path = path / MODEL_PRESET_FILE  # read first: a broken preset file fails before the slow load
     preset = read_preset_file(preset_path) if use_preset and preset_path.is_file() else None
     adapter = load_adapter(path, device=device, dtype=dtype, **options)

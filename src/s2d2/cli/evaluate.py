@@ -22,6 +22,7 @@ from .options import (
     PolicyOpt,
     PresetOpt,
     ProgressOpt,
+    RevisionOpt,
     SeedOpt,
     SetOpt,
     StepsOpt,
@@ -98,6 +99,7 @@ def eval_command(
     max_num_seqs: EvalNumSeqsOpt = 16,
     device: DeviceOpt = None,
     dtype: DtypeOpt = None,
+    revision: RevisionOpt = None,
 ) -> None:
     """Evaluate a model on GSM8K, MBPP, HumanEval or tiny-gsm: accuracy (95% CI), NFE/token, wall time."""
     from ..evaluation.runner import print_summary, run_eval
@@ -123,7 +125,14 @@ def eval_command(
     check_max_num_seqs(max_num_seqs)
     problems = t.load(data, limit)  # data errors before the (slow) model load
     m, cfg = _load_for_eval(
-        model, settings, t.max_new_tokens, chat=chat, device=device, dtype=dtype, max_num_seqs=max_num_seqs
+        model,
+        settings,
+        t.max_new_tokens,
+        chat=chat,
+        device=device,
+        dtype=dtype,
+        max_num_seqs=max_num_seqs,
+        revision=revision,
     )
     report = run_eval(
         t,
@@ -158,11 +167,12 @@ def _load_for_eval(
     device: str | None,
     dtype: str | None,
     max_num_seqs: int = 1,
+    revision: str | None = None,
 ) -> tuple[Any, Any]:
     """Load ``model`` and build its decoding config (the task's ``max_new_tokens`` unless given)."""
     from ..model import load
 
-    m = load(model, device=device, dtype=dtype, max_num_seqs=max_num_seqs)
+    m = load(model, device=device, dtype=dtype, max_num_seqs=max_num_seqs, revision=revision)
     settings.setdefault("max_new_tokens", max_new_tokens)
     cfg = m.make_config(**settings)
     if m.tokenizer is None:

@@ -182,6 +182,24 @@ def _load_for_eval(
     return m, cfg
 
 
+#: What ``s2d2 lm-eval --help`` prints before lm-eval's own help.
+LM_EVAL_HELP = """\
+s2d2 lm-eval: lm-evaluation-harness with the model 's2d2' registered (every argument goes to lm-eval).
+
+  s2d2 lm-eval --model s2d2 --model_args model=NAME,preset=lossless,block_size=8 --tasks TASK \\
+      [--batch_size N|auto]
+
+model_args of --model s2d2 (comma-separated KEY=VALUE):
+  model (or pretrained)  the built-in tiny-gsm (default), a checkpoint directory or a Hugging Face ORG/NAME
+  revision               a Hugging Face repository's branch, tag or commit
+  device, dtype          cpu | cuda; bf16 | fp16 | fp32
+  any decoding setting   decoder, preset, block_size, steps, threshold, policy, estimator, temperature, ...
+Output types: generate_until (the batched engine), loglikelihood / multiple_choice and
+loglikelihood_rolling (exact AR-mode likelihoods). Local tasks over tiny-gsm:
+python -m s2d2.evaluation.lm_eval_tasks DIR, then --include_path DIR. lm-eval's own help follows.
+"""
+
+
 def lm_eval_command(ctx: typer.Context) -> None:
     """Run lm-evaluation-harness with the 's2d2' model registered; all arguments go to lm-eval.
 
@@ -193,6 +211,8 @@ def lm_eval_command(ctx: typer.Context) -> None:
     setting (decoder, preset, block_size, policy, ...). 'pip install lm-eval' first. --help shows lm-eval's
     help.
     """
+    if any(a in ("-h", "--help") for a in ctx.args):
+        typer.echo(LM_EVAL_HELP)
     try:
         from ..evaluation.lm_eval_model import run_cli
     except ImportError as exc:

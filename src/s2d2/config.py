@@ -238,8 +238,11 @@ class DecodeConfig:
         except TypeError as exc:  # pragma: no cover - guarded by the name check above
             raise ConfigError(str(exc)) from None
         if cfg.fuse and settings.get("fuse") is None and cfg.fusion_blockers():
-            # fusion inherited from a preset or a model's defaults gives way to explicit settings it does
-            # not apply to (e.g. --decoder ar on a model whose preset fuses); asked for explicitly, it errs
+            # a model's own defaults give way to explicit settings fusion does not apply to (e.g. --decoder
+            # ar on a model whose preset fuses); a named preset's fusion is refused (s2d2.applicability)
+            from .applicability import check_inherited_fusion
+
+            check_inherited_fusion(cfg, preset)
             cfg.fuse = False
         cfg.validate()
         return cfg

@@ -14,6 +14,7 @@ import torch
 
 from .adapters import ModelAdapter, load_adapter
 from .adapters.kv_pool import DEFAULT_PAGE_SIZE
+from .applicability import refuse_for_family
 from .config import DecodeConfig
 from .cost_profile import resolve_cost_profile
 from .decoding.stats import GenerationStats, StepTrace
@@ -191,12 +192,15 @@ class S2D2Model(Likelihoods):
         """``config`` (default: :meth:`default_config`) with a preset and explicit settings on top.
 
         An explicit ``preset`` (a name or a PRESET.json file) replaces the model's own preset; explicit
-        settings win over both.
+        settings win over both. Settings that cannot apply (to this family, or a preset's fusion with
+        explicit settings that exclude it) are a one-line :class:`ConfigError` (:mod:`s2d2.applicability`).
         """
         preset = settings.pop("preset", None)
         if config is None:
             config = self.default_config() if preset is None else self.checkpoint_config()
-        return DecodeConfig.build(config, preset=preset, **settings)
+        cfg = DecodeConfig.build(config, preset=preset, **settings)
+        refuse_for_family(cfg, self.adapter.info)
+        return cfg
 
     def _ids(self, prompt: str | Sequence[int] | torch.Tensor, chat: bool) -> list[int]:
         if isinstance(prompt, str):

@@ -17,6 +17,7 @@ import torch
 
 from ..adapters.base import ModelAdapter
 from ..adapters.kv_pool import DEFAULT_PAGE_SIZE
+from ..applicability import refuse_for_family
 from ..config import DecodeConfig
 from ..decoding.routing_state import EngineRoutingState
 from ..decoding.stats import GenerationStats
@@ -167,11 +168,7 @@ class LLMEngine:
         )
         req.cache.prefix_key = self._prefix_key(config)
         req.ar_lead = req.auto_plan and self.adapter.supports_lead(config.causal_cache)
-        if config.fuse and self.adapter.info.shifted:
-            raise ConfigError(
-                "fuse is not available for shifted-prediction models (Fast-dLLM v2): their verification "
-                "is a plain causal forward with no 2L layout to carry pre-drafts"
-            )
+        refuse_for_family(config, self.adapter.info)
         if not self.scheduler.fits_alone(req):
             raise PromptError(
                 f"the request needs {req.kv_need} cached positions (prompt + max_new_tokens + one block), "

@@ -12,6 +12,9 @@ from hypothesis import settings
 
 REPO = Path(__file__).resolve().parents[1]
 
+# Tests never reach the Hugging Face Hub: a model named ORG/NAME comes from a local cache or fails.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
 # Tiny models run fastest single-threaded, and tests must not fight a busy machine for cores.
 torch.set_num_threads(1)
 

@@ -26,6 +26,8 @@ LAYERS: dict[str, int] = {
     "s2d2.decoding": 2,
     "s2d2.adapters": 2,
     "s2d2.constraints": 2,
+    "s2d2.applicability": 2,
+    "s2d2.model_source": 2,
     "s2d2.cost": 3,
     "s2d2.scoring": 3,
     # the engine, bottom to top: the row's state; the step and the scheduler; the planner and the runner;

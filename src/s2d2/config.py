@@ -239,8 +239,9 @@ class DecodeConfig:
         except TypeError as exc:  # pragma: no cover - guarded by the name check above
             raise ConfigError(str(exc)) from None
         if cfg.fuse and settings.get("fuse") is None and cfg.fusion_blockers():
-            # fusion inherited from a preset or a model's defaults gives way to explicit settings it does
-            # not apply to (e.g. --decoder ar on a model whose preset fuses); asked for explicitly, it errs
+            # a model's own defaults give way to explicit settings fusion does not apply to (e.g. --decoder
+            # ar on a model whose preset fuses); a named preset's fusion is refused (s2d2.applicability)
+            check_inherited_fusion(cfg, preset)
             cfg.fuse = False
         cfg.validate()
         return cfg
@@ -384,6 +385,21 @@ class DecodeConfig:
             "no token editing": self.editing_threshold is None,
         }
         return [k for k, ok in needs.items() if not ok]
+
+
+def check_inherited_fusion(config: DecodeConfig, preset: str | None) -> None:
+    """``config`` fuses without ``fuse`` being given and its other settings exclude fusion: return if that
+    fusion gives way (the model's defaults, or sampling under ``acceptance="auto"``), else raise a one-line
+    :class:`ConfigError` naming the preset and what fusion needs."""
+    if preset is None:
+        return
+    needs = config.fusion_blockers()
+    if needs == ["strict acceptance"] and config.acceptance == "auto":
+        return
+    raise ConfigError(
+        f"fuse (fused verification, from the preset {preset!r}) needs {', '.join(needs)}; "
+        "set fuse=false or use the preset 'lossless'"
+    )
 
 
 def preset_settings(preset: str) -> dict[str, Any]:

@@ -7,7 +7,6 @@ import os
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +14,7 @@ import torch
 
 from .adapters import ModelAdapter, load_adapter
 from .adapters.kv_pool import DEFAULT_PAGE_SIZE
+from .applicability import refuse_for_family
 from .config import DecodeConfig, checked_preset_file
 from .constraints import CompiledConstraint, GrammarCache, OutputConstraint, constraint_of
 from .cost.profile import resolve_cost_profile
@@ -26,31 +26,15 @@ from .engine.outputs import DecodeOutput
 from .engine.request import check_prompt
 from .engine.request_limits import default_max_query_tokens_per_row
 from .errors import ConfigError, ModelLoadError, PromptError, S2D2Error
+from .model_source import BUILTIN_MODELS, builtin_path, resolve_model_path  # noqa: F401 - re-exported
 from .presets import MODEL_PRESET_FILE, PresetFile
 from .scoring.likelihoods import Likelihoods
 
-#: Models shipped inside the package, by name.
-BUILTIN_MODELS = ("tiny-gsm",)
 DEFAULT_MODEL = "tiny-gsm"
 #: Keywords of ``generate`` / ``generate_batch`` (and request files) that ask for structured output.
 CONSTRAINT_KEYS = ("response_format", "json_schema", "regex", "choice", "grammar")
 #: Rows the engine decodes together unless ``s2d2.load(..., max_num_seqs=N)`` says otherwise.
 DEFAULT_MAX_NUM_SEQS = 16
-
-
-def builtin_path(name: str) -> Path:
-    return Path(str(resources.files("s2d2") / "models" / name))
-
-
-def resolve_model_path(name_or_path: str | os.PathLike[str]) -> Path:
-    """A built-in model's directory, or the user's path as given."""
-    name = str(name_or_path)
-    if name in BUILTIN_MODELS:
-        path = builtin_path(name)
-        if not (path / "config.json").is_file():
-            raise ModelLoadError(f"the built-in model {name!r} is not installed in this package ({path})")
-        return path
-    return Path(name).expanduser()
 
 
 class UnknownWordsWarning(UserWarning):
@@ -226,12 +210,15 @@ class S2D2Model(Likelihoods):
         """``config`` (default: :meth:`default_config`) with a preset and explicit settings on top.
 
         An explicit ``preset`` (a name or a PRESET.json file) replaces the model's own preset; explicit
-        settings win over both.
+        settings win over both. Settings that cannot apply (to this family, or a preset's fusion with
+        explicit settings that exclude it) are a one-line :class:`ConfigError` (:mod:`s2d2.applicability`).
         """
         preset = settings.pop("preset", None)
         if config is None:
             config = self.default_config() if preset is None else self.checkpoint_config()
-        return DecodeConfig.build(config, preset=preset, **settings)
+        cfg = DecodeConfig.build(config, preset=preset, **settings)
+        refuse_for_family(cfg, self.adapter.info)
+        return cfg
 
     def _ids(self, prompt: str | Sequence[int] | torch.Tensor, chat: bool) -> list[int]:
         if isinstance(prompt, str):
@@ -391,9 +378,12 @@ def load(
     prefix_cache: bool = True,
     kv_page_size: int = DEFAULT_PAGE_SIZE,
     max_num_batched_tokens: int | None = None,
+    revision: str | None = None,
     **options: Any,
 ) -> S2D2Model:
-    """Load a block-diffusion model: a built-in name (``tiny-gsm``) or a local checkpoint directory.
+    """Load a block-diffusion model: a built-in name (``tiny-gsm``), a local checkpoint directory or a
+    Hugging Face Hub repository (``ORG/NAME``, at ``revision``: a branch, tag or commit; from the cache,
+    or downloaded unless ``HF_HUB_OFFLINE=1``; see :mod:`s2d2.model_source`).
 
     The family is detected from ``config.json``; no remote code is executed; weights are read from
     safetensors. ``device``: cpu | cuda (default: cuda if available); ``dtype``: bf16 | fp16 | fp32
@@ -415,7 +405,7 @@ def load(
     planner degrades planned verifications and defers prefill chunks to keep it; at least
     ``max_query_tokens_per_row``).
     """
-    path = resolve_model_path(name_or_path)
+    path = resolve_model_path(name_or_path, revision)
     preset_path = path / MODEL_PRESET_FILE  # read first: a broken preset file fails before the slow load
     preset = checked_preset_file(preset_path) if use_preset and preset_path.is_file() else None
     adapter = load_adapter(path, device=device, dtype=dtype, **options)

@@ -495,3 +495,13 @@ def test_s2d2_lm_eval_cli_forwards_to_lm_eval(tmp_path, capsys):
     saved = json.loads(files[0].read_text())
     assert "s2d2_tiny_local" in saved["results"]
     assert saved["config"]["s2d2_config"]["decoder"] == "dynamic"
+
+
+def test_lm_eval_help_names_the_s2d2_model_and_its_model_args(capsys):
+    pytest.importorskip("lm_eval")
+    code, out, _ = run_cli(capsys, "lm-eval", "--help")
+    assert code == 0
+    assert "--model s2d2" in out and "model_args" in out
+    for key in ("model (or pretrained)", "revision", "device, dtype", "any decoding setting"):
+        assert key in out
+    assert "usage: lm-eval" in out  # lm-eval's own help follows

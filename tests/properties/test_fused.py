@@ -72,8 +72,10 @@ def test_fuse_needs_the_lossless_family_and_same_position_models():
         tiny.make_config(preset="lossless-fused", policy="score", fuse=True)
     with pytest.raises(s2d2.ConfigError, match="causal_cache"):
         tiny.make_config(preset="lossless", causal_cache=False, fuse=True)
-    # fusion inherited from a preset (or the model's shipped defaults) gives way to explicit settings
-    assert not tiny.make_config(preset="lossless-fused", policy="score").fuse
+    # a named preset's fusion is asked for: settings that exclude it are refused (s2d2.applicability);
+    # the model's shipped defaults give way to them
+    with pytest.raises(s2d2.ConfigError, match="from the preset 'lossless-fused'.*policy='always'"):
+        tiny.make_config(preset="lossless-fused", policy="score")
     assert not tiny.make_config(decoder="ar").fuse and tiny.make_config().fuse == tiny.default_config().fuse
     with pytest.raises(s2d2.ConfigError, match="predraft_positions"):
         tiny.make_config(preset="lossless-fused", predraft_positions=-1)

@@ -13,7 +13,7 @@ from ..bench.outdir import OUTPUT_FILES, check_out_dir
 from ..bench.report import render_table, require_matplotlib
 from ..bench.suites import SUITES, load_problems
 from ..errors import S2D2Error
-from .options import DeviceOpt, DtypeOpt, MaxNewOpt, ModelOpt, ProgressOpt, check_max_num_seqs
+from .options import DeviceOpt, DtypeOpt, MaxNewOpt, ModelOpt, ProgressOpt, RevisionOpt, check_max_num_seqs
 
 SuiteOpt = Annotated[str, typer.Option(help="Benchmark suite: tiny-gsm.")]
 SplitOpt = Annotated[str, typer.Option(help="Split of the suite: test | dev.")]
@@ -56,6 +56,7 @@ def bench_command(
     progress: ProgressOpt = True,
     device: DeviceOpt = None,
     dtype: DtypeOpt = None,
+    revision: RevisionOpt = None,
 ) -> None:
     """Run a grid of decoding configurations over the same N problems, interleaved problem by problem
     (or chunk by chunk with --max-num-seqs); print a table and write results.json, problems.jsonl,
@@ -70,7 +71,9 @@ def bench_command(
     check_max_num_seqs(max_num_seqs)
     out_dir = check_out_dir(out if out is not None else Path("runs") / f"bench-{grid}")
     require_matplotlib()
-    m = _load_model(model, device=device, dtype=dtype, threads=threads, max_num_seqs=max_num_seqs)
+    m = _load_model(
+        model, device=device, dtype=dtype, threads=threads, max_num_seqs=max_num_seqs, revision=revision
+    )
     results = run_bench(
         m,
         problems,
@@ -88,7 +91,13 @@ def bench_command(
 
 
 def _load_model(
-    model: str, *, device: str | None, dtype: str | None, threads: int | None, max_num_seqs: int = 1
+    model: str,
+    *,
+    device: str | None,
+    dtype: str | None,
+    threads: int | None,
+    max_num_seqs: int = 1,
+    revision: str | None = None,
 ) -> Any:
     """Set torch's thread count and load ``model`` (its engine decoding ``max_num_seqs`` rows together);
     any loading failure becomes one line."""
@@ -99,7 +108,9 @@ def _load_model(
     if threads is not None:
         torch.set_num_threads(threads)
     try:
-        m = load(model, device=device, dtype=dtype, max_num_seqs=max_num_seqs, use_preset=False)
+        m = load(
+            model, device=device, dtype=dtype, max_num_seqs=max_num_seqs, use_preset=False, revision=revision
+        )
         freeze_loaded_heap()
         return m
     except S2D2Error:

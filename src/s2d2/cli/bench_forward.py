@@ -12,11 +12,14 @@ import typer
 from ..cost.step_cost import FittedCost, profile_key
 from ..errors import S2D2Error
 from .bench_batch import _int_list
-from .options import DeviceOpt, DtypeOpt
+from .options import DeviceOpt, DtypeOpt, RevisionOpt
 
 
 def bench_forward_command(
-    model: Annotated[str | None, typer.Option("--model", "-m", help="Built-in name or checkpoint.")] = None,
+    model: Annotated[
+        str | None,
+        typer.Option("--model", "-m", help="Built-in name, checkpoint directory or Hugging Face ORG/NAME."),
+    ] = None,
     config_json: Annotated[
         Path | None, typer.Option("--config-json", help="A config.json: time a random model of that shape.")
     ] = None,
@@ -31,6 +34,7 @@ def bench_forward_command(
     json_out: Annotated[Path | None, typer.Option("--json", help="Also write the table here.")] = None,
     device: DeviceOpt = None,
     dtype: DtypeOpt = None,
+    revision: RevisionOpt = None,
 ) -> None:
     """Time one batched forward for every (batch, context, query) cell of a checkpoint or of a random model
     built from a config, and (with --results) project each bench configuration's wall speed-up vs AR
@@ -49,7 +53,7 @@ def bench_forward_command(
     if min(qs + cs + bs) < 1 or repeats < 1:
         raise S2D2Error("--query, --context, --batch and --repeats take integers >= 1")
     if model is not None:
-        adapter = load(model, device=device, dtype=dtype).adapter
+        adapter = load(model, device=device, dtype=dtype, revision=revision).adapter
     else:
         adapter = forward_cost.random_adapter(config_json, device=device, dtype=dtype)
     if adapter.fast is None:
@@ -60,7 +64,7 @@ def bench_forward_command(
     for r in rows:
         per_token_us = 1000 * r["ms"] / (r["query"] * r["batch"])
         typer.echo(f"| {r['batch']} | {r['context']} | {r['query']} | {r['ms']:.3f} | {per_token_us:.1f} |")
-    # the same format a measured step-cost profile has (engine.cost): its cells, key and fit
+    # the same format a measured step-cost profile has (cost.step_cost): its cells, key and fit
     name = model if model is not None else str(config_json)
     out = {"device": str(adapter.device), "dtype": str(adapter.dtype), "cells": rows}
     if len(rows) >= 4:

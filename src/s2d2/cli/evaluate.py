@@ -22,6 +22,7 @@ from .options import (
     PolicyOpt,
     PresetOpt,
     ProgressOpt,
+    RevisionOpt,
     SeedOpt,
     SetOpt,
     StepsOpt,
@@ -98,6 +99,7 @@ def eval_command(
     max_num_seqs: EvalNumSeqsOpt = 16,
     device: DeviceOpt = None,
     dtype: DtypeOpt = None,
+    revision: RevisionOpt = None,
 ) -> None:
     """Evaluate a model on GSM8K, MBPP, HumanEval or tiny-gsm: accuracy (95% CI), NFE/token, wall time."""
     from ..evaluation.eval_loop import print_summary, run_eval
@@ -123,7 +125,14 @@ def eval_command(
     check_max_num_seqs(max_num_seqs)
     problems = t.load(data, limit)  # data errors before the (slow) model load
     m, cfg = _load_for_eval(
-        model, settings, t.max_new_tokens, chat=chat, device=device, dtype=dtype, max_num_seqs=max_num_seqs
+        model,
+        settings,
+        t.max_new_tokens,
+        chat=chat,
+        device=device,
+        dtype=dtype,
+        max_num_seqs=max_num_seqs,
+        revision=revision,
     )
     report = run_eval(
         t,
@@ -158,11 +167,12 @@ def _load_for_eval(
     device: str | None,
     dtype: str | None,
     max_num_seqs: int = 1,
+    revision: str | None = None,
 ) -> tuple[Any, Any]:
     """Load ``model`` and build its decoding config (the task's ``max_new_tokens`` unless given)."""
     from ..model import load
 
-    m = load(model, device=device, dtype=dtype, max_num_seqs=max_num_seqs)
+    m = load(model, device=device, dtype=dtype, max_num_seqs=max_num_seqs, revision=revision)
     settings.setdefault("max_new_tokens", max_new_tokens)
     cfg = m.make_config(**settings)
     if m.tokenizer is None:
@@ -170,6 +180,24 @@ def _load_for_eval(
     if chat and not getattr(m.tokenizer, "chat_template", None):
         raise S2D2Error(f"model {model} has no chat template; drop --chat")
     return m, cfg
+
+
+#: What ``s2d2 lm-eval --help`` prints before lm-eval's own help.
+LM_EVAL_HELP = """\
+s2d2 lm-eval: lm-evaluation-harness with the model 's2d2' registered (every argument goes to lm-eval).
+
+  s2d2 lm-eval --model s2d2 --model_args model=NAME,preset=lossless,block_size=8 --tasks TASK \\
+      [--batch_size N|auto]
+
+model_args of --model s2d2 (comma-separated KEY=VALUE):
+  model (or pretrained)  the built-in tiny-gsm (default), a checkpoint directory or a Hugging Face ORG/NAME
+  revision               a Hugging Face repository's branch, tag or commit
+  device, dtype          cpu | cuda; bf16 | fp16 | fp32
+  any decoding setting   decoder, preset, block_size, steps, threshold, policy, estimator, temperature, ...
+Output types: generate_until (the batched engine), loglikelihood / multiple_choice and
+loglikelihood_rolling (exact AR-mode likelihoods). Local tasks over tiny-gsm:
+python -m s2d2.evaluation.lm_eval_tasks DIR, then --include_path DIR. lm-eval's own help follows.
+"""
 
 
 def lm_eval_command(ctx: typer.Context) -> None:
@@ -183,6 +211,8 @@ def lm_eval_command(ctx: typer.Context) -> None:
     setting (decoder, preset, block_size, policy, ...). 'pip install lm-eval' first. --help shows lm-eval's
     help.
     """
+    if any(a in ("-h", "--help") for a in ctx.args):
+        typer.echo(LM_EVAL_HELP)
     try:
         from ..evaluation.lm_eval_model import run_cli
     except ImportError as exc:

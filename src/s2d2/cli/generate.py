@@ -22,6 +22,7 @@ from .options import (
     PolicyOpt,
     PresetOpt,
     ProgressOpt,
+    RevisionOpt,
     SeedOpt,
     SetOpt,
     StepsOpt,
@@ -99,6 +100,7 @@ def generate_command(
     sets: SetOpt = None,
     json_schema: JsonSchemaOpt = None,
     regex: RegexOpt = None,
+    revision: RevisionOpt = None,
 ) -> None:
     """Generate a continuation of PROMPT and print it (with --json: text, token ids and statistics).
 
@@ -128,6 +130,8 @@ def generate_command(
         settings["trace"] = True
     constraint = _constraint_options(json_schema, regex)
     load_kw: dict[str, Any] = {} if max_num_seqs is None else {"max_num_seqs": max_num_seqs}
+    if revision is not None:
+        load_kw["revision"] = revision
     if input_path is not None or output is not None:
         if prompt is not None:
             raise S2D2Error("give either PROMPT or --input, not both")

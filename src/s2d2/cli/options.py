@@ -18,7 +18,20 @@ T = TypeVar("T")
 R = TypeVar("R")
 
 # ---------------------------------------------------------------------------------------------- model
-ModelOpt = Annotated[str, typer.Option("--model", "-m", help="Built-in model name or checkpoint directory.")]
+ModelOpt = Annotated[
+    str,
+    typer.Option(
+        "--model", "-m", help="Built-in model name, checkpoint directory or Hugging Face repository ORG/NAME."
+    ),
+]
+RevisionOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--revision",
+        help="With a Hugging Face repository as --model: the branch, tag or commit (default: main).",
+        show_default=False,
+    ),
+]
 DeviceOpt = Annotated[str | None, typer.Option(help="cpu | cuda (default: cuda if available).")]
 DtypeOpt = Annotated[
     str | None, typer.Option(help="bf16 | fp16 | fp32 (default: fp32 on CPU, bf16 on CUDA).")

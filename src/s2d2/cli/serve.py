@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 
 from ..errors import S2D2Error
-from .options import DeviceOpt, DtypeOpt, ModelOpt, PresetOpt, check_kv_options
+from .options import DeviceOpt, DtypeOpt, ModelOpt, PresetOpt, RevisionOpt, check_kv_options
 
 HostOpt = Annotated[str, typer.Option(help="Address to listen on.")]
 PortOpt = Annotated[int, typer.Option(help="Port to listen on.")]
@@ -160,6 +160,7 @@ def serve_command(
     kv_budget_tokens: KVBudgetOpt = None,
     cost_profile: CostProfileOpt = None,
     max_num_batched_tokens: BatchedTokensOpt = None,
+    revision: RevisionOpt = None,
 ) -> None:
     """Serve MODEL over an OpenAI-compatible HTTP API (completions, chat completions, streaming)."""
     _need_serve_extra()
@@ -171,6 +172,8 @@ def serve_command(
         raise S2D2Error("--api-key (or S2D2_API_KEY) must not be empty")
     check_kv_options(kv_page_size, kv_budget_tokens)
     memory = dict(prefix_cache=prefix_cache, kv_page_size=kv_page_size, kv_budget_tokens=kv_budget_tokens)
+    if revision is not None:
+        memory["revision"] = revision
     hosts = [h.strip() for h in allowed_hosts.split(",") if h.strip()] if allowed_hosts else None
     options = dict(
         preset=preset,
@@ -189,8 +192,10 @@ def serve_command(
             raise S2D2Error("--cost-profile and --max-num-batched-tokens do not apply with --ray yet")
         if routing_state is not None:
             raise S2D2Error("--routing-state does not apply with --ray (each replica learns on its own)")
+        from ..model_source import resolve_model_path
         from ..serving.ray import serve_ray
 
+        resolve_model_path(model, revision)  # a missing model fails here, one line, before Ray starts
         serve_ray(
             model,
             host=host,

@@ -17,6 +17,7 @@ from .options import (
     ModelOpt,
     PolicyOpt,
     PresetOpt,
+    RevisionOpt,
     SeedOpt,
     SetOpt,
     StepsOpt,
@@ -56,6 +57,7 @@ def trace_command(
     device: DeviceOpt = None,
     dtype: DtypeOpt = None,
     sets: SetOpt = None,
+    revision: RevisionOpt = None,
 ) -> None:
     """Decode PROMPT with the given settings and show every step of every block: the block's tokens
     coloured by how they were committed (accepted draft, AR correction or resample, fallback commit,
@@ -70,7 +72,7 @@ def trace_command(
         top_k=top_k, top_p=top_p, seed=seed, sets=sets,
     )  # fmt: skip
     settings["trace"] = True
-    m = load(model, device=device, dtype=dtype, max_num_seqs=1)
+    m = load(model, device=device, dtype=dtype, max_num_seqs=1, revision=revision)
     cfg = m.make_config(**settings)
     ids = m.encode(prompt, chat=chat)
     result = m.generate(ids, cfg)

@@ -8,7 +8,7 @@ from typing import Annotated, Any
 import typer
 
 from ..errors import S2D2Error
-from .options import DeviceOpt, DtypeOpt, MaxNewOpt, ModelOpt, ProgressOpt
+from .options import DeviceOpt, DtypeOpt, MaxNewOpt, ModelOpt, ProgressOpt, RevisionOpt
 
 TASKS = ("tiny-gsm", "gsm8k")
 
@@ -55,6 +55,7 @@ def tune_command(
     progress: ProgressOpt = True,
     device: DeviceOpt = None,
     dtype: DtypeOpt = None,
+    revision: RevisionOpt = None,
 ) -> None:
     """Tune S2D2's settings (block size, causal cache, routing policy and parameters, estimator, score,
     fallback, acceptance) on dev problems with Optuna: AR runs once, every trial decodes the problems as
@@ -78,7 +79,7 @@ def tune_command(
     )
     _require_optuna()
     problems, task_obj = load_dev_problems(task, split, n, data)
-    m = _load(model, device, dtype, threads, max_num_seqs)
+    m = _load(model, device, dtype, threads, max_num_seqs, revision)
     from ..tuning.trial_eval import DevSet
 
     dev = DevSet(problems, task_obj, max_new_tokens or task_obj.max_new_tokens, task_obj.default_chat(m))
@@ -129,7 +130,9 @@ def load_dev_problems(task: str, split: str, n: int | None, data: Path | None) -
     return load_problems("tiny-gsm", split, n), task_obj
 
 
-def _load(model: str, device: str | None, dtype: str | None, threads: int | None, seqs: int) -> Any:
+def _load(
+    model: str, device: str | None, dtype: str | None, threads: int | None, seqs: int, revision: str | None
+) -> Any:
     """The model, without its own s2d2_preset.json (trials set every searched setting themselves)."""
     import torch
 
@@ -139,7 +142,7 @@ def _load(model: str, device: str | None, dtype: str | None, threads: int | None
         if threads < 1:
             raise S2D2Error(f"--threads must be >= 1, got {threads}")
         torch.set_num_threads(threads)
-    return load(model, device=device, dtype=dtype, max_num_seqs=seqs, use_preset=False)
+    return load(model, device=device, dtype=dtype, max_num_seqs=seqs, use_preset=False, revision=revision)
 
 
 def run_and_write(m: Any, dev: Any, spec: Any, out: Path, *, name: str | None, progress: bool) -> None:

@@ -15,6 +15,7 @@ from typing import Any
 import torch
 
 from ..adapters.base import ModelAdapter
+from ..applicability import refuse_for_family
 from ..config import DecodeConfig
 from ..constraints.compiler import CompiledConstraint
 from ..constraints.matcher import GrammarState
@@ -85,11 +86,7 @@ class Admission:
         )
         req.cache.prefix_key = self.prefix_key(config)
         req.ar_lead = req.auto_plan and self.adapter.supports_lead(config.causal_cache)
-        if config.fuse and self.adapter.info.shifted:
-            raise ConfigError(
-                "fuse is not available for shifted-prediction models (Fast-dLLM v2): their verification "
-                "is a plain causal forward with no 2L layout to carry pre-drafts"
-            )
+        refuse_for_family(config, self.adapter.info)
         return req
 
     def check_constraint(self, constraint: CompiledConstraint, config: DecodeConfig) -> None:

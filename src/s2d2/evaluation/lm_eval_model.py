@@ -17,10 +17,11 @@ available). From Python::
 From the command line: ``s2d2 lm-eval --model s2d2 --model_args model=DIR,preset=lossless,block_size=8
 --tasks my_task --include_path my_tasks/`` (every argument goes to lm-eval's own CLI).
 
-model_args: ``model`` (or ``pretrained``): a built-in name or checkpoint directory (default ``tiny-gsm``);
-``device``, ``dtype``; every other key is a decoding setting (``decoder``, ``preset``, ``block_size``,
-``steps``, ``threshold``, ``policy``, ``estimator``, ``temperature``, ...), with values parsed to ints,
-floats and booleans where they look like them.
+model_args: ``model`` (or ``pretrained``): a built-in name, checkpoint directory or Hugging Face repository
+``ORG/NAME`` (default ``tiny-gsm``); ``revision`` (a Hub repository's branch, tag or commit); ``device``,
+``dtype``; every other key is a decoding setting (``decoder``, ``preset``, ``block_size``, ``steps``,
+``threshold``, ``policy``, ``estimator``, ``temperature``, ...), with values parsed to ints, floats and
+booleans where they look like them.
 
 * ``generate_until``: the requests decode on the batched engine (:meth:`s2d2.S2D2Model.generate_batch`),
   ``batch_size`` rows at a time (the same outputs as one at a time); stop strings (``until``) trim the
@@ -56,7 +57,7 @@ __all__ = ["S2D2LM", "parse_batch_size", "parse_value", "register", "run_cli"]
 log = logging.getLogger(__name__)
 
 #: Keys of model_args that are not decoding settings.
-_LOAD_KEYS = ("model", "pretrained", "device", "dtype")
+_LOAD_KEYS = ("model", "pretrained", "revision", "device", "dtype")
 #: Keys lm-eval adds or that other models take; accepted and ignored.
 _IGNORED_KEYS = ("max_batch_size", "trust_remote_code", "parallelize", "max_length")
 #: Requests per scoring call with ``batch_size=auto`` (the scorer packs its forwards by its own budget).
@@ -121,6 +122,7 @@ class S2D2LM(LM):
         pretrained: str | None = None,
         device: str | None = None,
         dtype: str | None = None,
+        revision: str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__()
@@ -135,6 +137,8 @@ class S2D2LM(LM):
         settings = {k: parse_value(v) for k, v in kwargs.items()}
         device = self._pick_device(parse_value(device))
         rows = {} if self.batch_size is None else {"max_num_seqs": self.batch_size}
+        if revision is not None:
+            rows["revision"] = str(revision)
         self.model = load(name, device=device, dtype=None if dtype is None else str(dtype), **rows)
         self.config = self.model.make_config(**settings)  # invalid settings fail here, one line
         self.model_name = name

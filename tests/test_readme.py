@@ -1,0 +1,108 @@
+"""README.md runs as written: every fenced code block is run here, except those marked on the line before
+with ``<!-- readme-test: skip (REASON) -->`` (the network, a long-running server, minutes of work, a
+file's shape). Python blocks run each in a fresh namespace (so each is complete on its own, as a reader
+copies it) with an unknown-word warning as an error; shell blocks run in bash with ``s2d2`` the command
+line of this checkout, each in an empty directory."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, tiny_model_path
+
+README = REPO / "README.md"
+SKIP = re.compile(r"^<!-- readme-test: skip \((.+)\) -->$")
+RUNS = ("python", "bash")
+
+
+@dataclass
+class Block:
+    line: int  # 1-based line of the opening fence
+    lang: str
+    code: str
+    skip: str | None  # the marker's reason
+
+
+def readme_blocks() -> list[Block]:
+    lines = README.read_text().splitlines()
+    blocks, i = [], 0
+    while i < len(lines):
+        if lines[i].startswith("```"):
+            lang, start = lines[i][3:].strip(), i
+            j = i + 1
+            while not lines[j].startswith("```"):
+                j += 1
+            marker = SKIP.match(lines[i - 1].strip()) if i > 0 else None
+            blocks.append(Block(start + 1, lang, "\n".join(lines[i + 1 : j]) + "\n", marker and marker[1]))
+            i = j
+        i += 1
+    return blocks
+
+
+BLOCKS = readme_blocks()
+TO_RUN = [b for b in BLOCKS if b.skip is None]
+
+
+def test_every_block_runs_or_says_why_not():
+    assert len(BLOCKS) > 15 and len(TO_RUN) >= 7
+    for b in TO_RUN:
+        assert b.lang in RUNS, f"README.md:{b.line}: a {b.lang or 'plain'} block needs a readme-test marker"
+
+
+@pytest.fixture(autouse=True)
+def _need_model():
+    if tiny_model_path() is None:
+        pytest.skip("the built-in tiny-gsm model is not installed")
+
+
+@pytest.mark.parametrize("block", [b for b in TO_RUN if b.lang == "python"], ids=lambda b: f"line{b.line}")
+def test_python_block(block, tmp_path, monkeypatch, capsys):
+    from s2d2.model import UnknownWordsWarning
+
+    monkeypatch.chdir(tmp_path)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UnknownWordsWarning)
+        exec(compile(block.code, f"README.md:{block.line}", "exec"), {"__name__": "__readme__"})
+    out = capsys.readouterr().out
+    assert out.strip(), "every Python block shows what it computed"
+    assert "@@" not in out  # no raw word pieces or unknown tokens in what a reader sees
+
+
+def test_first_python_block_answers_its_question(capsys, tmp_path, monkeypatch):
+    first = next(b for b in TO_RUN if b.lang == "python")
+    monkeypatch.chdir(tmp_path)
+    exec(compile(first.code, f"README.md:{first.line}", "exec"), {"__name__": "__readme__"})
+    text, nfe, per_token = capsys.readouterr().out.rsplit(maxsplit=2)
+    assert text.endswith("#### 5") and int(nfe) > 0 and 0 < float(per_token) < 1
+
+
+@pytest.mark.parametrize("block", [b for b in TO_RUN if b.lang == "bash"], ids=lambda b: f"line{b.line}")
+def test_shell_block(block, tmp_path):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "s2d2").write_text(f'#!/bin/sh\nexec "{sys.executable}" -m s2d2.cli "$@"\n')
+    (bin_dir / "s2d2").chmod(0o755)
+    work = tmp_path / "work"
+    work.mkdir()
+    src = str(REPO / "src")
+    path = os.pathsep.join(p for p in (src, os.environ.get("PYTHONPATH")) if p)
+    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "PYTHONPATH": path}
+    env.update(OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1")
+    script = "set -euo pipefail\n" + block.code
+    proc = subprocess.run(
+        ["bash", "-c", script], cwd=work, env=env, capture_output=True, text=True, timeout=600
+    )
+    assert proc.returncode == 0, f"README.md:{block.line}\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}"
+    for bad in ("error:", "warning:", "Traceback"):
+        assert bad not in proc.stderr, f"README.md:{block.line}: {proc.stderr[-2000:]}"
+    if "--output results.jsonl" in block.code:
+        lines = Path(work / "results.jsonl").read_text().splitlines()
+        assert len(lines) == 2 and all('"token_ids"' in line for line in lines)

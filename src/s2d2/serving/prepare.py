@@ -27,6 +27,7 @@ from ..engine.request import check_prompt
 from ..errors import S2D2Error
 from .chat import chat_prompt_ids, encode_text
 from .errors import APIError, bad_request
+from .prompt_scoring import scoring_request
 from .protocol import ChatCompletionRequest, CompletionRequest
 
 MAX_STOP = 4
@@ -88,6 +89,10 @@ class Prepared:
     logprobs: int | None = None
     #: warnings about the settings, reported in the response's ``s2d2.notes``
     notes: list[str] = field(default_factory=list)
+    #: ``max_tokens: 0`` with ``echo``: only the prompts are scored, nothing is decoded
+    score_only: bool = False
+    #: vLLM's ``prompt_logprobs``: alternatives per prompt token (None: not asked for)
+    prompt_logprobs: int | None = None
 
     @property
     def prompt_ids(self) -> list[int]:
@@ -338,6 +343,7 @@ def prepare(
     """Check ``body`` and translate it (see the module docstring); raises a 4xx APIError."""
     check_model_name(body.model, served_name)
     _refused(body)
+    body, score_only = scoring_request(body)
     stop = stop_strings(body.stop)
     config, given = build_config(model, body, server_preset)
     prompts = _prompts(model, body)
@@ -355,4 +361,6 @@ def prepare(
         prompt_texts=texts,
         logprobs=config.logprobs,
         notes=_notes(config),
+        score_only=score_only,
+        prompt_logprobs=getattr(body, "prompt_logprobs", None),
     )

@@ -25,7 +25,7 @@ from typing import Any
 from ..config import PRESETS, DecodeConfig
 from ..engine.request import check_prompt
 from ..errors import S2D2Error
-from .chat import chat_prompt_ids, encode_text
+from .chat import FALLBACK_NOTE, chat_prompt_ids, encode_text, uses_fallback
 from .errors import APIError, bad_request
 from .prompt_scoring import scoring_request
 from .protocol import ChatCompletionRequest, CompletionRequest
@@ -327,10 +327,13 @@ def _rows(prompts: list[list[int]], config: DecodeConfig, n: int) -> list[Row]:
     return rows
 
 
-def _notes(config: DecodeConfig) -> list[str]:
+def _notes(config: DecodeConfig, model: Any, body: CompletionRequest | ChatCompletionRequest) -> list[str]:
+    notes = []
     if config.decoder == "s2d2" and config.acceptance == "strict" and config.temperature > 0:
-        return [STRICT_SAMPLING_NOTE]
-    return []
+        notes.append(STRICT_SAMPLING_NOTE)
+    if isinstance(body, ChatCompletionRequest) and uses_fallback(model, body.messages):
+        notes.append(FALLBACK_NOTE)
+    return notes
 
 
 def prepare(
@@ -360,7 +363,7 @@ def prepare(
         echo=echo,
         prompt_texts=texts,
         logprobs=config.logprobs,
-        notes=_notes(config),
+        notes=_notes(config, model, body),
         score_only=score_only,
         prompt_logprobs=getattr(body, "prompt_logprobs", None),
     )

@@ -2,8 +2,9 @@
 
 One concept per module: :mod:`.protocol` (request and response bodies), :mod:`.errors` (OpenAI error
 objects), :mod:`.prepare` (a request -> its choices: prompt ids + decoding config each),
-:mod:`.token_logprobs` (OpenAI's logprobs formats), :mod:`.chat` (chat messages -> prompt, with the
-fallback template of models without one), :mod:`.detokenizer` (incremental text),
+:mod:`.token_logprobs` (OpenAI's logprobs formats, one token vocabulary), :mod:`.prompt_scoring`
+(prompt logprobs: echo, ``max_tokens: 0``, ``prompt_logprobs``), :mod:`.chat` (chat messages -> prompt,
+with the fallback template of models without one), :mod:`.detokenizer` (incremental text),
 :mod:`.engine_thread` (the engine's own thread and per-request queues), :mod:`.responses` (JSON and
 server-sent event bodies), :mod:`.metrics` (Prometheus text), :mod:`.limits` (body size and time),
 :mod:`.request_checks` (valid Unicode, prompts certainly over the context), :mod:`.security` (Host check,

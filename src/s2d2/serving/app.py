@@ -30,6 +30,7 @@ from .errors import APIError, bad_request, install_error_handlers
 from .limits import DEFAULT_BODY_TIMEOUT_S, DEFAULT_MAX_BODY_BYTES, BodySizeLimit
 from .metrics import ServerMetrics
 from .prepare import Prepared, check_model_name, prepare
+from .prompt_scoring import prompt_scores, prompt_top
 from .protocol import (
     ChatCompletionRequest,
     ChatCompletionResponse,
@@ -40,9 +41,8 @@ from .protocol import (
     ModelList,
 )
 from .request_checks import check_body_text
-from .responses import Renderer, collect_all, completion_body, sse_chunks, text_events
+from .responses import Renderer, collect_all, completion_body, score_only_events, sse_chunks, text_events
 from .security import AccessControl
-from .token_logprobs import prompt_scores
 
 #: Seconds a client is told to wait after a 429.
 RETRY_AFTER_S = 1
@@ -246,11 +246,6 @@ async def _submit(state: ServerState, prep: Prepared) -> list[Any]:
     return subs
 
 
-def _token_text(model: Any) -> Any:
-    """A token id's own text (for top logprobs)."""
-    return lambda tok: model.decode_ids([tok]) if tok not in model.info.eos_token_ids else ""
-
-
 def _prepare(state: ServerState, body: Any) -> Prepared:
     """The request's text checks (:mod:`.request_checks`), then :func:`.prepare.prepare` (tokenising):
     run in a worker thread, so a long prompt never holds the event loop."""
@@ -260,15 +255,18 @@ def _prepare(state: ServerState, body: Any) -> Prepared:
 
 async def _serve(state: ServerState, body: Any, request: Request, *, chat: bool) -> Any:
     prep = await asyncio.to_thread(_prepare, state, body)
-    scores = await asyncio.to_thread(prompt_scores, state.model, prep) if prep.echo else None
-    subs = await _submit(state, prep)
-    want = prep.logprobs is not None
-    streams = [
-        text_events(state.engine, sub, TextStream(state.model.decode_ids, prep.stop), logprobs=want)
-        for sub in subs
-    ]
-    decode = state.model.decode_ids
-    r = Renderer(prep, chat, state.name, decode, _token_text(state.model), scores)
+    k = prompt_top(prep)
+    scores = None if k is None else await asyncio.to_thread(prompt_scores, state.model, prep.prompts, k)
+    if prep.score_only:
+        streams = [score_only_events(row) for row in prep.rows]
+    else:
+        subs = await _submit(state, prep)
+        want = prep.logprobs is not None
+        streams = [
+            text_events(state.engine, sub, TextStream(state.model.decode_ids, prep.stop), logprobs=want)
+            for sub in subs
+        ]
+    r = Renderer(prep, chat, state.name, state.model.decode_ids, scores)
     if prep.stream:
         headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
         return StreamingResponse(sse_chunks(r, streams), media_type="text/event-stream", headers=headers)

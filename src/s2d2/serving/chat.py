@@ -1,12 +1,21 @@
 """Chat messages to prompt token ids: the tokenizer's chat template, or the server's fallback.
 
-A tokenizer with a ``chat_template`` renders the conversation itself. For a tokenizer without one (the
-built-in ``tiny-gsm`` model was trained on bare questions and ships none) the server's fallback keeps
-the whole conversation in order: each turn on its own lines as ``Role: text`` (System, Developer, User,
-Assistant, Tool), turns separated by a blank line, ending with ``Assistant:`` where the reply begins. A
-conversation of one user message is sent as its bare text (there is nothing to delimit, and it is the
-form such a model was trained on). This fallback lives here, in the serving layer; the shipped model
-files are not changed.
+A tokenizer with a ``chat_template`` renders the conversation itself. For a tokenizer without one the
+server's fallback keeps the whole conversation in order, turns separated by a blank line:
+
+- each turn as ``Role: text`` (System, Developer, User, Assistant, Tool), ending with ``Assistant:`` where
+  the reply begins, when the tokenizer can spell those role names;
+- the turns' bare texts, when it cannot: a role name it reads as its unknown token is noise the model
+  never saw (the built-in ``tiny-gsm`` tokenizer knows none of them), and the reply begins right after
+  the last turn, where such a model's training put its answers.
+
+A conversation of one user message is sent as its bare text (there is nothing to delimit, and it is the
+form such a model was trained on). A model without a template was seldom trained on conversations at all:
+``tiny-gsm`` was trained on single word problems, so earlier turns put it outside what it learned, and a
+turn that is no word problem of its domain ("Now double it.") is answered with an immediate end of
+sequence (an empty reply), as the same message alone is. A response to a conversation the fallback
+rendered carries :data:`FALLBACK_NOTE` in its ``s2d2.notes``. This fallback lives here, in the serving
+layer; the shipped model files are not changed.
 """
 
 from __future__ import annotations
@@ -26,6 +35,10 @@ ROLE_NAMES = {
     "assistant": "Assistant",
     "tool": "Tool",
 }
+FALLBACK_NOTE = (
+    "the model has no chat template: the server's fallback joined the turns in order (see the serving "
+    "docs); a model trained on single prompts may answer a conversation poorly or not at all"
+)
 
 
 def encode_text(model: Any, text: str) -> list[int]:
@@ -35,14 +48,27 @@ def encode_text(model: Any, text: str) -> list[int]:
         return model.encode(text)
 
 
-def fallback_chat_text(messages: Sequence[ChatMessage]) -> str:
-    """The fallback template (see the module docstring)."""
+def spells_role_names(model: Any) -> bool:
+    """Whether ``model``'s tokenizer reads every fallback role name without its unknown token."""
+    unk = getattr(model.tokenizer, "unk_token_id", None)
+    return unk is None or unk not in encode_text(model, " ".join(f"{n}:" for n in ROLE_NAMES.values()))
+
+
+def fallback_chat_text(messages: Sequence[ChatMessage], *, role_names: bool = True) -> str:
+    """The fallback template (see the module docstring); ``role_names``: the labelled form."""
     if not any(m.role == "user" for m in messages):
         raise bad_request("messages must contain at least one user message", param="messages")
     if len(messages) == 1:
         return messages[0].text()
+    if not role_names:
+        return "\n\n".join(m.text() for m in messages)
     turns = [f"{ROLE_NAMES[m.role]}: {m.text()}" for m in messages]
     return "\n\n".join([*turns, f"{ROLE_NAMES['assistant']}:"])
+
+
+def uses_fallback(model: Any, messages: Sequence[ChatMessage]) -> bool:
+    """Whether the fallback renders ``messages`` as a conversation (no chat template, several turns)."""
+    return not getattr(model.tokenizer, "chat_template", None) and len(messages) > 1
 
 
 def chat_prompt_ids(model: Any, messages: Sequence[ChatMessage]) -> list[int]:
@@ -58,4 +84,4 @@ def chat_prompt_ids(model: Any, messages: Sequence[ChatMessage]) -> list[int]:
         if isinstance(ids, dict) or hasattr(ids, "input_ids"):
             ids = ids["input_ids"]
         return [int(i) for i in ids]
-    return encode_text(model, fallback_chat_text(messages))
+    return encode_text(model, fallback_chat_text(messages, role_names=spells_role_names(model)))

@@ -26,8 +26,9 @@ from typing import Any
 from ..config import PRESETS, DecodeConfig
 from ..engine.request import check_prompt
 from ..errors import S2D2Error
-from .chat import chat_prompt_ids, encode_text
+from .chat import FALLBACK_NOTE, chat_prompt_ids, encode_text, uses_fallback
 from .errors import APIError, bad_request
+from .prompt_scoring import scoring_request
 from .protocol import ChatCompletionRequest, CompletionRequest
 from .structured import check_stream, compile_for, structured_of
 
@@ -94,6 +95,10 @@ class Prepared:
     #: forced tool call names (the answer is that call, its arguments the constrained text)
     constraint: Any = None
     tool_name: str | None = None
+    #: ``max_tokens: 0`` with ``echo``: only the prompts are scored, nothing is decoded
+    score_only: bool = False
+    #: vLLM's ``prompt_logprobs``: alternatives per prompt token (None: not asked for)
+    prompt_logprobs: int | None = None
 
     @property
     def prompt_ids(self) -> list[int]:
@@ -316,10 +321,13 @@ def _rows(prompts: list[list[int]], config: DecodeConfig, n: int) -> list[Row]:
     return rows
 
 
-def _notes(config: DecodeConfig) -> list[str]:
+def _notes(config: DecodeConfig, model: Any, body: CompletionRequest | ChatCompletionRequest) -> list[str]:
+    notes = []
     if config.decoder == "s2d2" and config.acceptance == "strict" and config.temperature > 0:
-        return [STRICT_SAMPLING_NOTE]
-    return []
+        notes.append(STRICT_SAMPLING_NOTE)
+    if isinstance(body, ChatCompletionRequest) and uses_fallback(model, body.messages):
+        notes.append(FALLBACK_NOTE)
+    return notes
 
 
 def prepare(
@@ -332,6 +340,7 @@ def prepare(
     """Check ``body`` and translate it (see the module docstring); raises a 4xx APIError."""
     check_model_name(body.model, served_name)
     _refused(body)
+    body, score_only = scoring_request(body)
     structured = structured_of(body)
     check_stream(structured, bool(body.stream))
     stop = stop_strings(body.stop)
@@ -351,7 +360,9 @@ def prepare(
         echo=echo,
         prompt_texts=texts,
         logprobs=config.logprobs,
-        notes=_notes(config),
         constraint=constraint,
         tool_name=structured.tool_name,
+        notes=_notes(config, model, body),
+        score_only=score_only,
+        prompt_logprobs=getattr(body, "prompt_logprobs", None),
     )

@@ -69,9 +69,10 @@ class _Sampling(BaseModel):
     model: str | None = Field(None, description="The served model's name (GET /v1/models); optional.")
     max_tokens: int | None = Field(
         None,
-        ge=1,
+        ge=0,
         description="Most tokens to generate (default: the model's decoding default); a prompt plus "
-        "max_tokens beyond the model's context is a 400.",
+        "max_tokens beyond the model's context is a 400. 0 only on /v1/completions with `echo`: the "
+        "request then only scores the prompt.",
     )
     temperature: float | None = Field(None, ge=0, description="0 = greedy (default: the model's default).")
     top_p: float | None = Field(None, gt=0, le=1, description="Nucleus filter, in (0, 1].")
@@ -129,6 +130,13 @@ class CompletionRequest(_Sampling):
     echo: bool | None = Field(None, description="Return the prompt before the completion.")
     logprobs: int | None = Field(
         None, ge=0, le=20, description="Report token logprobs and this many most likely alternatives."
+    )
+    prompt_logprobs: int | None = Field(
+        None,
+        ge=0,
+        le=20,
+        description="vLLM's extra: each choice gets `prompt_logprobs`, per prompt token its exact AR-mode "
+        "logprob and this many alternatives (the first token null). Not with `stream`.",
     )
     best_of: int | None = Field(None, ge=1, description="Only best_of = n is supported.")
     suffix: str | None = Field(None, description="Not supported (must be null).")
@@ -221,11 +229,20 @@ class CompletionLogprobs(BaseModel):
     )
 
 
+class PromptLogprob(BaseModel):
+    logprob: float
+    rank: int | None = Field(description="1 = the most likely token; null outside the alternatives.")
+    decoded_token: str
+
+
 class CompletionChoice(BaseModel):
     index: int = 0
     text: str
     logprobs: CompletionLogprobs | None = None
     finish_reason: str | None
+    prompt_logprobs: list[dict[str, PromptLogprob] | None] | None = Field(
+        None, description="With the request's `prompt_logprobs` (vLLM's format; keys are token ids)."
+    )
 
 
 class CompletionResponse(BaseModel):

@@ -23,7 +23,14 @@ from .detokenizer import TextStream
 from .engine_thread import EngineThread, Submission
 from .errors import APIError
 from .prepare import Prepared
-from .token_logprobs import Scored, TokenTexts, chat_format, completion_format, scored_tokens
+from .token_logprobs import (
+    Scored,
+    TokenTexts,
+    chat_format,
+    completion_format,
+    prompt_logprobs_format,
+    scored_tokens,
+)
 
 
 @dataclass
@@ -123,6 +130,23 @@ async def text_events(
     yield Outcome(reason, len(sub.prompt_ids), text.n_tokens, result.stats, last=last)
 
 
+@dataclass(frozen=True)
+class NoDecoding:
+    """The statistics of a choice that decoded nothing (``max_tokens: 0`` with ``echo``)."""
+
+    nfe: int = 0
+    verify_steps: int = 0
+    drafted: int = 0
+    accepted: int = 0
+    finish_reason: str = "length"
+    cached_prompt_tokens: int = 0
+
+
+async def score_only_events(row: Any) -> AsyncIterator[Delta | Outcome]:
+    """A choice that only scores its prompt: its :class:`Outcome` at once (no engine request)."""
+    yield Outcome("length", len(row.prompt_ids), 0, NoDecoding())
+
+
 def new_id(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:24]}"
 
@@ -199,14 +223,13 @@ def s2d2_stats(prep: Prepared, outcomes: Sequence[Outcome]) -> dict[str, Any]:
 
 @dataclass
 class Renderer:
-    """What the bodies need besides the choices: the request, the model's text functions, the served
-    name and (echo with logprobs) each prompt's scored tokens."""
+    """What the bodies need besides the choices: the request, the model's decoding function, the served
+    name and (echo with logprobs, prompt_logprobs) each prompt's scored tokens."""
 
     prep: Prepared
     chat: bool
     model: str
     decode: Callable[[list[int]], str]
-    token_text: Callable[[int], str]
     prompt_scores: list[Scored] | None = None
 
     def echo_text(self, row: Any) -> str:
@@ -217,14 +240,14 @@ class Renderer:
         if scored is None or k is None:
             return None
         if self.chat:
-            return chat_format(scored, self.token_text, k)
-        return completion_format(scored, self.token_text, k, offset)
+            return chat_format(scored, k)
+        return completion_format(scored, k, offset)
 
     def scored(self, pieces: TokenTexts, delta_ids: list[int], entries: list[Any] | None) -> Scored | None:
         """The tokens' text pieces and logprobs (None, with nothing decoded, when none are reported)."""
         if entries is None or self.prep.logprobs is None:
             return None
-        return scored_tokens(pieces.add(delta_ids), entries)
+        return scored_tokens(pieces, delta_ids, entries)
 
     def head(self) -> dict[str, Any]:
         return {
@@ -250,13 +273,16 @@ def completion_body(r: Renderer, results: Sequence[ChoiceResult]) -> dict[str, A
     for row, res in zip(r.prep.rows, results, strict=True):
         echo = r.echo_text(row)
         scored = r.scored(TokenTexts(r.decode), res.token_ids, res.logprobs)
-        if scored is not None and echo and r.prompt_scores is not None:
+        if scored is not None and r.prep.echo and r.prompt_scores is not None:
             whole = Scored()
             whole.extend(r.prompt_scores[row.prompt_index])
             whole.extend(scored)
             scored = whole
         choice: dict[str, Any] = {"index": row.index, "logprobs": r.logprobs(scored)}
         choice["finish_reason"] = res.outcome.finish_reason
+        if r.prep.prompt_logprobs is not None and r.prompt_scores is not None:
+            scores = r.prompt_scores[row.prompt_index]
+            choice["prompt_logprobs"] = prompt_logprobs_format(scores, r.prep.prompt_logprobs)
         if r.chat and r.prep.tool_name is not None:
             choice["message"] = tool_call_message(r.prep.tool_name, res.text)
             if res.outcome.finish_reason == "stop":

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import ConfigError
+from .setting_ranges import check_ranges
 
 DECODERS = ("ar", "static", "dynamic", "eb", "s2d2")
 FALLBACKS = ("static", "dynamic", "eb")
@@ -333,6 +334,7 @@ class DecodeConfig:
         if self.decoder == "ar" and self.block_size != 1:
             fail("the ar decoder uses block_size 1")
         self._validate_fusion(fail)
+        check_ranges(self, fail)  # every setting's range, whatever the decoder, policy or family
 
     def _validate_adjust(self, fail: Any) -> None:
         """OpenAI's ranges for logit_bias, the penalties and min_tokens."""

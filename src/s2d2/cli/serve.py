@@ -198,6 +198,7 @@ def serve_command(
             model,
             host=host,
             port=port,
+            grace=grace,
             replicas=replicas,
             device=device,
             dtype=dtype,

@@ -22,6 +22,8 @@ LAYERS: dict[str, int] = {
     "s2d2.intervals": 0,
     "s2d2.presets": 0,
     "s2d2.moved_modules": 0,
+    "s2d2.setting_ranges": 0,
+    "s2d2.setting_checks": 0,
     "s2d2.config": 1,
     "s2d2.decoding": 2,
     "s2d2.adapters": 2,

@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 import os
 from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import ConfigError
 from .presets import PRESETS, PresetFile, looks_like_preset_file, read_preset_file
+from .setting_checks import check_settings
+from .setting_ranges import MAX_TEMPERATURE, MAX_TOP_LOGPROBS, MIN_TEMPERATURE  # noqa: F401 - re-exported
 
 DECODERS = ("ar", "static", "dynamic", "eb", "s2d2")
 FALLBACKS = ("static", "dynamic", "eb")
@@ -31,8 +32,6 @@ ESTIMATORS = (
 SCORES = ("static", "dynamic")
 ACCEPTANCE = ("auto", "strict", "probabilistic")
 LAST_BLOCK = ("truncate", "full")
-#: Sampling temperatures outside this range overflow the softmax in float32.
-MIN_TEMPERATURE, MAX_TEMPERATURE = 1e-3, 100.0
 UCB_SCOPES = ("request", "engine")
 UCB_REWARDS = ("auto", "committed", "checked")
 UCB_ENTROPY_SCALES = ("auto", "linear", "log")
@@ -42,8 +41,21 @@ PLANS = ("fixed", "auto")
 #: The routing policies by name; :data:`s2d2.decoding.policies.POLICIES` registers one class for each
 #: (asserted there), so the settings never import the decoders.
 POLICY_NAMES = ("never", "always", "min-span", "score", "hysteresis", "ucb")
-#: Most alternatives ``logprobs`` may ask for per token (OpenAI's limit).
-MAX_TOP_LOGPROBS = 20
+
+#: Each categorical setting's options (checked by :meth:`DecodeConfig.validate`).
+CHOICES: dict[str, tuple[str, ...]] = {
+    "decoder": DECODERS,
+    "fallback": FALLBACKS,
+    "policy": POLICY_NAMES,
+    "estimator": ESTIMATORS,
+    "score": SCORES,
+    "acceptance": ACCEPTANCE,
+    "last_block": LAST_BLOCK,
+    "ucb_scope": UCB_SCOPES,
+    "ucb_reward": UCB_REWARDS,
+    "ucb_entropy_scale": UCB_ENTROPY_SCALES,
+    "plan": PLANS,
+}
 
 #: Default parameter of each acceptance estimator (docs/METHOD.md section 4).
 ESTIMATOR_DEFAULTS: dict[str, float | None] = {
@@ -54,8 +66,6 @@ ESTIMATOR_DEFAULTS: dict[str, float | None] = {
     "soft-entropy": 1.0,
     "renyi2": None,
 }
-
-
 
 
 @dataclass
@@ -253,115 +263,10 @@ class DecodeConfig:
         return dataclasses.asdict(self)
 
     # ------------------------------------------------------------------ validation
-    def validate(self) -> None:  # noqa: C901 - a flat list of checks reads best
-        def fail(msg: str) -> None:
-            raise ConfigError(msg)
-
-        def choice(name: str, value: str, options: tuple[str, ...]) -> None:
-            if value not in options:
-                fail(f"invalid {name} {value!r}; choose one of: {', '.join(options)}")
-
-        choice("decoder", self.decoder, DECODERS)
-        choice("fallback", self.fallback, FALLBACKS)
-        choice("policy", self.policy, POLICY_NAMES)
-        choice("estimator", self.estimator, ESTIMATORS)
-        choice("score", self.score, SCORES)
-        choice("acceptance", self.acceptance, ACCEPTANCE)
-        choice("last_block", self.last_block, LAST_BLOCK)
-        choice("ucb_scope", self.ucb_scope, UCB_SCOPES)
-        choice("ucb_reward", self.ucb_reward, UCB_REWARDS)
-        choice("ucb_entropy_scale", self.ucb_entropy_scale, UCB_ENTROPY_SCALES)
-        choice("plan", self.plan, PLANS)
-        if not isinstance(self.block_size, int) or self.block_size < 1:
-            fail(f"block_size must be an integer >= 1, got {self.block_size!r}")
-        sizes = self.plan_block_sizes
-        if not isinstance(sizes, (list, tuple)) or not all(
-            isinstance(b, int) and not isinstance(b, bool) and b >= 1 for b in sizes
-        ):
-            shown = list(sizes) if isinstance(sizes, tuple) else sizes  # as the user wrote it (JSON, Python)
-            fail(f"plan_block_sizes must be a list of integers >= 1, got {shown!r}")
-        if self.steps is not None:
-            if not isinstance(self.steps, int) or self.steps < 1:
-                fail(f"steps must be an integer >= 1, got {self.steps!r}")
-            if self.steps > self.block_size:
-                fail(f"steps ({self.steps}) cannot exceed block_size ({self.block_size})")
-        if not (0.0 < self.threshold <= 1.0) or math.isnan(self.threshold):
-            fail(f"threshold (tau) must be in (0, 1], got {self.threshold}")
-        if not self.gamma > 0:
-            fail(f"gamma must be > 0, got {self.gamma}")
-        if self.hysteresis_on <= self.hysteresis_off:
-            fail(
-                f"hysteresis_on ({self.hysteresis_on}) must be greater than hysteresis_off "
-                f"({self.hysteresis_off})"
-            )
-        if self.min_span < 1:
-            fail(f"min_span must be >= 1, got {self.min_span}")
-        if self.penalty < 0:
-            fail(f"penalty must be >= 0, got {self.penalty}")
-        if self.ucb_beta < 0:
-            fail(f"ucb_beta must be >= 0, got {self.ucb_beta}")
-        if not self.ucb_error_cost >= 0:
-            fail(f"ucb_error_cost must be >= 0, got {self.ucb_error_cost}")
-        if self.ucb_bins < 1:
-            fail(f"ucb_bins must be >= 1, got {self.ucb_bins}")
-        if not self.tempering > 0:
-            fail(f"tempering must be > 0, got {self.tempering}")
-        if self.estimator_param is not None and self.estimator == "renyi2":
-            fail("the renyi2 estimator takes no parameter")
-        if self.temperature < 0 or math.isnan(self.temperature):
-            fail(f"temperature must be >= 0, got {self.temperature}")
-        if 0 < self.temperature < MIN_TEMPERATURE or self.temperature > MAX_TEMPERATURE:
-            fail(
-                f"temperature must be 0 (greedy) or in [{MIN_TEMPERATURE}, {MAX_TEMPERATURE}], got "
-                f"{self.temperature} (outside it the sampling distribution is not finite)"
-            )
-        if not isinstance(self.top_k, int) or self.top_k < 0:
-            fail(f"top_k must be an integer >= 0 (0 = off), got {self.top_k!r}")
-        if not (0.0 < self.top_p <= 1.0):
-            fail(f"top_p must be in (0, 1], got {self.top_p}")
-        if not isinstance(self.max_new_tokens, int) or self.max_new_tokens < 1:
-            fail(f"max_new_tokens must be an integer >= 1, got {self.max_new_tokens!r}")
-        if self.sub_block_size is not None and not (1 <= self.sub_block_size <= self.block_size):
-            fail(f"sub_block_size must be in [1, block_size={self.block_size}], got {self.sub_block_size}")
-        if self.editing_threshold is not None and not (0.0 < self.editing_threshold <= 1.0):
-            fail(f"editing_threshold must be in (0, 1], got {self.editing_threshold}")
-        if self.post_steps < 0:
-            fail(f"post_steps must be >= 0, got {self.post_steps}")
-        self._validate_adjust(fail)
-        if self.logprobs is not None and (
-            not isinstance(self.logprobs, int) or not 0 <= self.logprobs <= MAX_TOP_LOGPROBS
-        ):
-            fail(f"logprobs must be an integer in [0, {MAX_TOP_LOGPROBS}] or unset, got {self.logprobs!r}")
-        if self.decoder == "ar" and self.block_size != 1:
-            fail("the ar decoder uses block_size 1")
-        self._validate_fusion(fail)
-
-    def _validate_adjust(self, fail: Any) -> None:
-        """OpenAI's ranges for logit_bias, the penalties and min_tokens."""
-        if not isinstance(self.min_tokens, int) or isinstance(self.min_tokens, bool) or self.min_tokens < 0:
-            fail(f"min_tokens must be an integer >= 0, got {self.min_tokens!r}")
-        for name in ("presence_penalty", "frequency_penalty"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not -2.0 <= value <= 2.0:
-                fail(f"{name} must be a number in [-2, 2], got {value!r}")
-        if not isinstance(self.logit_bias, dict):
-            fail(f"logit_bias must map token ids to numbers, got {self.logit_bias!r}")
-        for tok, bias in self.logit_bias.items():
-            if isinstance(tok, bool) or not isinstance(tok, int) or tok < 0:
-                fail(f"logit_bias keys must be token ids (integers >= 0), got {tok!r}")
-            if isinstance(bias, bool) or not isinstance(bias, (int, float)) or not -100.0 <= bias <= 100.0:
-                fail(f"logit_bias[{tok}] must be a number in [-100, 100], got {bias!r}")
-
-    def _validate_fusion(self, fail: Any) -> None:
-        """Fused verification is built for strict, always-verify, one-token-quota decoding with a causal
-        cache (the lossless family): there every step verifies and nothing is committed unverified."""
-        if not isinstance(self.predraft_positions, int) or self.predraft_positions < 0:
-            fail(f"predraft_positions must be an integer >= 0, got {self.predraft_positions!r}")
-        if not isinstance(self.predraft_tokens, int) or self.predraft_tokens < 0:
-            fail(f"predraft_tokens must be an integer >= 0, got {self.predraft_tokens!r}")
-        missing = self.fusion_blockers() if self.fuse else []
-        if missing:
-            fail(f"fuse needs {', '.join(missing)} (as in the lossless preset)")
+    def validate(self) -> None:
+        """Raise a one-line :class:`ConfigError` for the first invalid or contradictory setting
+        (:func:`s2d2.setting_checks.check_settings`, against :data:`CHOICES`)."""
+        check_settings(self, CHOICES)
 
     def block_size_choices(self) -> tuple[int, ...]:
         """The block sizes the engine may decode these settings with (``plan_block_sizes``, with

@@ -264,9 +264,9 @@ def test_multi_turn_chat_reuses_earlier_turns(cached_url, ref):
     assert reused_answer >= 1  # at least one previous answer came from the cache too (turn 2 here)
 
 
-def test_a_bare_first_turn_is_not_reused(cached_url):
-    """A conversation opening with a lone user message: that turn is sent bare (the form tiny-gsm was
-    trained on), the next as ``User: ...`` turns, so the second turn reuses none of the first."""
+def test_a_bare_first_turn_is_reused_by_the_next(cached_url):
+    """Under the chat fallback on tiny-gsm (whose vocabulary cannot spell role names) every turn is sent
+    bare, in order: the second turn's prompt starts with the first's, so its pages are reused."""
     client, q = _client(cached_url), QUESTIONS[5]
     first = client.chat.completions.create(
         model="tiny-gsm", messages=[{"role": "user", "content": q}], max_tokens=16, temperature=0
@@ -278,7 +278,7 @@ def test_a_bare_first_turn_is_not_reused(cached_url):
     ]
     second = client.chat.completions.create(model="tiny-gsm", messages=msgs, max_tokens=16, temperature=0)
     assert second.usage.prompt_tokens > first.usage.prompt_tokens
-    assert second.usage.prompt_tokens_details.cached_tokens == 0
+    assert second.usage.prompt_tokens_details.cached_tokens >= first.usage.prompt_tokens // PAGE * PAGE > 0
 
 
 # ---------------------------------------------------------------------------------------------- bench-serve

@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
 import socket
+import subprocess
+import sys
 import time
+import uuid
 
 import pytest
 
@@ -48,3 +54,84 @@ def test_two_replicas_answer_through_the_ingress():
     finally:
         serve.shutdown()
         ray.shutdown()
+
+
+def _processes_with(marker: str) -> list[tuple[int, str]]:
+    """Every process whose environment holds ``marker`` (pid, command line): the Ray processes a
+    ``s2d2 serve --ray`` started with that marker in its environment inherit it."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{entry}/environ", "rb") as f:
+                if marker.encode() not in f.read().split(b"\0"):
+                    continue
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                found.append((int(entry), f.read().replace(b"\0", b" ").decode(errors="replace")[:120]))
+        except OSError:  # gone meanwhile, or not ours to read
+            continue
+    return found
+
+
+def _wait_gone(marker: str, timeout: float) -> list[tuple[int, str]]:
+    deadline = time.monotonic() + timeout
+    while (left := _processes_with(marker)) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    return left
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_serve_ray_stops_on_a_signal_with_exit_0_and_no_ray_process_left(sig):
+    """``s2d2 serve --ray`` on SIGTERM / Ctrl-C: Ray Serve's and Ray's own shutdown of the cluster it
+    started, exit 0, the open stream closed, and none of that cluster's processes left running."""
+    if ray.is_initialized():
+        ray.shutdown()  # this process's own cluster (the test above) is not the one under test
+    port = free_port()
+    marker = f"S2D2_RAY_TEST={uuid.uuid4().hex}"
+    env = {**os.environ, "OMP_NUM_THREADS": "1", marker.split("=")[0]: marker.split("=")[1]}
+    env.pop("RAY_ADDRESS", None)
+    cmd = [sys.executable, "-m", "s2d2.cli", "serve", "--ray", "--port", str(port), "--max-num-seqs", "2"]
+    cmd += ["--grace", "5", "--log-level", "warning"]
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 240
+        while True:
+            assert proc.poll() is None, proc.communicate()[0].decode()[-3000:]
+            assert time.monotonic() < deadline, "s2d2 serve --ray did not start"
+            try:
+                if httpx.get(base + "/health", timeout=2).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            time.sleep(0.5)
+        assert _processes_with(marker), "the marker does not reach the Ray processes"
+        body = {"prompt": "Tom has 3 apples. He buys 4 more. How many apples does he have?", "max_tokens": 8}
+        out = httpx.post(base + "/v1/completions", json=body, timeout=60)
+        assert out.status_code == 200 and out.json()["usage"]["completion_tokens"] > 0
+        long = {**body, "max_tokens": 400, "stream": True, "s2d2": {"decoder": "ar", "ignore_eos": True}}
+        lines: list[str] = []
+        with httpx.stream("POST", base + "/v1/completions", json=long, timeout=120) as resp:
+            assert resp.status_code == 200
+            for line in resp.iter_lines():
+                lines.append(line)
+                if len(lines) == 1:
+                    proc.send_signal(sig)
+        data = [line for line in lines if line.startswith("data: ")]
+        assert data[-1] == "data: [DONE]" and len(data) > 2, data[-3:]
+        assert not any('"error"' in line for line in data)  # it ran to its end within the grace
+        output = proc.communicate(timeout=120)[0].decode()
+        assert proc.returncode == 0, output[-3000:]
+        # (Ray's raylet may still log "ServeController.graceful_shutdown failed ... killed by ray.kill":
+        # the controller ends its own graceful shutdown so; what must not appear is a crash)
+        assert "Traceback" not in output and "SIGABRT" not in output, output[-3000:]
+        left = _wait_gone(marker, 30)
+        assert not left, f"Ray processes left running: {left}"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(30)
+        for pid, _ in _processes_with(marker):  # only this test's own processes
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)

@@ -24,7 +24,10 @@ RowsOpt = Annotated[
     ),
 ]
 QueueOpt = Annotated[int, typer.Option("--max-queue", help="Requests that may wait for a row (then 429).")]
-GraceOpt = Annotated[float, typer.Option(help="Seconds running requests get to finish after SIGTERM.")]
+GraceOpt = Annotated[
+    float,
+    typer.Option(help="Seconds running requests get to finish after SIGTERM (new ones get 503 meanwhile)."),
+]
 BodyOpt = Annotated[int, typer.Option("--max-body-bytes", help="Largest request body (413 above).")]
 NameOpt = Annotated[
     str | None, typer.Option("--served-name", help="Model id clients use (default: --model).")
@@ -65,8 +68,8 @@ ApiKeyOpt = Annotated[
     typer.Option(
         "--api-key",
         envvar="S2D2_API_KEY",
-        help="Require 'Authorization: Bearer KEY' on every /v1 route (401 otherwise); /health and "
-        "/metrics stay open. Also read from S2D2_API_KEY.",
+        help="Require 'Authorization: Bearer KEY' on every /v1 route, /openapi.json and /docs (401 "
+        "otherwise); /health and /metrics stay open. Also read from S2D2_API_KEY.",
         show_default=False,
     ),
 ]
@@ -200,6 +203,7 @@ def serve_command(
             model,
             host=host,
             port=port,
+            grace=grace,
             replicas=replicas,
             device=device,
             dtype=dtype,

@@ -7,9 +7,10 @@ objects), :mod:`.prepare` (a request -> its choices: prompt ids + decoding confi
 with the fallback template of models without one), :mod:`.detokenizer` (incremental text),
 :mod:`.engine_thread` (the engine's own thread and per-request queues), :mod:`.responses` (JSON and
 server-sent event bodies), :mod:`.metrics` (Prometheus text), :mod:`.limits` (body size and time),
-:mod:`.request_checks` (valid Unicode, prompts certainly over the context), :mod:`.security` (Host check,
-API key), :mod:`.app` (``create_app``), :mod:`.server` (uvicorn with connection timeouts and a bounded
-graceful shutdown), :mod:`.load` (``s2d2 bench-serve``).
+:mod:`.request_checks` (known fields, valid Unicode, prompts certainly over the context), :mod:`.security`
+(Host check, API key), :mod:`.drain` (503 while shutting down), :mod:`.docs_ui` (``/docs`` without a
+CDN), :mod:`.app` (``create_app``), :mod:`.server` (uvicorn with connection timeouts and a bounded
+graceful shutdown), :mod:`.load` (``s2d2 bench-serve``), :mod:`.ray` (``s2d2 serve --ray``).
 
 FastAPI and uvicorn are the optional extra ``serve`` (``pip install 's2d2[serve]'``); nothing here is
 imported by the rest of the library.

@@ -1,16 +1,19 @@
 """The FastAPI app: OpenAI-compatible endpoints on one batched engine (``create_app(model, ...)``).
 
 ``POST /v1/completions`` and ``POST /v1/chat/completions`` (streamed or not), ``GET /v1/models``,
-``GET /health`` and ``GET /metrics``. The app owns an :class:`EngineThread` (started and stopped by the
-app's lifespan); each request is checked (:mod:`.prepare`), submitted, and answered from its own queue
-(:mod:`.responses`). See ``docs`` of :mod:`s2d2.serving` for the behaviour under load and faults.
+``GET /health``, ``GET /metrics``, ``GET /openapi.json`` and ``GET /docs`` (:mod:`.docs_ui`). The app
+owns an :class:`EngineThread` (started and stopped by the app's lifespan); each request is checked
+(:mod:`.prepare`), submitted, and answered from its own queue (:mod:`.responses`). See ``docs`` of
+:mod:`s2d2.serving` for the behaviour under load and faults.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import sys
+import tempfile
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -25,6 +28,8 @@ from ..decoding.routing_state import DEFAULT_MAX_TABLES, EngineRoutingState
 from ..engine.llm_engine import LLMEngine
 from ..errors import S2D2Error
 from .detokenizer import TextStream
+from .docs_ui import add_docs
+from .drain import DrainGate, draining_error
 from .engine_thread import Draining, EngineThread, QueueFull
 from .errors import APIError, bad_request, install_error_handlers
 from .limits import DEFAULT_BODY_TIMEOUT_S, DEFAULT_MAX_BODY_BYTES, BodySizeLimit
@@ -44,7 +49,9 @@ from .request_checks import check_body_text
 from .responses import Renderer, collect_all, completion_body, score_only_events, sse_chunks, text_events
 from .security import AccessControl
 
-#: Seconds a client is told to wait after a 429.
+log = logging.getLogger("s2d2.serving")
+
+#: Seconds a client is told to wait after a 429 (and a 503 while the server drains).
 RETRY_AFTER_S = 1
 #: The status logged for a non-streamed request whose client disconnected (nginx's convention).
 CLIENT_CLOSED = 499
@@ -96,12 +103,33 @@ def _open_routing_state(
     path = Path(path)
     if path.exists():
         engine.routing = EngineRoutingState.read(path, max_tables)
+        if engine.routing.evictions:
+            log.warning(
+                "--routing-state %s: it holds %d tables, more than --max-routing-tables %d; kept the %d most "
+                "recently used (the others are dropped, and gone from the file at shutdown)",
+                path,
+                engine.routing.evictions + len(engine.routing.tables),
+                max_tables,
+                len(engine.routing.tables),
+            )
     parent = path.resolve().parent
-    if path.is_dir() or not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
+    if path.is_dir() or not parent.is_dir() or not _can_write_in(parent):
         raise S2D2Error(
             f"--routing-state {path}: cannot be written back ({parent} is not a writable directory)"
         )
     return path
+
+
+def _can_write_in(folder: Path) -> bool:
+    """Whether a file can be created in ``folder``: tried by writing (and removing) a temporary file there
+    (``os.access`` says yes for paths no file can be created in, such as ``/proc`` as root)."""
+    try:
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=".s2d2-write-check-", delete=True) as probe:
+            probe.write(b"{}")
+            probe.flush()
+    except OSError:
+        return False
+    return True
 
 
 def _save_routing_state(engine: LLMEngine, path: Path) -> bool:
@@ -144,7 +172,8 @@ def create_app(
     shutdown. Robustness (docs of :mod:`s2d2.serving`): ``max_query_tokens_per_row`` (default: the
     model's, else the engine's default), ``max_routing_tables`` (engine-scope routing tables kept),
     ``body_timeout`` (seconds a body may take, 408 after), ``api_key`` (required as a Bearer token on
-    every ``/v1`` route) and ``allowed_hosts`` (``Host`` header names; default: the loopback names).
+    every ``/v1`` route, ``/docs`` and ``/openapi.json``) and ``allowed_hosts`` (``Host`` header names;
+    default: the loopback names).
     """
     _check_preset(model, preset)
     rows = max_num_seqs or model.max_num_seqs
@@ -178,11 +207,15 @@ def create_app(
         version="0.1.0",
         description="Block-diffusion decoding with S2D2, per-request decoding settings in the `s2d2` object.",
         lifespan=lifespan,
+        docs_url=None,  # FastAPI's pages load Swagger UI / ReDoc from a CDN: ours serves its own (docs_ui)
+        redoc_url=None,
     )
     app.state.s2d2 = state
     install_error_handlers(app, state.metrics)
     _routes(app, state)
+    add_docs(app)
     app.add_middleware(BodySizeLimit, max_bytes=max_body_bytes, timeout=body_timeout)
+    app.add_middleware(DrainGate, draining=lambda: thread.draining, retry_after=RETRY_AFTER_S)
     app.add_middleware(AccessControl, allowed_hosts=allowed_hosts, api_key=api_key)  # outermost: first
     return app
 
@@ -231,7 +264,7 @@ async def _submit(state: ServerState, prep: Prepared) -> list[Any]:
         for sub in subs:
             state.engine.abort(sub.request_id)
         if isinstance(exc, Draining):
-            raise APIError(503, str(exc), code="draining") from None
+            raise draining_error(RETRY_AFTER_S) from None
         raise APIError(
             429, str(exc), code="queue_full", headers={"Retry-After": str(RETRY_AFTER_S)}
         ) from None

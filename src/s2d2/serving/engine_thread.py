@@ -91,6 +91,11 @@ class EngineThread:
                 self.start()
 
     @property
+    def inflight(self) -> int:
+        """Requests in the server now: running, waiting, or on their way to the engine."""
+        return self._inflight
+
+    @property
     def alive(self) -> bool:
         return self._thread is not None and self._thread.is_alive()
 

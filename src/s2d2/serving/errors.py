@@ -79,6 +79,8 @@ def _validation_error(exc: RequestValidationError) -> APIError:
     loc = [p for p in loc if not (p.startswith(("list[", "str", "int")) or p in ("function-after",))]
     param = ".".join(loc) or None
     msg = str(first.get("msg", "invalid value"))
+    if first.get("type") == "missing" and param is None:
+        return bad_request("the request body is empty: send a JSON object", code="missing_body")
     if first.get("type") == "missing":
         return bad_request(f"missing required field {param!r}", param=param, code="missing_required_field")
     if first.get("type") == "model_attributes_type":

@@ -1,9 +1,12 @@
 """The OpenAI-compatible wire format: request and response bodies as pydantic models.
 
-Requests are validated strictly (a string where a number belongs is a 400, not a silent conversion);
-unknown top-level fields are ignored as OpenAI's own server ignores what it does not know, except the
-``s2d2`` extension object, whose fields are exactly the decoding settings of
-:class:`s2d2.config.DecodeConfig` (plus ``preset``), so the OpenAPI schema describes each of them.
+Requests are validated strictly (a string where a number belongs is a 400, not a silent conversion).
+A top-level field the request models do not declare, and a ``stream_options`` key they do not declare,
+is a 400 naming it, as OpenAI's own API answers (:func:`unknown_fields`; vLLM's extras that the server
+honours are declared fields like any other). The fields that only
+describe the caller (:data:`CALLER_FIELDS`) are accepted and have no effect. The ``s2d2`` extension
+object's fields are exactly the decoding settings of :class:`s2d2.config.DecodeConfig` (plus
+``preset``), so the OpenAPI schema describes each of them.
 Value checks that need the model (decoder names, presets, ranges of decoding settings) are left to
 ``S2D2Model.make_config``, the same code the CLI uses.
 """
@@ -51,8 +54,16 @@ def _settings_model() -> type[BaseModel]:
 S2D2Settings = _settings_model()
 
 
+#: OpenAI fields that only describe the caller (for the caller's own records): accepted, no effect here.
+CALLER_FIELDS = ("user", "metadata", "store", "service_tier")
+#: The schema of a model that keeps its extra fields only to refuse them: no other field is accepted.
+_CLOSED: dict[str, Any] = {"additionalProperties": False}
+_NO_EFFECT = "Accepted for OpenAI compatibility; it only describes the caller and has no effect."
+
+
 class StreamOptions(BaseModel):
-    model_config = ConfigDict(strict=True, extra="ignore", allow_inf_nan=False)
+    # extra keys are kept to be refused by name (unknown_fields), not silently dropped
+    model_config = ConfigDict(strict=True, extra="allow", allow_inf_nan=False, json_schema_extra=_CLOSED)
     include_usage: bool | None = Field(None, description="Send a last chunk with the usage.")
 
 
@@ -64,7 +75,8 @@ class ResponseFormat(BaseModel):
 class _Sampling(BaseModel):
     """Fields both endpoints share."""
 
-    model_config = ConfigDict(strict=True, extra="ignore", allow_inf_nan=False)
+    # extra fields are kept to be refused by name (unknown_fields), not silently dropped
+    model_config = ConfigDict(strict=True, extra="allow", allow_inf_nan=False, json_schema_extra=_CLOSED)
 
     model: str | None = Field(None, description="The served model's name (GET /v1/models); optional.")
     max_tokens: int | None = Field(
@@ -117,7 +129,10 @@ class _Sampling(BaseModel):
     guided_grammar: str | None = Field(None, description="vLLM's older `structured_outputs.grammar`.")
     functions: list[Any] | None = Field(None, description="Not supported (a 400 unless empty).")
     function_call: Any = Field(None, description="Not supported (a 400 unless `none`).")
-    user: str | None = None
+    user: str | None = Field(None, description=_NO_EFFECT)
+    metadata: dict[str, str] | None = Field(None, description=_NO_EFFECT)
+    store: bool | None = Field(None, description=_NO_EFFECT)
+    service_tier: str | None = Field(None, description=_NO_EFFECT)
     s2d2: S2D2Settings | None = Field(None, description="Per-request decoding settings (extension).")  # type: ignore[valid-type]
 
 
@@ -171,6 +186,16 @@ class ChatCompletionRequest(_Sampling):
     top_logprobs: int | None = Field(
         None, ge=0, le=20, description="Most likely alternatives per token (needs `logprobs`)."
     )
+
+
+def unknown_fields(body: BaseModel) -> list[str]:
+    """The request's top-level fields and ``stream_options`` keys that no model declares, by their path,
+    in the order sent."""
+    names = list(body.model_extra or {})
+    options = getattr(body, "stream_options", None)
+    if options is not None:
+        names += [f"stream_options.{k}" for k in options.model_extra or {}]
+    return names
 
 
 # ---------------------------------------------------------------------------------------------- responses

@@ -3,16 +3,31 @@
 ``build_deployment(...)`` wraps :func:`s2d2.serving.app.create_app` with ``@serve.deployment`` and
 ``serve.ingress`` (an app builder, evaluated on each replica: every replica loads the model and runs its
 own engine thread); ``autoscaling`` scales on ongoing requests per replica. ``s2d2 serve --ray
---replicas N`` starts it on the local Ray (or the cluster ``RAY_ADDRESS`` points to). Ray is the optional
-extra ``ray`` (``pip install 's2d2[ray]'``).
+--replicas N`` starts it on a local Ray cluster of its own (or on the cluster ``RAY_ADDRESS`` points to).
+Ray is the optional extra ``ray`` (``pip install 's2d2[ray]'``).
+
+**Shutdown** (:func:`serve_ray`). SIGTERM or SIGINT (Ctrl-C) stops it as the plain server stops, with
+Ray Serve's and Ray's own shutdown: ``serve.delete`` of the application (its replicas let running
+requests finish, for up to ``grace`` seconds, while the proxy still carries their streams), then, on a
+cluster the command started itself, ``serve.shutdown()`` and ``ray.shutdown()``, which stops every
+process of that cluster; the exit status is 0. On
+a cluster it joined (``RAY_ADDRESS``), only its own application is deleted and the cluster keeps running.
+A further signal during the shutdown is only logged (the shutdown, bounded by ``grace``, goes on).
 """
 
 from __future__ import annotations
 
-import time
+import logging
+import os
+import signal
+import threading
 from typing import Any
 
 from ..errors import S2D2Error
+
+log = logging.getLogger("s2d2.serving")
+#: The Ray Serve application's name (``serve.delete`` takes it).
+APP_NAME = "s2d2"
 
 
 def _ray_serve() -> Any:
@@ -33,10 +48,12 @@ def build_deployment(
     dtype: str | None = None,
     num_cpus: float = 1.0,
     load_options: dict[str, Any] | None = None,
+    grace: float | None = None,
     **app_options: Any,
 ) -> Any:
     """A bound Ray Serve application serving ``model`` (``load_options`` go to ``s2d2.load``, e.g. the KV
-    memory settings; ``app_options`` to ``create_app``)."""
+    memory settings; ``app_options`` to ``create_app``; ``grace``: seconds a replica's running requests
+    get to finish when it stops, Ray Serve's default if None)."""
     serve = _ray_serve()
     rows = app_options.get("max_num_seqs") or 16
 
@@ -63,6 +80,7 @@ def build_deployment(
         name="s2d2",
         max_ongoing_requests=rows + int(app_options.get("max_queue", 64)),
         ray_actor_options={"num_cpus": num_cpus},
+        **({"graceful_shutdown_timeout_s": grace} if grace is not None else {}),
         **scaling,
     )
     return deployment.bind()
@@ -72,17 +90,39 @@ def run(model: str = "tiny-gsm", *, host: str = "127.0.0.1", port: int = 8000, *
     """Start Ray Serve's HTTP proxy on ``host:port`` and deploy; returns the ingress handle."""
     serve = _ray_serve()
     serve.start(http_options={"host": host, "port": port})
-    return serve.run(build_deployment(model, **options), name="s2d2", route_prefix="/")
+    return serve.run(build_deployment(model, **options), name=APP_NAME, route_prefix="/")
 
 
-def serve_ray(model: str, *, host: str, port: int, **options: Any) -> None:
-    """``s2d2 serve --ray``: deploy, then wait until interrupted (Ctrl-C / SIGTERM) and shut down."""
+def serve_ray(model: str, *, host: str, port: int, grace: float = 30.0, **options: Any) -> None:
+    """``s2d2 serve --ray``: deploy, serve until SIGTERM or SIGINT, then shut down (module docstring)."""
+    import ray
+
     serve = _ray_serve()
-    run(model, host=host, port=port, **options)
+    ours = not ray.is_initialized() and not os.environ.get("RAY_ADDRESS")
+    if ours:  # a local cluster of our own: no dashboard (nothing serves it), stopped by ray.shutdown()
+        ray.init(include_dashboard=False)
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: Any) -> None:
+        if stop.is_set():
+            log.warning("already shutting down (up to %gs for running requests)", grace)
+        stop.set()
+
+    # after ray.init, which installs a SIGTERM handler of its own (sys.exit, skipping Serve's shutdown)
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
-        while True:
-            time.sleep(1.0)
-    except KeyboardInterrupt:
-        pass
+        run(model, host=host, port=port, grace=grace, **options)
+        while not stop.wait(1.0):
+            pass
+        log.info("stop signal: shutting Ray Serve down (running requests get %gs)", grace)
     finally:
-        serve.shutdown()
+        try:
+            # the application first: its replicas let running requests finish (up to ``grace``) while
+            # the proxy still carries their streams (serve.shutdown alone stops the proxy at once)
+            serve.delete(APP_NAME)
+            if ours:
+                serve.shutdown()
+        finally:
+            ray.shutdown()  # ours: stops every process of the cluster; joined: disconnects only
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)

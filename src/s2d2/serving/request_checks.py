@@ -1,5 +1,7 @@
-"""Checks on a request body's text before anything tokenises it (run off the event loop, as tokenising).
+"""Checks on a request body before anything tokenises it (run off the event loop, as tokenising).
 
+* **Known fields.** A field no request model declares (:func:`.protocol.unknown_fields`) is a 400 naming
+  every such field, as OpenAI's API answers (:func:`check_known_fields`); nothing is silently dropped.
 * **Valid Unicode.** JSON may spell lone UTF-16 surrogates (``"\\ud800"``); Python decodes them into a
   ``str`` no tokenizer, detokenizer or JSON encoder accepts. Any text field holding one is a 400 naming
   the field (:func:`check_unicode`).
@@ -17,6 +19,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from .errors import bad_request
+from .protocol import unknown_fields
 
 #: Characters per token no real text exceeds on average (English BPE: about 4; the longest tokens of
 #: common vocabularies: 16 to 30).
@@ -39,6 +42,18 @@ def _texts(value: Any, path: str) -> Iterator[tuple[str, str]]:
     elif isinstance(value, (list, tuple)):
         for i, item in enumerate(value):
             yield from _texts(item, f"{path}.{i}" if path else str(i))
+
+
+def check_known_fields(body: BaseModel) -> None:
+    """A 400 (``unknown_parameter``) naming the fields of ``body`` that no request model declares."""
+    names = unknown_fields(body)
+    if names:
+        plural = "s" if len(names) > 1 else ""
+        raise bad_request(
+            f"unrecognized request argument{plural} supplied: {', '.join(names)}",
+            param=names[0],
+            code="unknown_parameter",
+        )
 
 
 def check_unicode(body: BaseModel) -> None:
@@ -73,9 +88,16 @@ def check_prompt_chars(body: BaseModel, max_length: int) -> None:
 
 
 def check_body_text(body: BaseModel, max_length: int) -> None:
-    """Both checks of the module docstring; raises a 400 :class:`~.errors.APIError`."""
+    """The checks of the module docstring; raises a 400 :class:`~.errors.APIError`."""
+    check_known_fields(body)
     check_unicode(body)
     check_prompt_chars(body, max_length)
 
 
-__all__ = ["MAX_CHARS_PER_TOKEN", "check_body_text", "check_prompt_chars", "check_unicode"]
+__all__ = [
+    "MAX_CHARS_PER_TOKEN",
+    "check_body_text",
+    "check_known_fields",
+    "check_prompt_chars",
+    "check_unicode",
+]

@@ -3,9 +3,10 @@
 * **Host.** Every request's ``Host`` header must name an allowed host (``s2d2 serve --allowed-hosts``;
   default: the bound address and the loopback names), else a 400: a web page on another site cannot
   reach a server on 127.0.0.1 through a DNS name it controls (DNS rebinding). ``*`` allows any host.
-* **API key.** With a key (``--api-key KEY`` or ``S2D2_API_KEY``), every ``/v1`` route requires
-  ``Authorization: Bearer KEY`` (compared in constant time), else a 401 in OpenAI's error format;
-  ``/health`` and ``/metrics`` stay open (for probes and scrapers; keep them off public networks).
+* **API key.** With a key (``--api-key KEY`` or ``S2D2_API_KEY``), every ``/v1`` route, the API's
+  description ``/openapi.json`` and the ``/docs`` page with its assets require ``Authorization: Bearer
+  KEY`` (compared in constant time), else a 401 in OpenAI's error format; ``/health`` and ``/metrics``
+  stay open (for probes and scrapers; keep them off public networks).
 """
 
 from __future__ import annotations
@@ -19,8 +20,8 @@ from .errors import APIError
 
 #: Names a local client may use for a server bound to any address.
 LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "::1")
-#: The routes an API key protects (every path under it).
-PROTECTED_PREFIX = "/v1"
+#: The routes an API key protects (every path under each).
+PROTECTED_PREFIXES = ("/v1", "/openapi.json", "/docs")
 
 
 def default_allowed_hosts(bound: str) -> list[str]:
@@ -39,6 +40,11 @@ def host_name(value: str) -> str:
     if value.count(":") == 1:
         return value.split(":", 1)[0]
     return value
+
+
+def _protected(path: str) -> bool:
+    """Whether ``path`` is one of :data:`PROTECTED_PREFIXES` or under one."""
+    return any(path == p or path.startswith(p.rstrip("/") + "/") for p in PROTECTED_PREFIXES)
 
 
 def _normalise(host: str) -> str:
@@ -67,7 +73,7 @@ class AccessControl:
                 return APIError(
                     400, f"the Host header {host!r} is not allowed", param="Host", code="invalid_host"
                 )
-        if self.api_key is not None and scope.get("path", "").startswith(PROTECTED_PREFIX):
+        if self.api_key is not None and _protected(scope.get("path", "")):
             auth = headers.get(b"authorization", b"")
             scheme, _, key = auth.partition(b" ")
             if scheme.lower() != b"bearer" or not hmac.compare_digest(key.strip(), self.api_key):

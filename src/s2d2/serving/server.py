@@ -5,10 +5,11 @@ headers) has not fully arrived, are closed after ``timeout_keep_alive`` seconds 
 byte at a time cannot hold a connection open: the deadline runs from the connection, or the previous
 response, to the end of the head). The body has its own deadline (:mod:`.limits`).
 
-**Shutdown.** On SIGTERM or SIGINT (Ctrl-C) the server stops admitting at once (new requests on open
-connections get 503, ``/health`` turns 503), stops listening and lets the running requests finish for
-up to ``grace`` seconds. Then every request still open ends with an error (a stream with an OpenAI error
-event and ``data: [DONE]``, a plain request with a 500), the engine thread stops, the app writes its
+**Shutdown.** On SIGTERM or SIGINT (Ctrl-C) the server stops admitting at once: it keeps listening, and
+every new request, on a new connection or an open one, gets a 503 with ``Retry-After`` (:mod:`.drain`;
+``/health`` turns 503). The running requests finish, for up to ``grace`` seconds; then every request
+still open ends with an error (a stream with an OpenAI error event and ``data: [DONE]``, a plain request
+with a 500). Once none is left the server stops listening, the engine thread stops, the app writes its
 routing state, and ``s2d2 serve`` exits 0 (1 if the routing state could not be written). A second
 signal ends the open requests at once the same way; if the process has not exited
 :data:`HARD_EXIT_S` seconds later (a forward that does not return), it writes the routing state if it
@@ -20,6 +21,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 from types import FrameType
 from typing import Any
 
@@ -34,6 +36,8 @@ DEFAULT_TIMEOUT_KEEP_ALIVE_S = 5.0
 CANCEL_MARGIN_S = 5.0
 #: after a second stop signal the process is gone within this many seconds, whatever still runs
 HARD_EXIT_S = 5.0
+#: how often a draining server looks whether its running requests are done
+DRAIN_POLL_S = 0.05
 #: the error of a request the shutdown ended
 SHUTDOWN_MESSAGE = "the server shut down before the request finished"
 
@@ -99,9 +103,9 @@ class GracefulServer(uvicorn.Server):
         # not uvicorn's own: it would re-raise the signal after the shutdown (a crash exit) and a second
         # SIGINT would skip the app's shutdown (no routing state written, the engine thread left running)
         self.signals += 1
-        self.should_exit = True
         state = self._state()
         if state is None:
+            self.should_exit = True
             return
         if self.signals == 1:
             log.info("stop signal: admitting no new requests, finishing the running ones (%gs)", self.grace)
@@ -109,13 +113,22 @@ class GracefulServer(uvicorn.Server):
             timer = threading.Timer(self.grace, state.engine.expire, args=(SHUTDOWN_MESSAGE,))
             timer.daemon = True
             timer.start()
+            # keep listening (new requests get 503) until the running requests are done
+            threading.Thread(target=self._exit_when_drained, args=(state,), daemon=True).start()
             return
+        self.should_exit = True
         log.warning("second stop signal: ending every open request now")
         state.engine.expire(SHUTDOWN_MESSAGE)
         if self.signals == 2:
             watchdog = threading.Timer(HARD_EXIT_S, self._hard_exit)
             watchdog.daemon = True
             watchdog.start()
+
+    def _exit_when_drained(self, state: Any) -> None:
+        """Stop the server (uvicorn's own shutdown) once no request is left in the engine thread."""
+        while state.engine.inflight > 0 and not self.should_exit:
+            time.sleep(DRAIN_POLL_S)
+        self.should_exit = True
 
     def _hard_exit(self) -> None:
         state = self._state()

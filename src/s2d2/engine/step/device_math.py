@@ -49,7 +49,6 @@ def run_queries(
     read_verifications(checks, fetch)
 
 
-
 def _upload_grammar(dev: DeviceOps, batches: Sequence[Sequence[DraftQuery | VerifyQuery]]) -> None:
     """Every query's host grammar bitmask in ONE host-to-device copy; each query gets its rows (a view)."""
     constrained = [q for batch in batches for q in batch if q.grammar_bits is not None]

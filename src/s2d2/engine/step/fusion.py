@@ -118,4 +118,3 @@ def pick_group(
 def stale_drafts(req: Request, p: DraftStep) -> tuple[int, SlotDrafts]:
     """The step's own drafts for the next step (``reuse_stale``): the verification judges them again."""
     return req.cursor.start, p.drafts
-

@@ -174,8 +174,10 @@ def _edit(req: Request, res: SlotDrafts) -> int:
 
 def _draft_source(req: Request, slot: int) -> LogprobSource:
     """Block size 1 drafts are the AR mode's predictions, and so is a shifted model's slot 0."""
-    return LogprobSource.AR if req.config.block_size == 1 or (req.info.shifted and slot == 0) else (
-        LogprobSource.DRAFT
+    return (
+        LogprobSource.AR
+        if req.config.block_size == 1 or (req.info.shifted and slot == 0)
+        else (LogprobSource.DRAFT)
     )
 
 

@@ -145,6 +145,7 @@ def verify_probabilistic(q: VerifyQuery, dev: DeviceOps, fetch: Fetch) -> dict[s
     keys = {"n_acc": fetch.add(first), "correction": fetch.add(correction)}
     if q.wants_p_correction():
         q._p_correction_key = fetch.add(q.p_rows.index_select(0, at).gather(1, correction.view(1, 1)))
+
     def committed() -> torch.Tensor:
         return torch.where(dev.arange(n) == first, correction, drafts)
 

@@ -45,6 +45,7 @@ LAYERS: dict[str, int] = {
     "s2d2.engine.__init__": 7,
     "s2d2.tasks": 8,
     "s2d2.model": 9,
+    "s2d2.generation_result": 9,
     "s2d2.__init__": 9,
     "s2d2.tracing": 10,
     "s2d2.bench": 10,

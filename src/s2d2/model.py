@@ -6,26 +6,26 @@ import gc
 import os
 import warnings
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from .adapters import ModelAdapter, load_adapter
+from .adapters.checkpoint import load_tokenizer
 from .adapters.kv_pool import DEFAULT_PAGE_SIZE
 from .applicability import refuse_for_family
 from .config import DecodeConfig, checked_preset_file
 from .constraints import CompiledConstraint, GrammarCache, OutputConstraint, constraint_of
 from .cost.profile import resolve_cost_profile
 from .cost.step_cost import StepCost
-from .decoding.stats import GenerationStats, StepTrace
+from .decoding.stats import GenerationStats
 from .engine.llm_engine import LLMEngine
-from .engine.logprobs import TokenLogprob
 from .engine.outputs import DecodeOutput
 from .engine.request import check_prompt
 from .engine.request_limits import default_max_query_tokens_per_row
-from .errors import ConfigError, ModelLoadError, PromptError, S2D2Error
+from .errors import ConfigError, PromptError, S2D2Error
+from .generation_result import GenerationResult
 from .model_source import BUILTIN_MODELS, builtin_path, resolve_model_path  # noqa: F401 - re-exported
 from .presets import MODEL_PRESET_FILE, PresetFile
 from .scoring.likelihoods import Likelihoods
@@ -39,30 +39,6 @@ DEFAULT_MAX_NUM_SEQS = 16
 
 class UnknownWordsWarning(UserWarning):
     """A prompt holds words the model's tokenizer does not know (they become its unknown token)."""
-
-
-@dataclass
-class GenerationResult:
-    """What ``generate`` returns: the new text and token ids (through the first stop token) and stats."""
-
-    text: str
-    token_ids: list[int]
-    stats: GenerationStats
-    trace: list[StepTrace] | None = None
-    config: DecodeConfig | None = field(default=None, repr=False)
-    #: the one-line reason when ``generate_batch(..., errors="return")`` could not decode this prompt
-    error: str | None = None
-    #: one entry per token when asked for (``logprobs=0`` or ``k``): the token's log-probability, whether
-    #: it is the AR mode's exact value (``source="ar"``) or the drafter's, and the top-k alternatives
-    logprobs: list[TokenLogprob] | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        if self.error is not None:
-            return {"error": self.error}
-        out = {"text": self.text, "token_ids": self.token_ids, "stats": self.stats.to_dict()}
-        if self.logprobs is not None:
-            out["logprobs"] = [lp.to_dict() for lp in self.logprobs]
-        return out
 
 
 class S2D2Model(Likelihoods):
@@ -342,27 +318,6 @@ def freeze_loaded_heap() -> None:
     otherwise pauses every row of the batch. Not called by :func:`load`, which may run in a program that
     loads and drops many models (cyclic garbage among frozen objects is never collected)."""
     gc.freeze()
-
-
-def load_tokenizer(path: Path) -> Any | None:
-    """The directory's tokenizer through transformers (never remote code), or None if it has none."""
-    if not any((path / f).is_file() for f in ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")):
-        return None
-    import warnings
-
-    from transformers import AutoTokenizer
-    from transformers.utils import logging as hf_logging
-
-    verbosity = hf_logging.get_verbosity()
-    hf_logging.set_verbosity_error()  # AutoTokenizer reads config.json and warns about the unknown model_type
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            return AutoTokenizer.from_pretrained(str(path), trust_remote_code=False)
-    except Exception as exc:  # tokenizers raise many types; the user needs one line
-        raise ModelLoadError(f"cannot load the tokenizer in {path}: {str(exc).splitlines()[0]}") from None
-    finally:
-        hf_logging.set_verbosity(verbosity)
 
 
 def load(

@@ -1,6 +1,6 @@
-r"""Reading a checkpoint directory: ``config.json``, the tokenizer's added tokens, safetensors weights (never
-pickles), the device and dtype to load on, and the config facts every family checks (does it name this
-family, which token is the mask). Errors are one-line :class:`~s2d2.errors.ModelLoadError`\ s."""
+r"""Reading a checkpoint directory: ``config.json``, the tokenizer (and its added tokens), safetensors
+weights (never pickles), the device and dtype to load on, and the config facts every family checks (does
+it name this family, which token is the mask). Errors are one-line :class:`~s2d2.errors.ModelLoadError`\ s."""
 
 from __future__ import annotations
 
@@ -168,3 +168,24 @@ def require_mask_token(
     if not 0 <= mask_id < vocab_size:
         raise ModelLoadError(f"mask token id {mask_id} is outside the vocabulary (size {vocab_size})")
     return mask_id
+
+
+def load_tokenizer(path: Path) -> Any | None:
+    """The directory's tokenizer through transformers (never remote code), or None if it has none."""
+    if not any((path / f).is_file() for f in ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")):
+        return None
+    import warnings
+
+    from transformers import AutoTokenizer
+    from transformers.utils import logging as hf_logging
+
+    verbosity = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()  # AutoTokenizer reads config.json and warns about the unknown model_type
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return AutoTokenizer.from_pretrained(str(path), trust_remote_code=False)
+    except Exception as exc:  # tokenizers raise many types; the user needs one line
+        raise ModelLoadError(f"cannot load the tokenizer in {path}: {str(exc).splitlines()[0]}") from None
+    finally:
+        hf_logging.set_verbosity(verbosity)

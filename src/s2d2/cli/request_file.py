@@ -224,7 +224,7 @@ def generate_file(
     from tqdm.auto import tqdm
 
     from ..decoding.stats import GenerationStats
-    from ..model import GenerationResult
+    from ..generation_result import GenerationResult
 
     results: list[Any] = [None] * len(requests)
     prompts: list[list[int]] = []

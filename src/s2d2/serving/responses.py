@@ -23,6 +23,7 @@ from .detokenizer import TextStream
 from .engine_thread import EngineThread, Submission
 from .errors import APIError
 from .prepare import Prepared
+from .structured import tool_call_message
 from .token_logprobs import (
     Scored,
     TokenTexts,
@@ -147,10 +148,6 @@ async def score_only_events(row: Any) -> AsyncIterator[Delta | Outcome]:
     yield Outcome("length", len(row.prompt_ids), 0, NoDecoding())
 
 
-def new_id(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:24]}"
-
-
 async def _collect_one(events: AsyncIterator[Delta | Outcome]) -> ChoiceResult:
     result = ChoiceResult()
     async for item in events:
@@ -182,11 +179,8 @@ async def collect_all(
 
 
 # ---------------------------------------------------------------------------------------------- bodies
-def acceptance_of(config: Any) -> str:
-    """The acceptance rule a config applies: strict, probabilistic, or none (no verification)."""
-    if config.decoder != "s2d2":
-        return "none"
-    return "strict" if config.strict else "probabilistic"
+def new_id(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:24]}"
 
 
 def usage(prep: Prepared, outcomes: Sequence[Outcome]) -> dict[str, Any]:
@@ -205,8 +199,10 @@ def usage(prep: Prepared, outcomes: Sequence[Outcome]) -> dict[str, Any]:
 
 
 def s2d2_stats(prep: Prepared, outcomes: Sequence[Outcome]) -> dict[str, Any]:
-    """The ``s2d2`` object: decoding statistics summed over ``outcomes``, the rule used, notes."""
-    stats = [o.stats for o in outcomes]
+    """The ``s2d2`` object: decoding statistics summed over ``outcomes``, the acceptance rule used (strict,
+    probabilistic, or none: no verification), notes."""
+    stats, cfg = [o.stats for o in outcomes], prep.config
+    rule = "none" if cfg.decoder != "s2d2" else "strict" if cfg.strict else "probabilistic"
     nfe = sum(s.nfe for s in stats)
     tokens = sum(o.completion_tokens for o in outcomes)
     return {
@@ -216,7 +212,7 @@ def s2d2_stats(prep: Prepared, outcomes: Sequence[Outcome]) -> dict[str, Any]:
         "drafted": sum(s.drafted for s in stats),
         "accepted": sum(s.accepted for s in stats),
         "finish_reason": stats[0].finish_reason if len(stats) == 1 else None,
-        "acceptance": acceptance_of(prep.config),
+        "acceptance": rule,
         "notes": list(prep.notes),
     }
 
@@ -257,12 +253,6 @@ class Renderer:
         }
 
 
-def tool_call_message(name: str, arguments: str) -> dict[str, Any]:
-    """A chat message calling function ``name`` with ``arguments`` (JSON text, constrained to its schema)."""
-    call = {"id": new_id("call"), "type": "function", "function": {"name": name, "arguments": arguments}}
-    return {"role": "assistant", "content": None, "tool_calls": [call]}
-
-
 def completion_body(r: Renderer, results: Sequence[ChoiceResult]) -> dict[str, Any]:
     """The non-streamed response (raises a 500 APIError if a choice failed inside the engine)."""
     outcomes = [res.outcome for res in results]
@@ -284,7 +274,7 @@ def completion_body(r: Renderer, results: Sequence[ChoiceResult]) -> dict[str, A
             scores = r.prompt_scores[row.prompt_index]
             choice["prompt_logprobs"] = prompt_logprobs_format(scores, r.prep.prompt_logprobs)
         if r.chat and r.prep.tool_name is not None:
-            choice["message"] = tool_call_message(r.prep.tool_name, res.text)
+            choice["message"] = tool_call_message(r.prep.tool_name, res.text, new_id("call"))
             if res.outcome.finish_reason == "stop":
                 choice["finish_reason"] = "tool_calls"
         elif r.chat:

@@ -116,3 +116,9 @@ def check_stream(structured: Structured, stream: bool) -> None:
             param="stream",
             code="unsupported_value",
         )
+
+
+def tool_call_message(name: str, arguments: str, call_id: str) -> dict[str, Any]:
+    """A chat message calling function ``name`` with ``arguments`` (JSON text, constrained to its schema)."""
+    call = {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
+    return {"role": "assistant", "content": None, "tool_calls": [call]}

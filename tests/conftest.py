@@ -34,11 +34,31 @@ settings.load_profile(PROFILE)
 FOLDER_MARKERS = {"serving": "server", "properties": "properties"}
 
 
+#: Tests marked ``slow`` (``-m "not slow"``: the README's inner loop): whole files by name, or one test by
+#: ``file::name``. Each takes 10 s or more on two cores (subprocesses, training, a browser, lm-eval).
+SLOW = (
+    "test_readme.py",
+    "test_model_source.py",
+    "test_lm_eval_likelihood.py",
+    "test_trace_html.py",
+    "test_gpu_check.py",
+    "test_tune.py",
+    "test_tiny_gsm.py::test_train_tiny_cli_trains_resumes_and_loads",
+    "test_builtin_model.py::test_readme_command_prints_a_correct_worked_answer",
+    "test_builtin_model.py::test_words_outside_the_vocabulary_are_named",
+    "test_evaluation.py::test_s2d2_lm_eval_cli_forwards_to_lm_eval",
+    "test_acceptance.py::test_probabilistic_rule_is_exact_in_distribution",
+)
+
+
 def pytest_collection_modifyitems(config, items):
     for item in items:
-        folder = Path(item.fspath).parent.name
-        if folder in FOLDER_MARKERS:
-            item.add_marker(FOLDER_MARKERS[folder])
+        path = Path(item.fspath)
+        if path.parent.name in FOLDER_MARKERS:
+            item.add_marker(FOLDER_MARKERS[path.parent.name])
+        name = item.name.split("[")[0]
+        if path.name in SLOW or f"{path.name}::{name}" in SLOW:
+            item.add_marker("slow")
 
 
 def examples(n: int) -> int:

@@ -80,10 +80,12 @@ class Decision:
 class Regime:
     """The admission choice of one engine (see the module docstring)."""
 
+    #: what the cycle model prices with (the planner's: with this host's time where measured here)
     cost: StepCost
     #: whether the prices include this host's time (a measured profile); a projection's do not
     host_timed: bool
-    host_ms_per_group: float = 0.0
+    #: the forwards' profile alone, whose fixed share decides whether planning pays (default: ``cost``)
+    share_cost: StepCost | None = None
     min_share: float = MIN_FIXED_SHARE
     choice: CycleChoice = field(default_factory=CycleChoice)
     _priced: dict[tuple, dict[int, float]] = field(default_factory=dict, repr=False)
@@ -120,7 +122,8 @@ class Regime:
         best = self.choice.choose(priced)
         if best == AR:
             return Decision("ar", 1, priced)
-        if self.min_share > 0 and not plans_step_by_step(self.cost, rows, best, context, self.min_share):
+        share_cost = self.share_cost if self.share_cost is not None else self.cost
+        if self.min_share > 0 and not plans_step_by_step(share_cost, rows, best, context, self.min_share):
             return Decision("fixed", best, priced)
         if self.min_share > 0 and not self.host_timed:
             fused_key = (*key, best)

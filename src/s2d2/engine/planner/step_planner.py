@@ -144,7 +144,7 @@ class StepPlanner:
         #: how a plan=auto request decodes (AR, fixed or planned, and its block size), chosen when it is
         #: added (:mod:`.regime`); its ``min_share`` 0 plans every such request at the block size the
         #: older "bigger block about free" rule picks (the tests of the per-step planner do)
-        self.regime = Regime(self.decide, measured, self.host_ms_per_group, MIN_FIXED_SHARE)
+        self.regime = Regime(self.decide, measured, self.cost, MIN_FIXED_SHARE)
 
     min_fixed_share = property(
         lambda self: self.regime.min_share, lambda self, v: setattr(self.regime, "min_share", v)

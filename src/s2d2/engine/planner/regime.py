@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 
 from ...config import DecodeConfig
 from ...cost.step_cost import StepCost
-from .block_size import forward_ms, halfway_context, planned_config
+from .block_size import forward_ms, halfway_context
 from .cycle import AR, PLAN_MARGIN, CycleChoice, planned_price, prices
 from .stats import PlannerStats
 
@@ -119,6 +119,8 @@ class Regime:
                 priced.pop(AR)  # sampled: AR would draw other tokens
             self._priced[key] = priced
         priced = self._priced[key]
+        if self.min_share <= 0:  # every request planned (the per-step planner's tests): a block size
+            priced = {b: p for b, p in priced.items() if b != AR}
         best = self.choice.choose(priced)
         if best == AR:
             return Decision("ar", 1, priced)
@@ -179,13 +181,15 @@ def admit(
     forced: bool = False,
 ) -> DecodeConfig:
     """``config`` of a plan=auto request of the lossless family, decided for ``rows`` rows, counted in
-    ``stats``. ``forced`` (the tests' forced plans) or ``min_share`` 0: planned, at the block size
-    :func:`.block_size.planned_config` picks ("a bigger block about free")."""
-    if forced or regime.min_share <= 0:
-        chosen = planned_config(config, sizes, n_prompt, rows, regime.cost, fits) if sizes else config
-        mode = "planned"
-    else:
+    ``stats``. ``forced`` (the tests' forced plans) or ``min_share`` 0: planned, at the block size the
+    cycle model prices best."""
+    share = regime.min_share
+    if forced:
+        regime.min_share = 0.0
+    try:
         chosen, decision = admitted(regime, config, sizes, n_prompt, rows, fits)
-        mode = decision.mode
+    finally:
+        regime.min_share = share
+    mode = decision.mode
     stats.count_admission(mode, chosen.block_size if mode != "ar" else None, bool(sizes))
     return chosen

@@ -187,7 +187,12 @@ PRESETS: dict[str, dict[str, Any]] = {
     "lossless-fused": dict(_LOSSLESS, fuse=True, predraft_positions=4, predraft_tokens=0),
     # The same output again; the engine's planner chooses each step's verification by its cost.
     "lossless-auto": dict(
-        _LOSSLESS, fuse=True, predraft_positions=4, predraft_tokens=0, plan="auto", plan_block_sizes=(8, 16)
+        _LOSSLESS,
+        fuse=True,
+        predraft_positions=4,
+        predraft_tokens=0,
+        plan="auto",
+        plan_block_sizes=(4, 8, 16),
     ),
 }
 

@@ -18,6 +18,8 @@ import torch
 from conftest import load_or_skip
 from s2d2.engine.llm_engine import LLMEngine
 
+#: the lead is the per-step planner's: planned whatever the load (the choice by load is test_plan_regime's)
+pytestmark = pytest.mark.usefixtures("step_by_step_planning")
 
 @pytest.fixture(scope="module", params=["tiny-gsm", "sdar", "llada2"])
 def model(request):
@@ -176,7 +178,7 @@ def test_ar_only_steps_after_a_correction_take_the_lead_alone(model, monkeypatch
     monkeypatch.setattr(type(model.adapter), "lead_segment", counting)
     engine = LLMEngine(model.adapter, max_num_seqs=2)
     engine.planner.force = lambda req, columns: 1 if columns == [0, 1] else 0
-    cfg = model.make_config(preset="lossless-auto", block_size=4, **kw)
+    cfg = model.make_config(preset="lossless-auto", block_size=4, plan_block_sizes=(), **kw)
     outs = engine.generate(prompts, [cfg] * 2)
     assert [o.token_ids for o in outs] == [o.token_ids for o in ar]
     for o in outs:

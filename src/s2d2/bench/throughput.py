@@ -103,6 +103,8 @@ def _one_cell(
         "plan_rows": c["plan_rows"],
         "plan_mean_block_size": c["plan_mean_block_size"],
         "plan_fixed_choices": c["plan_fixed_choices"],
+        "plan_ar_choices": c["plan_ar_choices"],
+        "plan_admissions": c["plan_admissions"],
     }
 
 

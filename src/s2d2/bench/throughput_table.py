@@ -113,6 +113,8 @@ def _planned(runs: list[dict[str, float]], x: dict[str, float]) -> dict[str, flo
     (``predicted_ms_per_step`` when no cost profile was given: then the planner's own default profile
     predicts), and the planning phase's ms per step (medians over repeats)."""
     fixed = {"plan_fixed_choices": int(x["plan_fixed_choices"])} if x.get("plan_fixed_choices") else {}
+    if x.get("plan_admissions"):  # how each request decodes (AR, fixed-B, planned-B), chosen at admission
+        fixed["plan_admissions"] = dict(x["plan_admissions"])
     if not x["plan_rows"]:
         return fixed  # every request decoded fixed by its load (engine/plan_regime.py), or none planned
     out = {**fixed, "plan_ms_per_step": _median(runs, "plan_ms_per_step")}

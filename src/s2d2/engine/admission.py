@@ -21,7 +21,7 @@ from ..constraints.compiler import CompiledConstraint
 from ..constraints.matcher import GrammarState
 from ..decoding.routing_state import EngineRoutingState
 from ..errors import ConfigError
-from .planner import StepPlanner, fixed_config, halfway_context, planned_config
+from .planner import StepPlanner, planned_config
 from .request import Request, check_prompt, plans_automatically
 from .request_limits import RequestLimitError, check_request_limits, fold_limit_for
 
@@ -67,14 +67,14 @@ class Admission:
         if constraint is not None:
             self.check_constraint(constraint, config)
         sizes = config.block_size_choices()
-        if sizes:
+        if sizes or plans_automatically(config, self.adapter.info):
+            # the settings as asked must fit whatever the load makes of them (refused at every load alike)
+            self.check_limits(config)
+        if plans_automatically(config, self.adapter.info):
+            config = self.planner.admit(config, sizes, prompt.numel(), rows, self.fits)
+        elif sizes:  # pragma: no cover - the block size is open only on the lossless family
             config = planned_config(config, sizes, prompt.numel(), rows, self.planner.decide, self.fits)
             self.planner.stats.count_block_choice(config.block_size)
-        if plans_automatically(config, self.adapter.info):
-            context = halfway_context(prompt.numel(), config)
-            if not self.planner.plans_step_by_step(rows, config.block_size, context):
-                config = fixed_config(config)
-                self.planner.stats.fixed_choices += 1
         fold = self.check_limits(config)
         info = self.adapter.info
         req = Request(rid, prompt, config, info, routing=routing, make_generator=self.make_generator)

@@ -47,7 +47,7 @@ def test_past_the_ridge_or_on_a_cpu_the_smaller_block_stays(h200):
 
 def test_which_settings_leave_the_block_size_open():
     auto = DecodeConfig.build(preset="lossless-auto", block_size=8)
-    assert auto.block_size_choices() == (8, 16)
+    assert auto.block_size_choices() == (4, 8, 16)
     assert DecodeConfig.build(preset="lossless-auto", block_size=4).block_size_choices() == (4, 8, 16)
     assert DecodeConfig.build(preset="lossless-auto", plan_block_sizes=()).block_size_choices() == ()
     assert DecodeConfig.build(preset="lossless-auto", plan="fixed").block_size_choices() == ()
@@ -79,7 +79,8 @@ def test_the_engine_chooses_by_load_and_keeps_ar_greedy_tokens(tiny, h200):
     batch, s8 = _decode(tiny, 8, cfg, 6, cost=h200)
     cpu, sc = _decode(tiny, 1, cfg, 6)
     assert (s1["plan_block_choices"], s1["plan_mean_block_size"]) == (6, 16)
-    assert (s8["plan_block_choices"], s8["plan_mean_block_size"]) == (6, 8)  # generate's batch: 6 rows
+    # generate's batch, 6 rows: still B16 (the cycle model), decoded fixed (fusion no longer pays)
+    assert s8["plan_admissions"] == {"fixed-16": 6} and s1["plan_admissions"] == {"planned-16": 6}
     assert sc["plan_mean_block_size"] == 8
     for outs in (alone, batch, cpu):
         assert [o.token_ids for o in outs] == [o.token_ids for o in ref]

@@ -409,18 +409,18 @@ def test_metrics_expose_the_planner_counters(tiny):
     text = metrics.render()
     rows = engine.stats()["plan_rows"]
     assert rows > 0 and f"s2d2_plan_rows_total {rows}" in text and "s2d2_plan_ar_only_total" in text
-    assert "s2d2_plan_block_choices_total 1" in text  # lossless-auto offers B8 and B16
+    assert "s2d2_plan_block_choices_total 1" in text  # lossless-auto offers B4, B8 and B16
 
 
 def test_bench_batch_rows_carry_the_planners_prediction(tiny):
     from s2d2.bench.throughput import run_throughput
 
-    out = run_throughput(tiny, n=3, limits=(2,), configs=("ar", "lossless-auto"), max_new_tokens=16)
+    out = run_throughput(tiny, n=3, limits=(1,), configs=("ar", "lossless-auto"), max_new_tokens=16)
     rows = {r["config"]: r for r in out["rows"]}
     auto = rows["lossless-auto"]
     assert auto["predicted_ms_per_step"] > 0 and auto["plan_ms_per_step"] > 0
     assert auto["forward_ms_per_step"] > 0
-    assert auto["plan_mean_block_size"] == 8  # B8 or B16 by load: on the CPU's profile, B8
+    assert auto["plan_mean_block_size"] == 8 and auto["plan_admissions"] == {"planned-8": 3}  # CPU: B8
     assert "predicted_ms_per_step" not in rows["ar"]  # no profile given and nothing planned
     assert "plan_mean_block_size" not in rows["ar"]
 

@@ -23,7 +23,7 @@ from ...cost.step_cost import StepCost
 TOLERANCE = 0.03
 
 
-def forward_ms(cost: StepCost, rows: int, query_tokens: int, context: int) -> float:
+def forward_ms(cost: StepCost, rows: int, query_tokens: float, context: int) -> float:
     """Predicted ms of one forward of ``rows`` rows alike, each feeding ``query_tokens`` query tokens
     after ``context`` cached positions (every query sees the cache and its row's queries)."""
     tokens = rows * query_tokens

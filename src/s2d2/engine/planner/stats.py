@@ -27,11 +27,27 @@ class PlannerStats:
     block_size_sum: int = 0
     #: requests of ``plan="auto"`` that their load put on plain fixed verification (:mod:`.plan_regime`)
     fixed_choices: int = 0
+    #: requests of ``plan="auto"`` that their load put on AR (:mod:`.regime`)
+    ar_choices: int = 0
+    #: requests of ``plan="auto"`` per admission choice: ``"ar"``, ``"fixed-B"`` or ``"planned-B"``
+    admissions: dict[str, int] = field(default_factory=dict)
 
     def count_block_choice(self, block_size: int) -> None:
-        """A request was given ``block_size`` by load (:mod:`.block_size_choice`)."""
+        """A request was given ``block_size`` by load (:mod:`.block_size`)."""
         self.block_choices += 1
         self.block_size_sum += block_size
+
+    def count_admission(self, mode: str, block_size: int | None, open_size: bool) -> None:
+        """A plan=auto request was admitted as ``mode`` (``ar``, ``fixed`` or ``planned``) at
+        ``block_size``; ``open_size``: its settings left the block size open."""
+        key = "ar" if block_size is None else f"{mode}-{block_size}"
+        self.admissions[key] = self.admissions.get(key, 0) + 1
+        if mode == "ar":
+            self.ar_choices += 1
+        elif mode == "fixed":
+            self.fixed_choices += 1
+        if open_size and block_size is not None:
+            self.count_block_choice(block_size)
 
     def to_dict(self, engine_steps: int) -> dict[str, Any]:
         n = max(engine_steps, 1)
@@ -48,5 +64,7 @@ class PlannerStats:
             "plan_errors": self.errors,
             "plan_block_choices": self.block_choices,
             "plan_fixed_choices": self.fixed_choices,
+            "plan_ar_choices": self.ar_choices,
+            "plan_admissions": dict(sorted(self.admissions.items())),
             "plan_mean_block_size": self.block_size_sum / self.block_choices if self.block_choices else None,
         }

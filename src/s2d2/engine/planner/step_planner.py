@@ -76,7 +76,7 @@ from .draft_or_ar import (
     prompt_tail,
     to_ar_only,
 )
-from .regime import MIN_FIXED_SHARE, plans_step_by_step
+from .regime import MIN_FIXED_SHARE, Regime, admit
 from .rows import (
     expected_tokens,
     fixed_tokens,
@@ -141,18 +141,18 @@ class StepPlanner:
         #: tests: ``force(req, columns)`` picks each planned row's choice among its valid columns (k - 1
         #: for a prefix of k positions, span + g for fused with g groups) instead of the cost model
         self.force: Callable[[Request, list[int]], int] | None = None
-        #: the least fixed share of a draft forward at which a request is planned step by step
-        #: (:mod:`.plan_regime`); 0 plans every ``plan="auto"`` request of the lossless family so
-        self.min_fixed_share = MIN_FIXED_SHARE
+        #: how a plan=auto request decodes (AR, fixed or planned, and its block size), chosen when it is
+        #: added (:mod:`.regime`); its ``min_share`` 0 plans every such request at the block size the
+        #: older "bigger block about free" rule picks (the tests of the per-step planner do)
+        self.regime = Regime(self.decide, measured, self.cost, MIN_FIXED_SHARE)
 
-    def plans_step_by_step(self, rows: int, block_size: int, context: int) -> bool:
-        """Whether a request of the lossless family with ``plan="auto"``, sharing steps with ``rows`` rows,
-        is planned step by step (:mod:`.plan_regime`): always with a projection (host time is not
-        charged) or under :attr:`force`; with a measured profile, where its load leaves forwards a large
-        enough fixed part."""
-        if self.force is not None or self.host_time is None:
-            return True
-        return plans_step_by_step(self.cost, rows, block_size, context, self.min_fixed_share)
+    min_fixed_share = property(
+        lambda self: self.regime.min_share, lambda self, v: setattr(self.regime, "min_share", v)
+    )
+
+    def admit(self, config: Any, sizes: Sequence[int], n_prompt: int, rows: int, fits: Callable) -> Any:
+        """``config`` of a plan=auto request decided for ``rows`` rows (:func:`.regime.admit`)."""
+        return admit(self.regime, self.stats, config, sizes, n_prompt, rows, fits, self.force is not None)
 
     def plan(self, running: Sequence[Request]) -> set[int]:
         """Choose each planned row's verification (set on its pending step); returns the ids

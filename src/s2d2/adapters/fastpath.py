@@ -23,8 +23,11 @@ import torch
 import torch.nn.functional as F
 
 from .attention_groups import AttentionGroup, build_groups
+from .forward_batch import ForwardBatch, build_batch
 from .host_lists import long_tensor
 from .kv_pool import DEFAULT_PAGE_SIZE, KVPool
+from .mask_spec import SpecCache
+from .paged_forward import LayerWeights, head_indices, layer_forward, layer_weights, rotations, span_mask
 from .segment import Segment, packed
 
 
@@ -64,6 +67,12 @@ class FastDecoder:
         self.dtype, self.device = param.dtype, param.device
         #: on the CPU, explicit attention and fused RMSNorm beat the generic kernels at these sizes
         self.cpu_kernels = self.device.type == "cpu" and self.dtype == torch.float32
+        self.specs = SpecCache()
+        with torch.no_grad():  # not inference tensors: the modules' own weights become views of these
+            #: each layer's fused weights (:func:`~s2d2.adapters.paged_forward.layer_weights`)
+            self.weights: list[LayerWeights] = [
+                layer_weights(la, self.n_heads, self.n_kv, self.qk_norm) for la in self.layers
+            ]
 
     def _norm(self, module: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
         """The native RMSNorm (``weight * x / rms(x)``), fused on the CPU in float32."""
@@ -114,6 +123,41 @@ class FastDecoder:
     @torch.inference_mode()
     def forward(self, pool: KVPool, segments: Sequence[Segment]) -> list[torch.Tensor]:
         """Run every segment in one forward; return each one's raw logits ``[len(logit_rows), vocab]``.
+
+        Segments whose masks fit :mod:`~s2d2.adapters.mask_spec` (every mask but the LLaDA2 official
+        prefill's float bias) run as one :class:`ForwardBatch` through :meth:`run_batch`; the rest run
+        the grouped path (:meth:`grouped_forward`). Pages for ``[0, length + n)`` are taken first (a
+        bounded pool raises ``OutOfPages`` before anything runs); lengths are not advanced here.
+        """
+        specs = [None if s.bias is not None or s.context_bias else self.specs.get(s.mask) for s in segments]
+        if any(sp is None for sp in specs):
+            return self.grouped_forward(pool, segments)
+        for s in segments:
+            pool.ensure(s.state, s.state.length + s.n)
+        batch = build_batch(
+            [s.state.length for s in segments], [s.ids for s in segments], [s.pos for s in segments], specs,
+            [pool.table(s.state) for s in segments], [s.logit_rows for s in segments], pool.page_size,
+        )  # fmt: skip
+        logits = self.run_batch(pool, batch.to(self.device))
+        return list(logits.float().split(batch.logit_sizes))
+
+    def run_batch(self, pool: KVPool, b: ForwardBatch) -> torch.Tensor:
+        """The forward of a batch on the device: packed logits ``[L, vocab]`` of ``b.logit_index``, in the
+        model's dtype. Touches no request and no host data beyond ``b``'s sizes."""
+        weights = self.weights
+        x = self.embed(b.ids)  # [T, hidden]
+        cos, sin = self.rotary(x[None], b.pos[None])
+        rot = rotations(cos[0], sin[0], self.head_dim)
+        rep = self.n_heads // self.n_kv
+        mask = span_mask(b, self.n_kv, rep, self.dtype)
+        gathers = head_indices(b, self.n_heads, self.n_kv, self.n_heads + self.n_kv)
+        for i, layer in enumerate(self.layers):
+            x = layer_forward(self, i, layer, weights[i], x, rot, b, mask, gathers, pool)
+        chosen = x.index_select(0, b.logit_index)
+        return self.lm_head(self._norm(self.norm, chosen))
+
+    def grouped_forward(self, pool: KVPool, segments: Sequence[Segment]) -> list[torch.Tensor]:
+        """The grouped path: rows padded per group of similar lengths, float masks with biases.
 
         Tokens of all rows are packed into one ``[T, hidden]`` sequence for the projections and MLPs (no
         padding work); only attention pads them, per group of similar lengths

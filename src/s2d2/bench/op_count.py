@@ -3,7 +3,8 @@
 On a GPU a small forward costs its kernel launches, not its arithmetic. Counting the aten ops that
 reach the dispatcher (a :class:`~torch.utils._python_dispatch.TorchDispatchMode` over a whole
 ``generate_batch``) and dividing by the forwards run gives the same figure on the CPU, where CI can
-guard it. View and metadata ops launch nothing and are left out (:data:`METADATA_OPS`).
+guard it. View and metadata ops launch nothing and are left out (:data:`METADATA_OPS`), as are ops
+that return their input unchanged (``to`` the same dtype and device).
 
     python -m s2d2.bench.op_count [--rows 1,64] [--configs ar,lossless-auto] [--n N] [--max-new-tokens M]
 """
@@ -41,6 +42,14 @@ def launches(func: Any) -> bool:
     return name not in METADATA_OPS and base not in METADATA_OPS
 
 
+def _returns_an_input(func: Any, out: Any, args: Sequence[Any]) -> bool:
+    """Whether a non-mutating op returned one of its inputs itself: a no-op (``to`` the same dtype and
+    device, ``resolve_conj`` of a plain tensor, ``contiguous`` of a contiguous one) that launched nothing."""
+    if func._schema.is_mutable or not isinstance(out, torch.Tensor):
+        return False
+    return any(out is a for a in args)
+
+
 class OpCounter(TorchDispatchMode):
     """Counts kernel-launching aten ops by name while active (``with OpCounter() as c: ...``)."""
 
@@ -49,9 +58,10 @@ class OpCounter(TorchDispatchMode):
         self.counts: collections.Counter[str] = collections.Counter()
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[override]
-        if launches(func):
+        out = func(*args, **(kwargs or {}))
+        if launches(func) and not _returns_an_input(func, out, args):
             self.counts[_base_name(func)] += 1
-        return func(*args, **(kwargs or {}))
+        return out
 
     @property
     def total(self) -> int:

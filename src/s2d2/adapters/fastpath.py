@@ -27,7 +27,7 @@ from .forward_batch import ForwardBatch, build_batch
 from .host_lists import long_tensor
 from .kv_pool import DEFAULT_PAGE_SIZE, KVPool
 from .mask_spec import SpecCache
-from .paged_forward import LayerWeights, head_indices, layer_forward, layer_weights, rotations, span_mask
+from .paged_forward import LayerWeights, layer_forward, layer_weights, rotations, span_mask
 from .segment import Segment, packed
 
 
@@ -137,6 +137,7 @@ class FastDecoder:
         batch = build_batch(
             [s.state.length for s in segments], [s.ids for s in segments], [s.pos for s in segments], specs,
             [pool.table(s.state) for s in segments], [s.logit_rows for s in segments], pool.page_size,
+            self.n_heads, self.n_kv,
         )  # fmt: skip
         logits = self.run_batch(pool, batch.to(self.device))
         return list(logits.float().split(batch.logit_sizes))
@@ -150,9 +151,8 @@ class FastDecoder:
         rot = rotations(cos[0], sin[0], self.head_dim)
         rep = self.n_heads // self.n_kv
         mask = span_mask(b, self.n_kv, rep, self.dtype)
-        gathers = head_indices(b, self.n_heads, self.n_kv, self.n_heads + self.n_kv)
         for i, layer in enumerate(self.layers):
-            x = layer_forward(self, i, layer, weights[i], x, rot, b, mask, gathers, pool)
+            x = layer_forward(self, i, layer, weights[i], x, rot, b, mask, pool)
         chosen = x.index_select(0, b.logit_index)
         return self.lm_head(self._norm(self.norm, chosen))
 

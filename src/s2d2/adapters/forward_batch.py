@@ -24,7 +24,7 @@ from .mask_spec import MaskSpec
 
 #: the int64 fields of a batch, in blob order (each a flat array)
 FIELDS = ("ids", "pos", "slot", "pages", "q_index", "out_index", "hi", "win_lo", "win_hi", "self_key",
-          "logit_index")  # fmt: skip
+          "logit_index", "q_gather", "out_gather")  # fmt: skip
 
 
 @dataclass
@@ -36,7 +36,8 @@ class ForwardBatch:
     page_size`` keys a row). Query grid ``[rows * n_q]``: ``q_index`` (the packed token at each grid
     place; padding: token 0) and the visibility ``hi``, ``win_lo``, ``win_hi``, ``self_key``; ``out_index``
     ``[tokens]`` is each token's grid place. ``logit_index`` ``[L]``: packed tokens whose logits come back,
-    ``logit_sizes`` how many of them each row has. Fields are numpy arrays on the host; :meth:`to`
+    ``logit_sizes`` how many of them each row has. ``q_gather`` / ``out_gather`` map heads between packed
+    order and the attention grid (:func:`head_gathers`). Fields are numpy arrays on the host; :meth:`to`
     returns a copy whose fields are tensors on a device (one transfer)."""
 
     rows: int
@@ -56,6 +57,8 @@ class ForwardBatch:
     win_hi: np.ndarray | torch.Tensor
     self_key: np.ndarray | torch.Tensor
     logit_index: np.ndarray | torch.Tensor
+    q_gather: np.ndarray | torch.Tensor
+    out_gather: np.ndarray | torch.Tensor
 
     @property
     def n_k(self) -> int:
@@ -83,10 +86,13 @@ def build_batch(
     tables: Sequence[Sequence[int]],
     logit_rows: Sequence[np.ndarray],
     page_size: int,
+    n_heads: int = 1,
+    n_kv: int = 1,
 ) -> ForwardBatch:
     """The batch of rows with ``lengths`` cached keys feeding ``ids`` at ``pos`` whose queries see what
     ``specs`` say among their new keys (and their whole cache); ``tables`` are the rows' page tables
-    (covering ``length + n`` positions); ``logit_rows`` index each row's new tokens."""
+    (covering ``length + n`` positions); ``logit_rows`` index each row's new tokens; ``n_heads`` /
+    ``n_kv``: the model's query and key/value heads (for the head gathers)."""
     R = len(lengths)
     sizes = np.array([len(i) for i in ids], dtype=np.int64)
     T = int(sizes.sum())
@@ -116,9 +122,28 @@ def build_batch(
     self_key[grid] = np.where(s_self, key, -1)
     logit_index = np.concatenate([starts[r] + np.asarray(lr, dtype=np.int64)
                                   for r, lr in enumerate(logit_rows)])  # fmt: skip
+    q_gather, out_gather = head_gathers(R, n_q, q_index, grid, n_heads, n_kv)
     return ForwardBatch(
         R, T, n_q, width, page_size, [len(lr) for lr in logit_rows],
         np.concatenate([np.asarray(i, dtype=np.int64) for i in ids]),
         np.concatenate([np.asarray(p, dtype=np.int64) for p in pos]),
-        slot, pages.reshape(-1), q_index, grid, hi, lo, whi, self_key, logit_index,
+        slot, pages.reshape(-1), q_index, grid, hi, lo, whi, self_key, logit_index, q_gather, out_gather,
     )  # fmt: skip
+
+
+def head_gathers(
+    rows: int, n_q: int, q_index: np.ndarray, grid: np.ndarray, n_heads: int, n_kv: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Gather indices between packed heads and the padded attention grid ``[kv, rows, rep, n_q]`` (GQA's
+    ``rep = n_heads / n_kv`` query heads of a key head folded into the query axis). ``q_gather``
+    ``[kv * rows * rep * n_q]``: for grid place ``(g, r, e, j)``, row ``t * (H + kv) + g * rep + e`` of
+    the flattened ``[T * (H + kv), hd]`` roped queries and keys; ``out_gather`` ``[T * H]``: for packed
+    ``(t, h)``, its place in the flattened grid output."""
+    rep = n_heads // n_kv
+    g = np.arange(n_kv).reshape(n_kv, 1, 1, 1)
+    e = np.arange(rep).reshape(1, 1, rep, 1)
+    q_gather = q_index.reshape(1, rows, 1, n_q) * (n_heads + n_kv) + g * rep + e
+    h = np.arange(n_heads)[None, :]
+    r, j = (grid // n_q)[:, None], (grid % n_q)[:, None]
+    out_gather = ((h // rep * rows + r) * rep + h % rep) * n_q + j
+    return q_gather.reshape(-1), out_gather.reshape(-1)

@@ -109,28 +109,9 @@ def span_mask(b: ForwardBatch, n_kv: int, rep: int, dtype: torch.dtype) -> torch
     return mask.expand(n_kv, b.rows, rep, b.n_q, b.n_k).reshape(n_kv * b.rows, rep * b.n_q, b.n_k)
 
 
-def head_indices(
-    b: ForwardBatch, n_heads: int, n_kv: int, heads_stride: int
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Gather indices between packed heads and the padded attention grid (device): ``q_gather``
-    ``[kv * rows * rep * n_q]`` picks, for grid place ``(g, r, e, j)``, row ``t * heads_stride + g * rep
-    + e`` of the flattened ``[T * heads_stride, hd]`` queries; ``out_gather`` ``[T * H]`` picks each
-    packed ``(t, h)`` from the flattened grid output."""
-    rep = n_heads // n_kv
-    dev = b.q_index.device
-    g = torch.arange(n_kv, device=dev).view(n_kv, 1, 1, 1)
-    e = torch.arange(rep, device=dev).view(1, 1, rep, 1)
-    q_tok = b.q_index.view(1, b.rows, 1, b.n_q)
-    q_gather = (q_tok * heads_stride + g * rep + e).reshape(-1)
-    h = torch.arange(n_heads, device=dev)
-    r, j = b.out_index // b.n_q, b.out_index % b.n_q
-    out_gather = (((h // rep)[None] * b.rows + r[:, None]) * rep + (h % rep)[None]) * b.n_q + j[:, None]
-    return q_gather, out_gather.reshape(-1)
-
-
 def layer_forward(
     dec, i: int, layer: torch.nn.Module, w: LayerWeights, x: torch.Tensor, rot: torch.Tensor,
-    b: ForwardBatch, mask: torch.Tensor, gathers: tuple[torch.Tensor, torch.Tensor], pool,
+    b: ForwardBatch, mask: torch.Tensor, pool,
 ) -> torch.Tensor:  # fmt: skip
     """One decoder layer on the packed hidden states ``x`` ``[T, hidden]`` (see the module docstring);
     ``dec`` is the :class:`~s2d2.adapters.fastpath.FastDecoder` (its sizes and norms)."""
@@ -148,8 +129,7 @@ def layer_forward(
     qk = torch.bmm(qk, rot)  # RoPE: [T, H + kv, hd]
     pool.k[i].view(kv, -1, hd)[:, b.slot] = qk[:, H:].transpose(0, 1)
     pool.v[i].view(kv, -1, hd)[:, b.slot] = qkv[:, H + kv :].transpose(0, 1)
-    q_gather, out_gather = gathers
-    q = qk.reshape(T * (H + kv), hd).index_select(0, q_gather).view(kv * b.rows, rep * b.n_q, hd)
+    q = qk.reshape(T * (H + kv), hd).index_select(0, b.q_gather).view(kv * b.rows, rep * b.n_q, hd)
     keys = pool.k[i].index_select(1, b.pages).view(kv * b.rows, b.n_k, hd)
     values = pool.v[i].index_select(1, b.pages).view(kv * b.rows, b.n_k, hd)
     if dec.cpu_kernels:
@@ -157,7 +137,7 @@ def layer_forward(
         o = torch.bmm(torch.softmax(scores, dim=-1), values)
     else:
         o = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, scale=attn.scaling)
-    o = o.reshape(-1, hd).index_select(0, out_gather).view(T, H * hd)
+    o = o.reshape(-1, hd).index_select(0, b.out_gather).view(T, H * hd)
     x = torch.addmm(x, o, attn.o_proj.weight.t()) if attn.o_proj.bias is None else x + attn.o_proj(o)
     h = dec._norm(layer.post_attention_layernorm, x)
     if w.gate_up is None:

@@ -23,11 +23,19 @@ import torch
 import torch.nn.functional as F
 
 from .attention_groups import AttentionGroup, build_groups
-from .forward_batch import ForwardBatch, build_batch
+from .forward_batch import ForwardBatch, build_batch, shape_of
+from .graph_runner import StaticRunner
 from .host_lists import long_tensor
 from .kv_pool import DEFAULT_PAGE_SIZE, KVPool
 from .mask_spec import SpecCache
-from .paged_forward import LayerWeights, layer_forward, layer_weights, rotations, span_mask
+from .paged_forward import (
+    LayerWeights,
+    layer_forward,
+    layer_weights,
+    rotate_half_matrix,
+    rotations,
+    span_mask,
+)
 from .segment import Segment, packed
 
 
@@ -50,7 +58,7 @@ class FastDecoder:
 
     SUPPORTED = ("Qwen2ForCausalLM", "Qwen3ForCausalLM", "Glm4MoeForCausalLM")
 
-    def __init__(self, model: torch.nn.Module):
+    def __init__(self, model: torch.nn.Module, *, enforce_eager: bool = False):
         self.model = model
         cfg = model.config
         self.layers = list(model.model.layers)
@@ -73,6 +81,38 @@ class FastDecoder:
             self.weights: list[LayerWeights] = [
                 layer_weights(la, self.n_heads, self.n_kv, self.qk_norm) for la in self.layers
             ]
+        with torch.no_grad():  # the rotary dims the model's own rotary embedding gives
+            probe = torch.zeros(1, 1, 1, dtype=self.dtype, device=self.device)
+            at = torch.zeros(1, 1, dtype=torch.long, device=self.device)
+            rotary_dim = self.rotary(probe, at)[0].shape[-1]
+        self.signs = rotate_half_matrix(self.head_dim, rotary_dim, self.dtype, self.device)
+        #: a mixture-of-experts MLP routes tokens by data: such a forward is not captured
+        self.capturable = all(w.gate_up is not None for w in self.weights)
+        self._pool: KVPool | None = None
+        self.static: StaticRunner | None = None
+        self.enforce_eager = enforce_eager
+
+    @property
+    def enforce_eager(self) -> bool:
+        """Run every forward eagerly (no CUDA graphs; vLLM's ``enforce_eager``). CUDA graphs are used
+        only on CUDA, for capturable models, unless this is set."""
+        return self.static is None
+
+    @enforce_eager.setter
+    def enforce_eager(self, value: bool) -> None:
+        graphs = self.device.type == "cuda" and self.capturable and not value
+        self.static = self.static_runner(graphs=True) if graphs else None
+
+    def static_runner(self, *, graphs: bool, **kwargs) -> StaticRunner:
+        """A :class:`StaticRunner` over this decoder's forward body and the pool the last forward used
+        (``graphs=False``: the replay emulation, on any device)."""
+
+        def pool_ptr() -> int:
+            pool = self._pool
+            return 0 if pool is None else hash((id(pool), pool.k[0].data_ptr(), pool.v[-1].data_ptr()))
+
+        return StaticRunner(lambda b: self.run_batch(self._pool, b), self.device, graphs=graphs,
+                            pool_ptr=pool_ptr, **kwargs)  # fmt: skip
 
     def _norm(self, module: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
         """The native RMSNorm (``weight * x / rms(x)``), fused on the CPU in float32."""
@@ -134,12 +174,21 @@ class FastDecoder:
             return self.grouped_forward(pool, segments)
         for s in segments:
             pool.ensure(s.state, s.state.length + s.n)
+        lengths = [s.state.length for s in segments]
+        pad = None
+        if self.static is not None:
+            n_logits = sum(s.logit_rows.numel() for s in segments)
+            pad = self.static.shape_for(shape_of(lengths, [s.n for s in segments], n_logits, pool.page_size))
         batch = build_batch(
-            [s.state.length for s in segments], [s.ids for s in segments], [s.pos for s in segments], specs,
+            lengths, [s.ids for s in segments], [s.pos for s in segments], specs,
             [pool.table(s.state) for s in segments], [s.logit_rows for s in segments], pool.page_size,
-            self.n_heads, self.n_kv,
+            self.n_heads, self.n_kv, pad=pad,
         )  # fmt: skip
-        logits = self.run_batch(pool, batch.to(self.device))
+        if pad is None:
+            logits = self.run_batch(pool, batch.to(self.device))
+        else:
+            self._pool = pool
+            logits = self.static.run(batch)
         return list(logits.float().split(batch.logit_sizes))
 
     def run_batch(self, pool: KVPool, b: ForwardBatch) -> torch.Tensor:
@@ -148,7 +197,7 @@ class FastDecoder:
         weights = self.weights
         x = self.embed(b.ids)  # [T, hidden]
         cos, sin = self.rotary(x[None], b.pos[None])
-        rot = rotations(cos[0], sin[0], self.head_dim)
+        rot = rotations(cos[0], sin[0], self.signs)
         rep = self.n_heads // self.n_kv
         mask = span_mask(b, self.n_kv, rep, self.dtype)
         for i, layer in enumerate(self.layers):

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -25,6 +26,21 @@ from .mask_spec import MaskSpec
 #: the int64 fields of a batch, in blob order (each a flat array)
 FIELDS = ("ids", "pos", "slot", "pages", "q_index", "out_index", "hi", "win_lo", "win_hi", "self_key",
           "logit_index", "q_gather", "out_gather")  # fmt: skip
+
+
+class BatchShape(NamedTuple):
+    """The sizes a forward's tensors take: ``tokens`` packed, ``rows``, ``n_q`` queries and ``width`` pages
+    a row, ``logits`` rows out. A batch padded to a shape runs the same kernels as any other batch of
+    that shape (a CUDA graph is captured per shape)."""
+
+    tokens: int
+    rows: int
+    n_q: int
+    width: int
+    logits: int
+
+    def holds(self, other: BatchShape) -> bool:
+        return all(a >= b for a, b in zip(self, other, strict=True))
 
 
 @dataclass
@@ -64,6 +80,10 @@ class ForwardBatch:
     def n_k(self) -> int:
         return self.width * self.page_size
 
+    @property
+    def shape(self) -> BatchShape:
+        return BatchShape(self.tokens, self.rows, self.n_q, self.width, int(len(self.logit_index)))
+
     def to(self, device: torch.device) -> ForwardBatch:
         """The batch with every field a tensor on ``device``: one int64 blob, one copy, split in views."""
         parts = [np.asarray(getattr(self, f), dtype=np.int64) for f in FIELDS]
@@ -72,6 +92,12 @@ class ForwardBatch:
         out = ForwardBatch(self.rows, self.tokens, self.n_q, self.width, self.page_size, self.logit_sizes,
                            *views)  # fmt: skip
         return out
+
+
+def shape_of(lengths: Sequence[int], sizes: Sequence[int], n_logits: int, page_size: int) -> BatchShape:
+    """The unpadded :class:`BatchShape` of rows with ``lengths`` cached keys feeding ``sizes`` tokens."""
+    width = max(-(-(a + n) // page_size) for a, n in zip(lengths, sizes, strict=True))
+    return BatchShape(sum(sizes), len(sizes), max(sizes), width, n_logits)
 
 
 def _row_specs(spec: MaskSpec) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -88,20 +114,29 @@ def build_batch(
     page_size: int,
     n_heads: int = 1,
     n_kv: int = 1,
+    pad: BatchShape | None = None,
 ) -> ForwardBatch:
     """The batch of rows with ``lengths`` cached keys feeding ``ids`` at ``pos`` whose queries see what
     ``specs`` say among their new keys (and their whole cache); ``tables`` are the rows' page tables
     (covering ``length + n`` positions); ``logit_rows`` index each row's new tokens; ``n_heads`` /
-    ``n_kv``: the model's query and key/value heads (for the head gathers)."""
-    R = len(lengths)
+    ``n_kv``: the model's query and key/value heads (for the head gathers). With ``pad`` (at least the
+    batch's own :class:`BatchShape`) every size is padded to it: padding tokens write their keys to
+    slot 0 (the zero page's first slot: finite, never visible) and padding rows see the zero page."""
+    R0 = len(lengths)
     sizes = np.array([len(i) for i in ids], dtype=np.int64)
-    T = int(sizes.sum())
+    T0 = int(sizes.sum())
     starts = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
-    n_q = int(sizes.max()) if R else 0
-    width = max(-(-(int(lengths[r]) + int(sizes[r])) // page_size) for r in range(R))
-    length = np.asarray(lengths, dtype=np.int64)
-    row = np.repeat(np.arange(R), sizes)
-    col = np.arange(T) - starts[row]
+    n_q = int(sizes.max()) if R0 else 0
+    width = max(-(-(int(lengths[r]) + int(sizes[r])) // page_size) for r in range(R0))
+    L0 = sum(len(lr) for lr in logit_rows)
+    own = BatchShape(T0, R0, n_q, width, L0)
+    if pad is not None and not pad.holds(own):
+        raise ValueError(f"a batch of shape {own} does not fit the padded shape {pad}")
+    T, R, n_q, width, L = pad if pad is not None else own
+    length = np.zeros(R, dtype=np.int64)
+    length[:R0] = lengths
+    row = np.repeat(np.arange(R0), sizes)
+    col = np.arange(T0) - starts[row]
     pages = np.zeros((R, width), dtype=np.int64)
     for r, t in enumerate(tables):
         pages[r, : min(len(t), width)] = t[:width]
@@ -109,7 +144,7 @@ def build_batch(
     slot = pages[row, key // page_size] * page_size + key % page_size
     grid = row * n_q + col
     q_index = np.zeros(R * n_q, dtype=np.int64)
-    q_index[grid] = np.arange(T)
+    q_index[grid] = np.arange(T0)
     hi = np.ones(R * n_q, dtype=np.int64)  # padding: key 0 only
     lo = np.zeros(R * n_q, dtype=np.int64)
     whi = np.zeros(R * n_q, dtype=np.int64)
@@ -122,13 +157,20 @@ def build_batch(
     self_key[grid] = np.where(s_self, key, -1)
     logit_index = np.concatenate([starts[r] + np.asarray(lr, dtype=np.int64)
                                   for r, lr in enumerate(logit_rows)])  # fmt: skip
+    grid = _padded(grid, T)
     q_gather, out_gather = head_gathers(R, n_q, q_index, grid, n_heads, n_kv)
     return ForwardBatch(
         R, T, n_q, width, page_size, [len(lr) for lr in logit_rows],
-        np.concatenate([np.asarray(i, dtype=np.int64) for i in ids]),
-        np.concatenate([np.asarray(p, dtype=np.int64) for p in pos]),
-        slot, pages.reshape(-1), q_index, grid, hi, lo, whi, self_key, logit_index, q_gather, out_gather,
+        _padded(np.concatenate([np.asarray(i, dtype=np.int64) for i in ids]), T),
+        _padded(np.concatenate([np.asarray(p, dtype=np.int64) for p in pos]), T),
+        _padded(slot, T), pages.reshape(-1), q_index, grid, hi, lo, whi, self_key, _padded(logit_index, L),
+        q_gather, out_gather,
     )  # fmt: skip
+
+
+def _padded(a: np.ndarray, n: int) -> np.ndarray:
+    """``a`` with zeros appended up to ``n`` entries."""
+    return a if a.size == n else np.concatenate([a, np.zeros(n - a.size, dtype=np.int64)])
 
 
 def head_gathers(

@@ -17,7 +17,6 @@ The body takes no host syncs and branches on no data (shapes only), so it compil
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -75,27 +74,28 @@ def layer_weights(layer: torch.nn.Module, n_heads: int, n_kv: int, qk_norm: bool
     return LayerWeights(qkv, qkv_bias, norm, eps, gate_up, inter)
 
 
-def rotations(cos: torch.Tensor, sin: torch.Tensor, head_dim: int) -> torch.Tensor:
+def rotations(cos: torch.Tensor, sin: torch.Tensor, signs: torch.Tensor) -> torch.Tensor:
     """Each token's RoPE as a matrix ``[T, hd, hd]`` (``x @ M[t]`` = ``x * cos + rotate_half(x) * sin`` on
-    the first ``rd`` dims, the rest passed through) from ``cos``/``sin`` ``[T, rd]``."""
+    the first ``rd`` dims, the rest passed through) from ``cos``/``sin`` ``[T, rd]`` and
+    :func:`rotate_half_matrix` ``signs``."""
     T, rd = cos.shape
-    half = rd // 2
+    head_dim = signs.shape[0]
     if rd < head_dim:
         cos = torch.cat([cos, cos.new_ones(T, head_dim - rd)], dim=1)
         sin = torch.cat([sin, sin.new_zeros(T, head_dim - rd)], dim=1)
-    return torch.diag_embed(cos) + sin[:, None, :] * _signs(head_dim, half, cos.dtype, cos.device)
+    return torch.diag_embed(cos) + sin[:, None, :] * signs
 
 
-@functools.lru_cache(maxsize=16)
-def _signs(head_dim: int, half: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    """``[hd, hd]``: ``x @ S`` is ``rotate_half`` of the first ``2 half`` dims (zeros past them); made
-    once per shape (read-only)."""
+def rotate_half_matrix(
+    head_dim: int, rotary_dim: int, dtype: torch.dtype, device: torch.device
+) -> torch.Tensor:
+    """``[hd, hd]``: ``x @ S`` is ``rotate_half`` of the first ``rotary_dim`` dims (zeros past them)."""
+    half = rotary_dim // 2
     sign = np.zeros((head_dim, head_dim), dtype=np.float32)
     idx = np.arange(half)
     sign[idx + half, idx] = -1.0  # out[d] = -x[d + half], d < half
     sign[idx, idx + half] = 1.0  # out[d + half] = x[d]
-    with torch.inference_mode(False):
-        return torch.from_numpy(sign).to(device=device, dtype=dtype)
+    return torch.from_numpy(sign).to(device=device, dtype=dtype)
 
 
 def span_mask(b: ForwardBatch, n_kv: int, rep: int, dtype: torch.dtype) -> torch.Tensor:

@@ -10,7 +10,7 @@ from typing import Annotated
 import typer
 
 from ..errors import S2D2Error
-from .options import DeviceOpt, DtypeOpt, ModelOpt, ProgressOpt, check_kv_options
+from .options import DeviceOpt, DtypeOpt, EnforceEagerOpt, ModelOpt, ProgressOpt, check_kv_options
 
 
 def _int_list(text: str, flag: str) -> list[int]:
@@ -94,6 +94,7 @@ def bench_batch_command(
             show_default=False,
         ),
     ] = None,
+    enforce_eager: EnforceEagerOpt = False,
 ) -> None:
     """Decode the same N problems with every configuration at every batch limit (interleaved) and print
     output tokens/s, the speed-up against the first limit, forwards/s, rows per forward and query tokens
@@ -118,7 +119,7 @@ def bench_batch_command(
         if threads < 1:
             raise S2D2Error(f"--threads must be >= 1, got {threads}")
         torch.set_num_threads(threads)
-    m = load(model, device=device, dtype=dtype)
+    m = load(model, device=device, dtype=dtype, enforce_eager=enforce_eager)
     freeze_loaded_heap()
     cost, label = _cost(m, cost_profile, simulate, shape)
     results = throughput.run_throughput(

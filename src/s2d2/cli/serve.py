@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 
 from ..errors import S2D2Error
-from .options import DeviceOpt, DtypeOpt, ModelOpt, PresetOpt, check_kv_options
+from .options import DeviceOpt, DtypeOpt, EnforceEagerOpt, ModelOpt, PresetOpt, check_kv_options
 
 HostOpt = Annotated[str, typer.Option(help="Address to listen on.")]
 PortOpt = Annotated[int, typer.Option(help="Port to listen on.")]
@@ -160,6 +160,7 @@ def serve_command(
     kv_budget_tokens: KVBudgetOpt = None,
     cost_profile: CostProfileOpt = None,
     max_num_batched_tokens: BatchedTokensOpt = None,
+    enforce_eager: EnforceEagerOpt = False,
 ) -> None:
     """Serve MODEL over an OpenAI-compatible HTTP API (completions, chat completions, streaming)."""
     _need_serve_extra()
@@ -170,7 +171,8 @@ def serve_command(
     if api_key is not None and not api_key.strip():
         raise S2D2Error("--api-key (or S2D2_API_KEY) must not be empty")
     check_kv_options(kv_page_size, kv_budget_tokens)
-    memory = dict(prefix_cache=prefix_cache, kv_page_size=kv_page_size, kv_budget_tokens=kv_budget_tokens)
+    memory = dict(prefix_cache=prefix_cache, kv_page_size=kv_page_size, kv_budget_tokens=kv_budget_tokens,
+                  enforce_eager=enforce_eager)  # fmt: skip
     hosts = [h.strip() for h in allowed_hosts.split(",") if h.strip()] if allowed_hosts else None
     options = dict(
         preset=preset,

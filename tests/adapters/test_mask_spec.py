@@ -61,33 +61,58 @@ def tiny():
     return s2d2.load("tiny-gsm", use_preset=False)
 
 
+def mixed_segments(fast, pool) -> list:
+    """Segments of every kind on four rows of different cached lengths (prefilled on first call), one a
+    row: a causal draft, a 2L verification, a fused verification with a pre-draft group, a prefill."""
+    rows = getattr(pool, "_test_rows", None)
+    if rows is None:
+        rows = pool._test_rows = [pool.new_state() for _ in range(4)]
+        gen = torch.Generator().manual_seed(0)
+        for r, st in enumerate(rows):
+            ids = torch.randint(3, 300, (8 + 9 * r,), generator=gen).tolist()
+            seg = Segment(st, ids, list(range(len(ids))), hf._causal_mask(len(ids)), keep=len(ids),
+                          logit_rows=Segment.last_rows(len(ids), 0))  # fmt: skip
+            fast.forward(pool, [seg])
+            st.advance(len(ids))
+    mask_id, a, b, c, d = 2, *rows
+    layout = HFLayout(mask_id)
+    group = Predraft([9, mask_id], [c.length + 4, c.length + 5], 2, True)
+    return [
+        layout.draft(a, [5, mask_id, 7, mask_id]),
+        layout.verify(b, [5, 6, 7, 8], [1, 2, 3]),
+        layout.fused(c, [5, 6, 7, 8], [1, 3], [group]),
+        Segment(d, [11, 12, 13], [d.length, d.length + 1, d.length + 2], hf._causal_mask(3), keep=0,
+                logit_rows=torch.arange(3)),
+    ]  # fmt: skip
+
+
+class HFLayout:
+    """The tiny model's segment layouts without a model (an :class:`~s2d2.adapters.hf.HFAdapter` whose
+    methods need only ``info.mask_token_id``)."""
+
+    def __init__(self, mask_id: int):
+        self.ad = hf.HFAdapter.__new__(hf.HFAdapter)
+        self.ad.info = type("Info", (), {"mask_token_id": mask_id, "shifted": False})()
+
+    def draft(self, st, block):
+        return self.ad.draft_segment(st, [], block, start=st.length, block_size=4, causal=True)
+
+    def verify(self, st, filled, slots):
+        return self.ad.verify_segment(st, filled, start=st.length, slots=slots)
+
+    def fused(self, st, filled, slots, predrafts):
+        return self.ad.fused_verify_segment(st, filled, start=st.length, slots=slots, predrafts=predrafts)
+
+
 def test_the_paged_forward_gives_the_grouped_forwards_logits_for_mixed_rows(tiny):
-    ad, fast = tiny.adapter, tiny.adapter.fast
+    fast = tiny.adapter.fast
     pool = fast.new_pool(page_size=16)
-    rows = [pool.new_state() for _ in range(4)]
-    gen = torch.Generator().manual_seed(0)
-    for r, st in enumerate(rows):  # caches of different lengths, prefilled together
-        ids = torch.randint(3, 300, (8 + 9 * r,), generator=gen)
-        ad.run([ad.prefill_segment(st, ids, block_size=4, causal=True)])
-    mask_id = ad.info.mask_token_id
-
-    def segments():
-        a, b, c, d = rows
-        return [
-            ad.draft_segment(a, [], [5, mask_id, 7, mask_id], start=a.length, block_size=4, causal=True),
-            ad.verify_segment(b, [5, 6, 7, 8], start=b.length, slots=[1, 2, 3]),
-            ad.fused_verify_segment(c, [5, 6, 7, 8], start=c.length, slots=[1, 3],
-                                    predrafts=[Predraft([9, mask_id], [c.length + 4, c.length + 5], 2,
-                                                        True)]),
-            ad.prefill_segment(d, torch.tensor([11, 12, 13]), block_size=4, causal=True),
-        ]  # fmt: skip
-
-    paged = fast.forward(pool, segments())
-    grouped = fast.grouped_forward(pool, segments())
+    paged = fast.forward(pool, mixed_segments(fast, pool))
+    grouped = fast.grouped_forward(pool, mixed_segments(fast, pool))
     assert [p.shape for p in paged] == [g.shape for g in grouped]
     for p, g in zip(paged, grouped, strict=True):
         assert torch.allclose(p, g, atol=1e-4), (p - g).abs().max()
-    alone = [fast.forward(pool, [s])[0] for s in segments()]
+    alone = [fast.forward(pool, [s])[0] for s in mixed_segments(fast, pool)]
     for p, a in zip(paged, alone, strict=True):
         assert torch.allclose(p, a, atol=1e-5)
 

@@ -37,6 +37,7 @@ from .paged_forward import (
     span_mask,
 )
 from .segment import Segment, packed
+from .span_attention import triton_available
 
 
 def _rotate_half(x: torch.Tensor) -> torch.Tensor:
@@ -75,6 +76,10 @@ class FastDecoder:
         self.dtype, self.device = param.dtype, param.device
         #: on the CPU, explicit attention and fused RMSNorm beat the generic kernels at these sizes
         self.cpu_kernels = self.device.type == "cpu" and self.dtype == torch.float32
+        #: the paged forward's attention: "triton" (the span kernel, CUDA), "sdpa" or "cpu" (explicit)
+        self.attention = "cpu" if self.cpu_kernels else "sdpa"
+        if self.device.type == "cuda" and triton_available() and self.head_dim & (self.head_dim - 1) == 0:
+            self.attention = "triton"
         self.specs = SpecCache()
         with torch.no_grad():  # not inference tensors: the modules' own weights become views of these
             #: each layer's fused weights (:func:`~s2d2.adapters.paged_forward.layer_weights`)
@@ -199,7 +204,7 @@ class FastDecoder:
         cos, sin = self.rotary(x[None], b.pos[None])
         rot = rotations(cos[0], sin[0], self.signs)
         rep = self.n_heads // self.n_kv
-        mask = span_mask(b, self.n_kv, rep, self.dtype)
+        mask = None if self.attention == "triton" else span_mask(b, self.n_kv, rep, self.dtype)
         for i, layer in enumerate(self.layers):
             x = layer_forward(self, i, layer, weights[i], x, rot, b, mask, pool)
         chosen = x.index_select(0, b.logit_index)

@@ -24,6 +24,7 @@ import torch
 import torch.nn.functional as F
 
 from .forward_batch import ForwardBatch
+from .span_attention import span_attention
 
 
 def _fuse(linears: list[torch.nn.Linear]) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -129,15 +130,25 @@ def layer_forward(
     qk = torch.bmm(qk, rot)  # RoPE: [T, H + kv, hd]
     pool.k[i].view(kv, -1, hd)[:, b.slot] = qk[:, H:].transpose(0, 1)
     pool.v[i].view(kv, -1, hd)[:, b.slot] = qkv[:, H + kv :].transpose(0, 1)
+    if dec.attention == "triton":  # the paged kernel: pages read in place, the mask from the integers
+        o = span_attention(qk[:, :H], pool.k[i], pool.v[i], b, attn.scaling).view(T, H * hd)
+        return _rest(dec, layer, w, x, o)
     q = qk.reshape(T * (H + kv), hd).index_select(0, b.q_gather).view(kv * b.rows, rep * b.n_q, hd)
     keys = pool.k[i].index_select(1, b.pages).view(kv * b.rows, b.n_k, hd)
     values = pool.v[i].index_select(1, b.pages).view(kv * b.rows, b.n_k, hd)
-    if dec.cpu_kernels:
+    if dec.attention == "cpu":
         scores = torch.baddbmm(mask, q, keys.transpose(1, 2), alpha=attn.scaling)
         o = torch.bmm(torch.softmax(scores, dim=-1), values)
     else:
         o = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, scale=attn.scaling)
     o = o.reshape(-1, hd).index_select(0, b.out_gather).view(T, H * hd)
+    return _rest(dec, layer, w, x, o)
+
+
+def _rest(dec, layer: torch.nn.Module, w: LayerWeights, x: torch.Tensor, o: torch.Tensor) -> torch.Tensor:
+    """The layer after attention: output projection with the residual, RMSNorm, the MLP with the
+    residual."""
+    attn = layer.self_attn
     x = torch.addmm(x, o, attn.o_proj.weight.t()) if attn.o_proj.bias is None else x + attn.o_proj(o)
     h = dec._norm(layer.post_attention_layernorm, x)
     if w.gate_up is None:

@@ -16,7 +16,7 @@ from s2d2.bench.suites import load_problems
 
 @pytest.fixture(scope="module")
 def tiny():
-    return s2d2.load("tiny-gsm", use_preset=False)
+    return s2d2.load("tiny-gsm", use_preset=False, device="cpu")
 
 
 def _rows(fast, lengths=(20, 7, 33)):

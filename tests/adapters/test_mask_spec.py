@@ -58,7 +58,7 @@ def test_a_mask_of_two_windows_does_not_fit():
 
 @pytest.fixture(scope="module")
 def tiny():
-    return s2d2.load("tiny-gsm", use_preset=False)
+    return s2d2.load("tiny-gsm", use_preset=False, device="cpu")
 
 
 def mixed_segments(fast, pool) -> list:

@@ -55,7 +55,7 @@ def forward_case() -> float:
 
     import s2d2
 
-    fast = s2d2.load("tiny-gsm", use_preset=False).adapter.fast
+    fast = s2d2.load("tiny-gsm", use_preset=False, device="cpu").adapter.fast
     pool = fast.new_pool(page_size=16)
     eager = fast.forward(pool, mixed_segments(fast, pool))
     fast.attention = "triton"

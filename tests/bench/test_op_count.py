@@ -15,7 +15,7 @@ from s2d2.bench.suites import load_problems
 
 @pytest.fixture(scope="module")
 def tiny():
-    return s2d2.load("tiny-gsm", use_preset=False)
+    return s2d2.load("tiny-gsm", use_preset=False, device="cpu")
 
 
 def test_views_and_no_ops_are_not_counted():

@@ -122,7 +122,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     p.add_argument("--max-new-tokens", type=int, default=32)
     p.add_argument("--json", default=None)
     a = p.parse_args(argv)
-    model = load(a.model)
+    model = load(a.model, enforce_eager=True)  # the eager forward's ops (a replay dispatches none)
     prompts = [model.encode(p["question"]) for p in load_problems("tiny-gsm", "test", a.n)]
     out = []
     for cfg in a.configs.split(","):

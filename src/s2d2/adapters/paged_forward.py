@@ -128,8 +128,8 @@ def layer_forward(
         else:
             qk = torch.cat([attn.q_norm(qk[:, :H]), attn.k_norm(qk[:, H:])], dim=1)
     qk = torch.bmm(qk, rot)  # RoPE: [T, H + kv, hd]
-    pool.k[i].view(kv, -1, hd)[:, b.slot] = qk[:, H:].transpose(0, 1)
-    pool.v[i].view(kv, -1, hd)[:, b.slot] = qkv[:, H + kv :].transpose(0, 1)
+    pool.k[i].view(kv, -1, hd).index_copy_(1, b.slot, qk[:, H:].transpose(0, 1))
+    pool.v[i].view(kv, -1, hd).index_copy_(1, b.slot, qkv[:, H + kv :].transpose(0, 1))
     if dec.attention == "triton":  # the paged kernel: pages read in place, the mask from the integers
         o = span_attention(qk[:, :H], pool.k[i], pool.v[i], b, attn.scaling).view(T, H * hd)
         return _rest(dec, layer, w, x, o)

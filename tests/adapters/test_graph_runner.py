@@ -112,3 +112,24 @@ def test_graphs_are_for_cuda_and_enforce_eager_turns_them_off(tiny):
     with pytest.raises(ValueError, match="does not fit"):
         pool, states = _rows(fast)
         _batch(fast, pool, states, (9, 1, 1), 0, pad=BatchShape(16, 4, 8, 4, 16))
+
+
+def test_a_shape_whose_capture_fails_runs_eagerly_and_says_so(tiny, monkeypatch):
+    fast = tiny.adapter.fast
+    pool, states = _rows(fast)
+    said: list[str] = []
+    runner = fast.static_runner(graphs=False, log=said.append)
+    runner.graphs = True  # as on CUDA, with a capture that fails
+
+    def broken(entry, shape):
+        raise RuntimeError("operation not permitted when stream is capturing\nmore")
+
+    monkeypatch.setattr(runner, "_capture", broken)
+    fast._pool = pool
+    with torch.inference_mode():
+        batch = _batch(fast, pool, states, (3, 5, 1), 0)
+        out = runner.run(_batch(fast, pool, states, (3, 5, 1), 0, runner.shape_for(batch.shape)))
+        eager = fast.run_batch(pool, batch.to("cpu"))
+    assert torch.allclose(out, eager, atol=1e-5)
+    assert said == ["s2d2: CUDA graph capture failed (operation not permitted when stream is capturing); "
+                    "this shape runs eagerly"]  # fmt: skip

@@ -75,3 +75,18 @@ def test_the_kernel_equals_the_reference_under_the_interpreter():
     assert proc.returncode == 0, proc.stderr[-3000:]
     diffs = json.loads(proc.stdout.strip().splitlines()[-1])
     assert len(diffs) == 4 and max(diffs[:3]) < 1e-5 and diffs[3] < 1e-4, diffs
+
+
+def test_the_self_check_passes_on_a_working_kernel_and_reports_a_broken_one(monkeypatch):
+    code = (
+        "import torch; from s2d2.adapters import span_attention as sa; "
+        "print(sa.self_check(4, 2, 16, torch.float32, torch.device('cpu')))"
+    )
+    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": f"{REPO / 'src'}"}
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0 and proc.stdout.strip().splitlines()[-1] == "None", proc.stderr[-2000:]
+    monkeypatch.setattr(sa, "span_attention", lambda q, *a: torch.zeros_like(q))
+    cpu = torch.device("cpu")
+    assert sa.self_check(4, 2, 16, torch.float32, cpu).startswith("the kernel differs")
+    monkeypatch.setattr(sa, "span_attention", lambda *a: 1 / 0)
+    assert sa.self_check(4, 2, 16, torch.float32, cpu) == "ZeroDivisionError: division by zero"

@@ -17,6 +17,7 @@ It computes the same function as the native forward (the golden tests run both p
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 
 import torch
@@ -37,7 +38,7 @@ from .paged_forward import (
     span_mask,
 )
 from .segment import Segment, packed
-from .span_attention import triton_available
+from .span_attention import self_check, triton_available
 
 
 def _rotate_half(x: torch.Tensor) -> torch.Tensor:
@@ -79,7 +80,12 @@ class FastDecoder:
         #: the paged forward's attention: "triton" (the span kernel, CUDA), "sdpa" or "cpu" (explicit)
         self.attention = "cpu" if self.cpu_kernels else "sdpa"
         if self.device.type == "cuda" and triton_available() and self.head_dim & (self.head_dim - 1) == 0:
-            self.attention = "triton"
+            problem = self_check(self.n_heads, self.n_kv, self.head_dim, self.dtype, self.device)
+            if problem is None:
+                self.attention = "triton"
+            else:
+                warnings.warn(f"s2d2: the Triton span-attention kernel is not used ({problem}); SDPA instead",
+                              stacklevel=2)  # fmt: skip
         self.specs = SpecCache()
         with torch.no_grad():  # not inference tensors: the modules' own weights become views of these
             #: each layer's fused weights (:func:`~s2d2.adapters.paged_forward.layer_weights`)

@@ -51,6 +51,8 @@ class _Entry:
     graph: Any = None
     out: torch.Tensor | None = None
     pool_ptr: int = 0
+    #: the capture failed: this shape runs the body eagerly on its static buffers
+    failed: bool = False
 
 
 class StaticRunner:
@@ -92,10 +94,16 @@ class StaticRunner:
         entry.blob.copy_(torch.from_numpy(parts), non_blocking=False)
         self.replays += 1
         n_logits = sum(batch.logit_sizes)
-        if not self.graphs:
+        if not self.graphs or entry.failed:
             return self.body(entry.batch)[:n_logits]
         if entry.graph is None or entry.pool_ptr != self.pool_ptr():
-            self._capture(entry, batch.shape)
+            try:
+                self._capture(entry, batch.shape)
+            except RuntimeError as exc:  # report and run this shape eagerly rather than fail the request
+                why = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+                self.log(f"s2d2: CUDA graph capture failed ({why}); this shape runs eagerly")
+                entry.failed, entry.graph = True, None
+                return self.body(entry.batch)[:n_logits]
         entry.graph.replay()
         return entry.out[:n_logits]
 

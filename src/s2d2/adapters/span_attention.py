@@ -74,3 +74,29 @@ def span_attention_reference(
             p = torch.softmax(s.masked_fill(~seen, float("-inf")), dim=0)
             out[t, h] = p @ v[h // (H // kv)]
     return out.to(q.dtype)
+
+
+def self_check(
+    n_heads: int, n_kv: int, head_dim: int, dtype: torch.dtype, device: torch.device
+) -> str | None:
+    """Run the kernel once on a small random batch of this model's head shape and compare it with
+    :func:`span_attention_reference`: None when it agrees, else why not (the caller then uses SDPA)."""
+    from .forward_batch import build_batch
+    from .mask_spec import spec_of
+
+    try:
+        gen = torch.Generator().manual_seed(0)
+        k_pages = torch.randn(n_kv, 6, 16, head_dim, generator=gen).to(device=device, dtype=dtype)
+        v_pages = torch.randn(n_kv, 6, 16, head_dim, generator=gen).to(device=device, dtype=dtype)
+        sizes = (3, 2)
+        specs = [spec_of(torch.ones(n, n, dtype=torch.bool).tril()) for n in sizes]
+        b = build_batch([20, 5], [[1] * n for n in sizes], [[0] * n for n in sizes], specs, [[2, 4], [5]],
+                        [torch.arange(n) for n in sizes], 16, n_heads, n_kv)  # fmt: skip
+        q = torch.randn(b.tokens, n_heads, head_dim, generator=gen).to(device=device, dtype=dtype)
+        got = span_attention(q, k_pages, v_pages, b.to(device), 0.1).float().cpu()
+        want = span_attention_reference(q.cpu(), k_pages.cpu(), v_pages.cpu(), b.to("cpu"), 0.1).float()
+    except Exception as exc:  # a kernel that does not build or launch here: report, do not fail the load
+        return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+    err = float((got - want).abs().max())
+    tol = 1e-4 if dtype == torch.float32 else 5e-2
+    return None if err <= tol else f"the kernel differs from the reference by {err:.3g}"

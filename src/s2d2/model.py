@@ -334,6 +334,7 @@ def load(
     kv_page_size: int = DEFAULT_PAGE_SIZE,
     max_num_batched_tokens: int | None = None,
     revision: str | None = None,
+    enforce_eager: bool = False,
     **options: Any,
 ) -> S2D2Model:
     """Load a block-diffusion model: a built-in name (``tiny-gsm``), a local checkpoint directory or a
@@ -358,12 +359,16 @@ def load(
     :data:`s2d2.cost.generic.GENERIC_COST`, the built-in model's CPU profile.
     ``max_num_batched_tokens``: most query tokens of one engine step over all rows (as vLLM's; the
     planner degrades planned verifications and defers prefill chunks to keep it; at least
-    ``max_query_tokens_per_row``).
+    ``max_query_tokens_per_row``). ``enforce_eager``: run every forward eagerly; by default a CUDA
+    forward is captured as a CUDA graph per padded batch shape and replayed
+    (:mod:`s2d2.adapters.graph_runner`).
     """
     path = resolve_model_path(name_or_path, revision)
     preset_path = path / MODEL_PRESET_FILE  # read first: a broken preset file fails before the slow load
     preset = checked_preset_file(preset_path) if use_preset and preset_path.is_file() else None
     adapter = load_adapter(path, device=device, dtype=dtype, **options)
+    if getattr(adapter, "fast", None) is not None:
+        adapter.fast.enforce_eager = enforce_eager
     tokenizer = load_tokenizer(path)
     name = str(name_or_path)
     cost = resolve_cost_profile(cost_profile, adapter, model_path=path, model_name=name)

@@ -27,7 +27,7 @@ def _segment(state, ids: list[int]) -> Segment:
 
 
 def _prefill(fast, pool, state, ids: list[int]) -> None:
-    fast.forward(pool, [_segment(state, ids)])
+    fast.grouped_forward(pool, [_segment(state, ids)])
     state.advance(len(ids))
 
 
@@ -60,14 +60,14 @@ def test_consecutive_pages_are_read_in_place_and_give_the_gathered_logits(model,
     assert not attention_groups.consecutive(pool.table(interleaved))
     seen = _groups_seen(monkeypatch)
     query = ids[40:48]  # within the three pages it holds
-    in_place = fast.forward(pool, [_segment(alone, query)])[0]
-    gathered = fast.forward(pool, [_segment(interleaved, query)])[0]
+    in_place = fast.grouped_forward(pool, [_segment(alone, query)])[0]
+    gathered = fast.grouped_forward(pool, [_segment(interleaved, query)])[0]
     assert seen[0].pages is None and seen[1].pages is not None
     assert torch.allclose(in_place, gathered, atol=1e-4)  # its keys were computed 8 at a time
     monkeypatch.setattr(attention_groups, "consecutive", lambda pages: False)
-    assert torch.equal(fast.forward(pool, [_segment(alone, query)])[0], in_place)
+    assert torch.equal(fast.grouped_forward(pool, [_segment(alone, query)])[0], in_place)
     assert seen[2].pages is not None
-    batched = fast.forward(pool, [_segment(alone, query), _segment(interleaved, query[:5])])
+    batched = fast.grouped_forward(pool, [_segment(alone, query), _segment(interleaved, query[:5])])
     assert torch.allclose(batched[0], in_place, atol=1e-5)
     assert torch.allclose(batched[1], gathered[:5], atol=1e-5)
 

@@ -180,6 +180,24 @@ def test_bench_batch_simulates_a_gpu_and_labels_it_projected(capsys, tmp_path):
     assert ar1["projected_forward_tokens_per_s"] == pytest.approx(on_clock, rel=0.02)
     assert 0 < ar1["projected_tokens_per_s"] < ar1["projected_forward_tokens_per_s"]
     code, _, err = run_cli(capsys, *args, "--simulate", "h200")
-    assert_one_line_error(code, err, "roofline:NAME")
+    assert_one_line_error(code, err, "roofline:NAME or a measured profile file")
     code, _, err = run_cli(capsys, *args, "--shape", str(shape))
     assert_one_line_error(code, err, "--shape goes with --simulate")
+
+
+def test_bench_batch_projects_onto_a_profile_measured_for_another_model(capsys, tmp_path):
+    profile = tmp_path / "sdar-8b-h200.json"  # as bench-forward --json writes it on a GPU
+    cells = [{"batch": b, "context": c, "query": q, "ms": 5.0 + 0.01 * b * q + 0.001 * b * c * q / 1000}
+             for b in (1, 8, 32) for c in (128, 1024) for q in (1, 4, 16, 64)]  # fmt: skip
+    profile.write_text(json.dumps({"device": "cuda", "dtype": "bf16", "cells": cells}))
+    out = tmp_path / "sim.json"
+    args = ["bench-batch", "--n", "4", "--limits", "1", "--configs", "ar", "--no-progress"]
+    code, text, err = run_cli(capsys, *args, "--simulate", str(profile), "--json", str(out))
+    assert code == 0, err
+    assert "PROJECTED" in text
+    res = json.loads(out.read_text())
+    assert res["projected"].startswith(f"the measured profile {profile}") and "cuda" in res["projected"]
+    (ar1,) = res["rows"]
+    assert 4.5 < ar1["predicted_ms_per_step"] < 6.0  # the profile's ~5 ms a forward, not this CPU's
+    code, _, err = run_cli(capsys, *args, "--simulate", str(profile), "--shape", str(profile))
+    assert_one_line_error(code, err, "a measured profile has its own model")

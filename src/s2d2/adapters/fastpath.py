@@ -17,15 +17,28 @@ It computes the same function as the native forward (the golden tests run both p
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 
 import torch
 import torch.nn.functional as F
 
 from .attention_groups import AttentionGroup, build_groups
+from .forward_batch import ForwardBatch, build_batch, shape_of
+from .graph_runner import StaticRunner
 from .host_lists import long_tensor
 from .kv_pool import DEFAULT_PAGE_SIZE, KVPool
+from .mask_spec import SpecCache
+from .paged_forward import (
+    LayerWeights,
+    layer_forward,
+    layer_weights,
+    rotate_half_matrix,
+    rotations,
+    span_mask,
+)
 from .segment import Segment, packed
+from .span_attention import self_check, triton_available
 
 
 def _rotate_half(x: torch.Tensor) -> torch.Tensor:
@@ -47,7 +60,7 @@ class FastDecoder:
 
     SUPPORTED = ("Qwen2ForCausalLM", "Qwen3ForCausalLM", "Glm4MoeForCausalLM")
 
-    def __init__(self, model: torch.nn.Module):
+    def __init__(self, model: torch.nn.Module, *, enforce_eager: bool = False):
         self.model = model
         cfg = model.config
         self.layers = list(model.model.layers)
@@ -64,6 +77,53 @@ class FastDecoder:
         self.dtype, self.device = param.dtype, param.device
         #: on the CPU, explicit attention and fused RMSNorm beat the generic kernels at these sizes
         self.cpu_kernels = self.device.type == "cpu" and self.dtype == torch.float32
+        #: the paged forward's attention: "triton" (the span kernel, CUDA), "sdpa" or "cpu" (explicit)
+        self.attention = "cpu" if self.cpu_kernels else "sdpa"
+        if self.device.type == "cuda" and triton_available() and self.head_dim & (self.head_dim - 1) == 0:
+            problem = self_check(self.n_heads, self.n_kv, self.head_dim, self.dtype, self.device)
+            if problem is None:
+                self.attention = "triton"
+            else:
+                warnings.warn(f"s2d2: the Triton span-attention kernel is not used ({problem}); SDPA instead",
+                              stacklevel=2)  # fmt: skip
+        self.specs = SpecCache()
+        with torch.no_grad():  # not inference tensors: the modules' own weights become views of these
+            #: each layer's fused weights (:func:`~s2d2.adapters.paged_forward.layer_weights`)
+            self.weights: list[LayerWeights] = [
+                layer_weights(la, self.n_heads, self.n_kv, self.qk_norm) for la in self.layers
+            ]
+        with torch.no_grad():  # the rotary dims the model's own rotary embedding gives
+            probe = torch.zeros(1, 1, 1, dtype=self.dtype, device=self.device)
+            at = torch.zeros(1, 1, dtype=torch.long, device=self.device)
+            rotary_dim = self.rotary(probe, at)[0].shape[-1]
+        self.signs = rotate_half_matrix(self.head_dim, rotary_dim, self.dtype, self.device)
+        #: a mixture-of-experts MLP routes tokens by data: such a forward is not captured
+        self.capturable = all(w.gate_up is not None for w in self.weights)
+        self._pool: KVPool | None = None
+        self.static: StaticRunner | None = None
+        self.enforce_eager = enforce_eager
+
+    @property
+    def enforce_eager(self) -> bool:
+        """Run every forward eagerly (no CUDA graphs; vLLM's ``enforce_eager``). CUDA graphs are used
+        only on CUDA, for capturable models, unless this is set."""
+        return self.static is None
+
+    @enforce_eager.setter
+    def enforce_eager(self, value: bool) -> None:
+        graphs = self.device.type == "cuda" and self.capturable and not value
+        self.static = self.static_runner(graphs=True) if graphs else None
+
+    def static_runner(self, *, graphs: bool, **kwargs) -> StaticRunner:
+        """A :class:`StaticRunner` over this decoder's forward body and the pool the last forward used
+        (``graphs=False``: the replay emulation, on any device)."""
+
+        def pool_ptr() -> int:
+            pool = self._pool
+            return 0 if pool is None else hash((id(pool), pool.k[0].data_ptr(), pool.v[-1].data_ptr()))
+
+        return StaticRunner(lambda b: self.run_batch(self._pool, b), self.device, graphs=graphs,
+                            pool_ptr=pool_ptr, **kwargs)  # fmt: skip
 
     def _norm(self, module: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
         """The native RMSNorm (``weight * x / rms(x)``), fused on the CPU in float32."""
@@ -114,6 +174,50 @@ class FastDecoder:
     @torch.inference_mode()
     def forward(self, pool: KVPool, segments: Sequence[Segment]) -> list[torch.Tensor]:
         """Run every segment in one forward; return each one's raw logits ``[len(logit_rows), vocab]``.
+
+        Segments whose masks fit :mod:`~s2d2.adapters.mask_spec` (every mask but the LLaDA2 official
+        prefill's float bias) run as one :class:`ForwardBatch` through :meth:`run_batch`; the rest run
+        the grouped path (:meth:`grouped_forward`). Pages for ``[0, length + n)`` are taken first (a
+        bounded pool raises ``OutOfPages`` before anything runs); lengths are not advanced here.
+        """
+        specs = [None if s.bias is not None or s.context_bias else self.specs.get(s.mask) for s in segments]
+        if any(sp is None for sp in specs):
+            return self.grouped_forward(pool, segments)
+        for s in segments:
+            pool.ensure(s.state, s.state.length + s.n)
+        lengths = [s.state.length for s in segments]
+        pad = None
+        if self.static is not None:
+            n_logits = sum(s.logit_rows.numel() for s in segments)
+            pad = self.static.shape_for(shape_of(lengths, [s.n for s in segments], n_logits, pool.page_size))
+        batch = build_batch(
+            lengths, [s.ids for s in segments], [s.pos for s in segments], specs,
+            [pool.table(s.state) for s in segments], [s.logit_rows for s in segments], pool.page_size,
+            self.n_heads, self.n_kv, pad=pad,
+        )  # fmt: skip
+        if pad is None:
+            logits = self.run_batch(pool, batch.to(self.device))
+        else:
+            self._pool = pool
+            logits = self.static.run(batch)
+        return list(logits.float().split(batch.logit_sizes))
+
+    def run_batch(self, pool: KVPool, b: ForwardBatch) -> torch.Tensor:
+        """The forward of a batch on the device: packed logits ``[L, vocab]`` of ``b.logit_index``, in the
+        model's dtype. Touches no request and no host data beyond ``b``'s sizes."""
+        weights = self.weights
+        x = self.embed(b.ids)  # [T, hidden]
+        cos, sin = self.rotary(x[None], b.pos[None])
+        rot = rotations(cos[0], sin[0], self.signs)
+        rep = self.n_heads // self.n_kv
+        mask = None if self.attention == "triton" else span_mask(b, self.n_kv, rep, self.dtype)
+        for i, layer in enumerate(self.layers):
+            x = layer_forward(self, i, layer, weights[i], x, rot, b, mask, pool)
+        chosen = x.index_select(0, b.logit_index)
+        return self.lm_head(self._norm(self.norm, chosen))
+
+    def grouped_forward(self, pool: KVPool, segments: Sequence[Segment]) -> list[torch.Tensor]:
+        """The grouped path: rows padded per group of similar lengths, float masks with biases.
 
         Tokens of all rows are packed into one ``[T, hidden]`` sequence for the projections and MLPs (no
         padding work); only attention pads them, per group of similar lengths

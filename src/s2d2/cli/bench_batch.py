@@ -10,7 +10,15 @@ from typing import Annotated
 import typer
 
 from ..errors import S2D2Error
-from .options import DeviceOpt, DtypeOpt, ModelOpt, ProgressOpt, RevisionOpt, check_kv_options
+from .options import (
+    DeviceOpt,
+    DtypeOpt,
+    EnforceEagerOpt,
+    ModelOpt,
+    ProgressOpt,
+    RevisionOpt,
+    check_kv_options,
+)
 
 
 def _int_list(text: str, flag: str) -> list[int]:
@@ -34,9 +42,24 @@ def _cost(m, cost_profile: str | None, simulate: str | None, shape: Path | None)
             raise S2D2Error("--shape goes with --simulate")
         return resolve_cost_profile(cost_profile, m.adapter, model_path=m.path, model_name=m.name), None
     if not simulate.startswith("roofline:"):
-        raise S2D2Error(f"--simulate takes roofline:NAME, got {simulate!r}")
+        return _measured_elsewhere(simulate, shape)
     cost = resolve_cost_profile(simulate, m.adapter, model_path=m.path, model_name=m.name, shape=shape)
     return cost, f"{simulate} of {shape if shape is not None else m.name}"
+
+
+def _measured_elsewhere(path: str, shape: Path | None):
+    """A measured profile file of another model or machine (e.g. the SDAR-8B shape on an H200, written by
+    ``bench-forward --json`` or a calibration): the run's steps priced with it, labelled projected."""
+    from ..cost.step_cost import FittedCost
+
+    if not Path(path).is_file():
+        raise S2D2Error(f"--simulate takes roofline:NAME or a measured profile file, got {path!r}")
+    if shape is not None:
+        raise S2D2Error("--shape goes with --simulate roofline:NAME (a measured profile has its own model)")
+    cost = FittedCost.load(Path(path))
+    key = cost.key or {}
+    what = ", ".join(f"{k} {key[k]}" for k in ("model", "device", "dtype") if key.get(k))
+    return cost, f"the measured profile {path}" + (f" ({what})" if what else "")
 
 
 def bench_batch_command(
@@ -59,7 +82,10 @@ def bench_batch_command(
     ] = None,
     simulate: Annotated[
         str | None,
-        typer.Option(help="Project a model (--shape) on a GPU: roofline:h200 | h100 | a100."),
+        typer.Option(
+            help="Project a model (--shape) on a GPU: roofline:h200 | h100 | a100, or price the steps with a "
+            "measured profile file of another model or machine (e.g. the SDAR-8B shape on an H200)."
+        ),
     ] = None,
     shape: Annotated[
         Path | None, typer.Option(help="With --simulate: the config.json of the model to project.")
@@ -95,6 +121,7 @@ def bench_batch_command(
         ),
     ] = None,
     revision: RevisionOpt = None,
+    enforce_eager: EnforceEagerOpt = False,
 ) -> None:
     """Decode the same N problems with every configuration at every batch limit (interleaved) and print
     output tokens/s, the speed-up against the first limit, forwards/s, rows per forward and query tokens
@@ -119,7 +146,7 @@ def bench_batch_command(
         if threads < 1:
             raise S2D2Error(f"--threads must be >= 1, got {threads}")
         torch.set_num_threads(threads)
-    m = load(model, device=device, dtype=dtype, revision=revision)
+    m = load(model, device=device, dtype=dtype, revision=revision, enforce_eager=enforce_eager)
     freeze_loaded_heap()
     cost, label = _cost(m, cost_profile, simulate, shape)
     results = throughput.run_throughput(

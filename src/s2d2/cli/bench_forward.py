@@ -12,7 +12,7 @@ import typer
 from ..cost.step_cost import FittedCost, profile_key
 from ..errors import S2D2Error
 from .bench_batch import _int_list
-from .options import DeviceOpt, DtypeOpt, RevisionOpt
+from .options import DeviceOpt, DtypeOpt, EnforceEagerOpt, RevisionOpt
 
 
 def bench_forward_command(
@@ -35,6 +35,7 @@ def bench_forward_command(
     device: DeviceOpt = None,
     dtype: DtypeOpt = None,
     revision: RevisionOpt = None,
+    enforce_eager: EnforceEagerOpt = False,
 ) -> None:
     """Time one batched forward for every (batch, context, query) cell of a checkpoint or of a random model
     built from a config, and (with --results) project each bench configuration's wall speed-up vs AR
@@ -58,6 +59,7 @@ def bench_forward_command(
         adapter = forward_cost.random_adapter(config_json, device=device, dtype=dtype)
     if adapter.fast is None:
         raise S2D2Error("bench-forward times the lean forward; this model's architecture has none")
+    adapter.fast.enforce_eager = enforce_eager
     with tqdm(total=len(qs) * len(cs) * len(bs), desc="bench-forward", file=sys.stderr) as bar:
         rows = forward_cost.measure(adapter, qs, cs, bs, repeats, progress=lambda: bar.update(1))
     typer.echo("| batch | context | query | ms/forward | us per query token |\n|---|---|---|---|---|")

@@ -36,6 +36,10 @@ DeviceOpt = Annotated[str | None, typer.Option(help="cpu | cuda (default: cuda i
 DtypeOpt = Annotated[
     str | None, typer.Option(help="bf16 | fp16 | fp32 (default: fp32 on CPU, bf16 on CUDA).")
 ]
+EnforceEagerOpt = Annotated[
+    bool,
+    typer.Option("--enforce-eager", help="Run every forward eagerly: no CUDA graphs (as vLLM's flag)."),
+]
 
 # ---------------------------------------------------------------------------------------------- decoding
 DecoderOpt = Annotated[str | None, typer.Option(help="ar | static | dynamic | eb | s2d2")]

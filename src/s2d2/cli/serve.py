@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 
 from ..errors import S2D2Error
-from .options import DeviceOpt, DtypeOpt, ModelOpt, PresetOpt, RevisionOpt, check_kv_options
+from .options import DeviceOpt, DtypeOpt, EnforceEagerOpt, ModelOpt, PresetOpt, RevisionOpt, check_kv_options
 
 HostOpt = Annotated[str, typer.Option(help="Address to listen on.")]
 PortOpt = Annotated[int, typer.Option(help="Port to listen on.")]
@@ -164,6 +164,7 @@ def serve_command(
     cost_profile: CostProfileOpt = None,
     max_num_batched_tokens: BatchedTokensOpt = None,
     revision: RevisionOpt = None,
+    enforce_eager: EnforceEagerOpt = False,
 ) -> None:
     """Serve MODEL over an OpenAI-compatible HTTP API (completions, chat completions, streaming)."""
     _need_serve_extra()
@@ -174,7 +175,8 @@ def serve_command(
     if api_key is not None and not api_key.strip():
         raise S2D2Error("--api-key (or S2D2_API_KEY) must not be empty")
     check_kv_options(kv_page_size, kv_budget_tokens)
-    memory = dict(prefix_cache=prefix_cache, kv_page_size=kv_page_size, kv_budget_tokens=kv_budget_tokens)
+    memory = dict(prefix_cache=prefix_cache, kv_page_size=kv_page_size, kv_budget_tokens=kv_budget_tokens,
+                  enforce_eager=enforce_eager)  # fmt: skip
     if revision is not None:
         memory["revision"] = revision
     hosts = [h.strip() for h in allowed_hosts.split(",") if h.strip()] if allowed_hosts else None

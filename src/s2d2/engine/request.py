@@ -64,16 +64,17 @@ class Status(StrEnum):
 
 def check_prompt(prompt_ids: Sequence[int] | torch.Tensor, info: ModelInfo) -> torch.Tensor:
     """The prompt as a ``[n]`` long host tensor, or a one-line :class:`PromptError`."""
-    try:
+    try:  # checked on the Python ints (host bookkeeping: no tensor ops a request)
         prompt = torch.as_tensor(list(prompt_ids), dtype=torch.long).view(-1)
+        ids = prompt.tolist()
     except (TypeError, ValueError, RuntimeError):
         raise PromptError("prompt token ids must be a flat sequence of integers") from None
-    n = prompt.numel()
+    n = len(ids)
     if n == 0:
         raise PromptError("the prompt is empty")
-    if int(prompt.min()) < 0 or int(prompt.max()) >= info.vocab_size:
+    if min(ids) < 0 or max(ids) >= info.vocab_size:
         raise PromptError(f"prompt token ids must lie in [0, {info.vocab_size})")
-    if bool((prompt == info.mask_token_id).any()):
+    if info.mask_token_id in ids:
         raise PromptError(f"the prompt contains the mask token (id {info.mask_token_id})")
     if n >= info.max_length:
         raise PromptError(

@@ -1,0 +1,191 @@
+"""One forward's host-side description: packed tokens, where their keys go, what each query sees.
+
+A :class:`ForwardBatch` is everything the paged forward (:mod:`~s2d2.adapters.paged_forward`) needs and
+nothing of a request: packed token ids and positions, each token's write slot in the paged pool (keys
+and values are written there before attention reads them in place), each row's page table, each query's
+visibility as a few integers (:mod:`~s2d2.adapters.mask_spec`: row-logical key bounds, not an ``n x n``
+mask), the query grid attention pads rows into, and the packed indices of the logit rows. It is built
+in numpy (no device work, no dispatched tensor ops) and goes to the device as ONE int64 tensor.
+
+Key numbering: a row's keys are its pool positions ``[0, length + n)``, cache first, then the
+segment's new tokens in order. Query ``j`` of a row with ``length`` cached keys sees keys ``[0, hi)``,
+``[win_lo, win_hi)`` and key ``self_key`` (``-1``: none); padding queries see key 0 only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import numpy as np
+import torch
+
+from .mask_spec import MaskSpec
+
+#: the int64 fields of a batch, in blob order (each a flat array)
+FIELDS = ("ids", "pos", "slot", "pages", "q_index", "out_index", "hi", "win_lo", "win_hi", "self_key",
+          "logit_index", "q_gather", "out_gather")  # fmt: skip
+
+
+class BatchShape(NamedTuple):
+    """The sizes a forward's tensors take: ``tokens`` packed, ``rows``, ``n_q`` queries and ``width`` pages
+    a row, ``logits`` rows out. A batch padded to a shape runs the same kernels as any other batch of
+    that shape (a CUDA graph is captured per shape)."""
+
+    tokens: int
+    rows: int
+    n_q: int
+    width: int
+    logits: int
+
+    def holds(self, other: BatchShape) -> bool:
+        return all(a >= b for a, b in zip(self, other, strict=True))
+
+
+@dataclass
+class ForwardBatch:
+    """A packed forward of ``rows`` rows, ``tokens`` new tokens (see the module docstring).
+
+    Per token ``[tokens]``: ``ids``, ``pos``, ``slot`` (flat pool slot ``page * page_size + offset``).
+    Per row: ``pages`` ``[rows * width]`` (page tables padded with the zero page; ``n_k = width *
+    page_size`` keys a row). Query grid ``[rows * n_q]``: ``q_index`` (the packed token at each grid
+    place; padding: token 0) and the visibility ``hi``, ``win_lo``, ``win_hi``, ``self_key``; ``out_index``
+    ``[tokens]`` is each token's grid place. ``logit_index`` ``[L]``: packed tokens whose logits come back,
+    ``logit_sizes`` how many of them each row has. ``q_gather`` / ``out_gather`` map heads between packed
+    order and the attention grid (:func:`head_gathers`). Fields are numpy arrays on the host; :meth:`to`
+    returns a copy whose fields are tensors on a device (one transfer)."""
+
+    rows: int
+    tokens: int
+    n_q: int
+    width: int
+    page_size: int
+    logit_sizes: list[int]
+    ids: np.ndarray | torch.Tensor
+    pos: np.ndarray | torch.Tensor
+    slot: np.ndarray | torch.Tensor
+    pages: np.ndarray | torch.Tensor
+    q_index: np.ndarray | torch.Tensor
+    out_index: np.ndarray | torch.Tensor
+    hi: np.ndarray | torch.Tensor
+    win_lo: np.ndarray | torch.Tensor
+    win_hi: np.ndarray | torch.Tensor
+    self_key: np.ndarray | torch.Tensor
+    logit_index: np.ndarray | torch.Tensor
+    q_gather: np.ndarray | torch.Tensor
+    out_gather: np.ndarray | torch.Tensor
+
+    @property
+    def n_k(self) -> int:
+        return self.width * self.page_size
+
+    @property
+    def shape(self) -> BatchShape:
+        return BatchShape(self.tokens, self.rows, self.n_q, self.width, int(len(self.logit_index)))
+
+    def to(self, device: torch.device) -> ForwardBatch:
+        """The batch with every field a tensor on ``device``: one int64 blob, one copy, split in views."""
+        parts = [np.asarray(getattr(self, f), dtype=np.int64) for f in FIELDS]
+        blob = torch.from_numpy(np.concatenate(parts)).to(device)
+        views = blob.split([p.size for p in parts])
+        out = ForwardBatch(self.rows, self.tokens, self.n_q, self.width, self.page_size, self.logit_sizes,
+                           *views)  # fmt: skip
+        return out
+
+
+def shape_of(lengths: Sequence[int], sizes: Sequence[int], n_logits: int, page_size: int) -> BatchShape:
+    """The unpadded :class:`BatchShape` of rows with ``lengths`` cached keys feeding ``sizes`` tokens."""
+    width = max(-(-(a + n) // page_size) for a, n in zip(lengths, sizes, strict=True))
+    return BatchShape(sum(sizes), len(sizes), max(sizes), width, n_logits)
+
+
+def _row_specs(spec: MaskSpec) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    return spec.hi.numpy(), spec.win_lo.numpy(), spec.win_hi.numpy(), spec.self_.numpy()
+
+
+def build_batch(
+    lengths: Sequence[int],
+    ids: Sequence[Sequence[int]],
+    pos: Sequence[Sequence[int]],
+    specs: Sequence[MaskSpec],
+    tables: Sequence[Sequence[int]],
+    logit_rows: Sequence[np.ndarray],
+    page_size: int,
+    n_heads: int = 1,
+    n_kv: int = 1,
+    pad: BatchShape | None = None,
+) -> ForwardBatch:
+    """The batch of rows with ``lengths`` cached keys feeding ``ids`` at ``pos`` whose queries see what
+    ``specs`` say among their new keys (and their whole cache); ``tables`` are the rows' page tables
+    (covering ``length + n`` positions); ``logit_rows`` index each row's new tokens; ``n_heads`` /
+    ``n_kv``: the model's query and key/value heads (for the head gathers). With ``pad`` (at least the
+    batch's own :class:`BatchShape`) every size is padded to it: padding tokens write their keys to
+    slot 0 (the zero page's first slot: finite, never visible) and padding rows see the zero page."""
+    R0 = len(lengths)
+    sizes = np.array([len(i) for i in ids], dtype=np.int64)
+    T0 = int(sizes.sum())
+    starts = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
+    n_q = int(sizes.max()) if R0 else 0
+    width = max(-(-(int(lengths[r]) + int(sizes[r])) // page_size) for r in range(R0))
+    L0 = sum(len(lr) for lr in logit_rows)
+    own = BatchShape(T0, R0, n_q, width, L0)
+    if pad is not None and not pad.holds(own):
+        raise ValueError(f"a batch of shape {own} does not fit the padded shape {pad}")
+    T, R, n_q, width, L = pad if pad is not None else own
+    length = np.zeros(R, dtype=np.int64)
+    length[:R0] = lengths
+    row = np.repeat(np.arange(R0), sizes)
+    col = np.arange(T0) - starts[row]
+    pages = np.zeros((R, width), dtype=np.int64)
+    for r, t in enumerate(tables):
+        pages[r, : min(len(t), width)] = t[:width]
+    key = length[row] + col  # each new token's key (row-logical)
+    slot = pages[row, key // page_size] * page_size + key % page_size
+    grid = row * n_q + col
+    q_index = np.zeros(R * n_q, dtype=np.int64)
+    q_index[grid] = np.arange(T0)
+    hi = np.ones(R * n_q, dtype=np.int64)  # padding: key 0 only
+    lo = np.zeros(R * n_q, dtype=np.int64)
+    whi = np.zeros(R * n_q, dtype=np.int64)
+    self_key = np.full(R * n_q, -1, dtype=np.int64)
+    s_hi, s_lo, s_whi, s_self = (np.concatenate(a) for a in zip(*map(_row_specs, specs), strict=True))
+    base = length[row]
+    hi[grid] = base + s_hi
+    lo[grid] = base + s_lo
+    whi[grid] = base + s_whi
+    self_key[grid] = np.where(s_self, key, -1)
+    logit_index = np.concatenate([starts[r] + np.asarray(lr, dtype=np.int64)
+                                  for r, lr in enumerate(logit_rows)])  # fmt: skip
+    grid = _padded(grid, T)
+    q_gather, out_gather = head_gathers(R, n_q, q_index, grid, n_heads, n_kv)
+    return ForwardBatch(
+        R, T, n_q, width, page_size, [len(lr) for lr in logit_rows],
+        _padded(np.concatenate([np.asarray(i, dtype=np.int64) for i in ids]), T),
+        _padded(np.concatenate([np.asarray(p, dtype=np.int64) for p in pos]), T),
+        _padded(slot, T), pages.reshape(-1), q_index, grid, hi, lo, whi, self_key, _padded(logit_index, L),
+        q_gather, out_gather,
+    )  # fmt: skip
+
+
+def _padded(a: np.ndarray, n: int) -> np.ndarray:
+    """``a`` with zeros appended up to ``n`` entries."""
+    return a if a.size == n else np.concatenate([a, np.zeros(n - a.size, dtype=np.int64)])
+
+
+def head_gathers(
+    rows: int, n_q: int, q_index: np.ndarray, grid: np.ndarray, n_heads: int, n_kv: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Gather indices between packed heads and the padded attention grid ``[kv, rows, rep, n_q]`` (GQA's
+    ``rep = n_heads / n_kv`` query heads of a key head folded into the query axis). ``q_gather``
+    ``[kv * rows * rep * n_q]``: for grid place ``(g, r, e, j)``, row ``t * (H + kv) + g * rep + e`` of
+    the flattened ``[T * (H + kv), hd]`` roped queries and keys; ``out_gather`` ``[T * H]``: for packed
+    ``(t, h)``, its place in the flattened grid output."""
+    rep = n_heads // n_kv
+    g = np.arange(n_kv).reshape(n_kv, 1, 1, 1)
+    e = np.arange(rep).reshape(1, 1, rep, 1)
+    q_gather = q_index.reshape(1, rows, 1, n_q) * (n_heads + n_kv) + g * rep + e
+    h = np.arange(n_heads)[None, :]
+    r, j = (grid // n_q)[:, None], (grid % n_q)[:, None]
+    out_gather = ((h // rep * rows + r) * rep + h % rep) * n_q + j
+    return q_gather.reshape(-1), out_gather.reshape(-1)

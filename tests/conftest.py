@@ -75,6 +75,13 @@ def fixtures_dir() -> Path:
 FIXTURES = fixtures_dir()
 SDAR_FIXTURE = FIXTURES / "sdar"
 
+
+def family_fixture(name: str) -> Path:
+    """The conformance checkpoint of family ``name`` (``sdar``, ``fast_dllm_v2``, ``llada2``), or a skip."""
+    if not (FIXTURES / name).is_dir():
+        pytest.skip("conformance fixtures not found (expected ../shared/fixtures or $S2D2_FIXTURES)")
+    return FIXTURES / name
+
 #: Statistics every `s2d2 generate --json` reply carries.
 STAT_KEYS = {
     "nfe",

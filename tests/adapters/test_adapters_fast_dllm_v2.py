@@ -30,7 +30,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import FIXTURES
+from conftest import family_fixture
 from s2d2.adapters import detect_family, fast_dllm_v2, llada2, load_adapter, sdar
 from s2d2.adapters.checkpoint import read_config
 from s2d2.errors import ModelLoadError
@@ -40,12 +40,6 @@ PROMPT = torch.tensor([17, 42, 101, 7, 250, 3, 88, 199])
 BLOCK = torch.tensor([311, 509, 509, 64])
 FILLED = torch.tensor([311, 123, 45, 64])
 EMPTY = torch.tensor([], dtype=torch.long)
-
-
-def fixtures_dir() -> Path:
-    if FIXTURES.is_dir():
-        return FIXTURES
-    pytest.skip("conformance fixtures not found (expected ../shared/fixtures or $S2D2_FIXTURES)")
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -59,7 +53,7 @@ def _one_thread():
 
 @pytest.fixture(scope="module")
 def fdir() -> Path:
-    return fixtures_dir() / "fast_dllm_v2"
+    return family_fixture("fast_dllm_v2")
 
 
 @pytest.fixture(scope="module")
@@ -156,7 +150,7 @@ def test_last_raw_rows_via_commit(adapter, golden):
 # ---------------------------------------------------------------------------------------------- detection
 @pytest.mark.parametrize("name,family", [("sdar", sdar), ("fast_dllm_v2", fast_dllm_v2), ("llada2", llada2)])
 def test_detect_fixture_dirs(name, family):
-    path = fixtures_dir() / name
+    path = family_fixture(name)
     assert detect_family(read_config(path), path) is family
 
 

@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import FIXTURES
+from conftest import family_fixture
 from s2d2.adapters import load_adapter
 from s2d2.errors import ModelLoadError
 
@@ -34,12 +34,6 @@ PROMPT = torch.tensor([17, 42, 101, 7, 250, 3, 88, 199])
 BLOCK = torch.tensor([311, 509, 509, 64])
 FILLED = torch.tensor([311, 123, 45, 64])
 EMPTY = torch.tensor([], dtype=torch.long)
-
-
-def fixtures_dir() -> Path:
-    if FIXTURES.is_dir():
-        return FIXTURES
-    pytest.skip("conformance fixtures not found (expected ../shared/fixtures or $S2D2_FIXTURES)")
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -53,7 +47,7 @@ def _one_thread():
 
 @pytest.fixture(scope="module")
 def ldir() -> Path:
-    return fixtures_dir() / "llada2"
+    return family_fixture("llada2")
 
 
 @pytest.fixture(scope="module")

@@ -6,11 +6,7 @@ log-likelihoods (within 1e-4) and accuracy on the multiple-choice task of
 
 from __future__ import annotations
 
-import os
 import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -19,7 +15,7 @@ pytest.importorskip("fastapi")
 openai = pytest.importorskip("openai")
 httpx = pytest.importorskip("httpx")
 
-from test_server import free_port, running_server  # noqa: E402
+from test_server import _start_server, free_port, running_server  # noqa: E402
 
 import s2d2  # noqa: E402
 from s2d2.serving.app import create_app  # noqa: E402
@@ -132,22 +128,6 @@ def test_vllm_prompt_logprobs(url, model):
 
 
 # ---------------------------------------------------------------------------------------------- lm-eval
-def _serve(port: int) -> subprocess.Popen:
-    """``s2d2 serve`` (the built-in model) on ``port`` in a subprocess, once its /health answers."""
-    cmd = [sys.executable, "-m", "s2d2.cli", "serve", "--port", str(port), "--log-level", "warning"]
-    proc = subprocess.Popen(cmd, env={**os.environ}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + 90
-    while True:
-        if proc.poll() is not None or time.monotonic() > deadline:
-            proc.kill()
-            raise AssertionError(f"s2d2 serve did not start: {proc.communicate()[0].decode()[-2000:]}")
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
-                return proc
-        except httpx.TransportError:
-            time.sleep(0.2)
-
-
 def _mc_samples(model, tasks: Path) -> tuple[float, dict[int, list[tuple[float, bool]]]]:
     """lm-eval's accuracy on tiny_gsm_mc and, per doc, each choice's (log-likelihood, is_greedy)."""
     import lm_eval
@@ -179,7 +159,7 @@ def test_lm_eval_local_completions_equals_the_in_process_model(tmp_path):
     write_tiny_gsm_tasks(tmp_path, N_MC)
     acc_ref, ref = _mc_samples(S2D2LM(model="tiny-gsm", device="cpu", batch_size=16), tmp_path)
     port = free_port()
-    proc = _serve(port)
+    proc = _start_server(port)
     try:
         api = LocalCompletionsAPI(
             model="tiny-gsm",

@@ -157,7 +157,7 @@ def _cycles() -> list[list[str]]:
 
 def test_the_walk_sees_imports_inside_functions_and_relative_ones():
     assert "s2d2.decoding.policies" in GRAPH["s2d2.engine.request"]
-    assert "s2d2.engine.step.__init__" in GRAPH["s2d2.engine.planner.step_planner"]  # via step.fusion
+    assert "s2d2.engine.step.__init__" in GRAPH["s2d2.engine.model_runner"]  # via step.fusion
     assert "s2d2.cost.measure" in GRAPH["s2d2.cost.profile"]
 
 

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 import s2d2
 from conftest import examples
 from s2d2.adapters import attention_groups
+from s2d2.adapters.kv_pool import take_pages
 from s2d2.adapters.segment import Segment
 
 
@@ -23,7 +24,9 @@ def _segment(state, ids: list[int]) -> Segment:
     n = len(ids)
     pos = torch.arange(state.length, state.length + n)
     mask = torch.ones(n, n, dtype=torch.bool).tril_()
-    return Segment(state, torch.tensor(ids), pos, mask, keep=n, logit_rows=torch.arange(n))
+    seg = Segment(state, torch.tensor(ids), pos, mask, keep=n, logit_rows=torch.arange(n))
+    take_pages([seg])  # the engine's scheduler takes a row's pages before its forward
+    return seg
 
 
 def _prefill(fast, pool, state, ids: list[int]) -> None:

@@ -11,6 +11,7 @@ import torch
 
 import s2d2
 from s2d2.adapters import hf
+from s2d2.adapters.kv_pool import PagesNotHeld, take_pages
 from s2d2.adapters.mask_spec import MaskDoesNotFit, SpecCache, dense, spec_of
 from s2d2.adapters.masks import context_mask, score_mask
 from s2d2.adapters.segment import Predraft, Segment
@@ -72,18 +73,21 @@ def mixed_segments(fast, pool) -> list:
             ids = torch.randint(3, 300, (8 + 9 * r,), generator=gen).tolist()
             seg = Segment(st, ids, list(range(len(ids))), hf._causal_mask(len(ids)), keep=len(ids),
                           logit_rows=Segment.last_rows(len(ids), 0))  # fmt: skip
+            take_pages([seg])
             fast.forward(pool, [seg])
             st.advance(len(ids))
     mask_id, a, b, c, d = 2, *rows
     layout = HFLayout(mask_id)
     group = Predraft([9, mask_id], [c.length + 4, c.length + 5], 2, True)
-    return [
+    segments = [
         layout.draft(a, [5, mask_id, 7, mask_id]),
         layout.verify(b, [5, 6, 7, 8], [1, 2, 3]),
         layout.fused(c, [5, 6, 7, 8], [1, 3], [group]),
         Segment(d, [11, 12, 13], [d.length, d.length + 1, d.length + 2], hf._causal_mask(3), keep=0,
                 logit_rows=torch.arange(3)),
     ]  # fmt: skip
+    take_pages(segments)  # the forward writes into pages its rows hold (the engine's scheduler takes them)
+    return segments
 
 
 class HFLayout:
@@ -126,5 +130,23 @@ def test_a_segment_with_a_bias_takes_the_grouped_path(tiny, monkeypatch):
                   logit_rows=torch.arange(n), bias=torch.zeros(n, n))  # fmt: skip
     called = []
     monkeypatch.setattr(type(fast), "run_batch", lambda *a: called.append(1))
+    take_pages([seg])
     out = fast.forward(pool, [seg])
     assert not called and out[0].shape == (n, fast.lm_head.out_features)
+
+
+@pytest.mark.parametrize("path", ["forward", "grouped_forward"])
+def test_the_forward_takes_no_page_and_advances_no_length(tiny, path):
+    """Pages are the scheduler's (or :func:`take_pages`'s) to take, lengths the step's to advance: a
+    row without pages is refused before anything runs, and a forward leaves its rows' states as they
+    were."""
+    fast = tiny.adapter.fast
+    pool = fast.new_pool(page_size=16)
+    st = pool.new_state()
+    seg = Segment(st, [5, 6, 7], [0, 1, 2], hf._causal_mask(3), keep=3, logit_rows=torch.arange(3))
+    with pytest.raises(PagesNotHeld, match="pages are taken before the forward"):
+        getattr(fast, path)(pool, [seg])
+    take_pages([seg])
+    held = (st.length, st.capacity, pool.pages.stats())
+    getattr(fast, path)(pool, [seg])
+    assert (st.length, st.capacity, pool.pages.stats()) == held

@@ -69,7 +69,7 @@ def test_the_lead_row_is_the_verification_of_the_first_masked_slot(model, commit
         seg = ad.draft_segment(
             st, [], block, start=start, block_size=B, causal=True, lead=lead if with_lead else None
         )
-        return ad.run([seg])[0]
+        return ad.run_and_keep([seg])[0]
 
     plain, led = draft(False), draft(True)
     assert led.shape[0] == n + 1 and plain.shape[0] == n
@@ -151,11 +151,11 @@ def test_the_lead_alone_is_the_leads_row_and_keeps_the_drafts_keys(model, commit
             seg = ad.lead_segment(st, pend, block, **kw)
         else:
             seg = ad.draft_segment(st, pend, block, block_size=B, causal=True, lead=lead, **kw)
-        out = ad.run([seg])[0]
+        out = ad.run_and_keep([seg])[0]
         assert st.length == start + lead  # the pending tokens and the committed slots are kept
         filled = torch.tensor(block)
         nxt = ad.verify_segment(st, filled, start=start, slots=[lead + 1], cached=lead)
-        return out[-1], ad.run([nxt])[0][0]
+        return out[-1], ad.run_and_keep([nxt])[0][0]
 
     (alone, after_alone), (led, after_draft) = row(True), row(False)
     torch.testing.assert_close(alone, led, rtol=1e-4, atol=1e-4)

@@ -13,6 +13,7 @@ import torch
 from safetensors.torch import load_file
 
 from conftest import FIXTURES
+from s2d2.adapters.base import ModelAdapter
 from s2d2.errors import ConfigError, PromptError
 from s2d2.scoring.scorer import Scorer, TokenScores, rolling_windows
 
@@ -211,6 +212,9 @@ class CountingAdapter:
     def run(self, segments):
         self.calls.append([(s.state, s.n, s.keep) for s in segments])
         return self.inner.run(segments)
+
+    def run_and_keep(self, segments):  # the scorer's entry: pages, this forward, then the rows keep
+        return ModelAdapter.run_and_keep(self, segments)
 
 
 def test_a_shared_context_is_fed_once_and_rows_are_batched():

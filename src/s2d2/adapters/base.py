@@ -34,7 +34,7 @@ from typing import Any
 
 import torch
 
-from .kv_pool import KVState
+from .kv_pool import KVState, take_pages
 from .segment import Segment
 
 
@@ -134,8 +134,21 @@ class ModelAdapter(ABC):
 
     @abstractmethod
     def run(self, segments: Sequence[Segment]) -> list[torch.Tensor]:
-        """Run ``segments`` (one per row, rows distinct) as one forward; advance each row's length by
-        its ``keep`` and return each segment's logits (after its ``finish``)."""
+        """Run ``segments`` (one per row, rows distinct) as one forward and return each segment's logits
+        (after its ``finish``). The forward reads the rows' states and writes only their new keys and
+        values (at ``[length, length + n)``, into pages the rows already hold): it advances no length and
+        takes no page. The engine's step advances each row once, after the forward; callers outside the
+        engine use :meth:`run_and_keep`."""
+
+    def run_and_keep(self, segments: Sequence[Segment]) -> list[torch.Tensor]:
+        """:meth:`run` for callers outside the engine (scoring, one row alone, diagnostics): pages for
+        each segment are taken first (:func:`~.kv_pool.take_pages`), and after the forward each row keeps
+        its segment's ``keep`` new positions."""
+        take_pages(segments)
+        out = self.run(segments)
+        for s in segments:
+            s.state.advance(s.keep)
+        return out
 
     #: whether a block's committed prefix may be cached before the block is complete (causal cache)
     caches_partial_blocks: bool = True
@@ -174,11 +187,11 @@ class ModelAdapter(ABC):
 
     def prefill(self, state: KVState, ids: torch.Tensor, *, block_size: int, causal: bool) -> None:
         if ids.numel():
-            self.run([self.prefill_segment(state, ids, block_size=block_size, causal=causal)])
+            self.run_and_keep([self.prefill_segment(state, ids, block_size=block_size, causal=causal)])
 
     def commit(self, state: KVState, ids: torch.Tensor, *, block_size: int, causal: bool) -> None:
         if ids.numel():
-            self.run([self.commit_segment(state, ids, block_size=block_size, causal=causal)])
+            self.run_and_keep([self.commit_segment(state, ids, block_size=block_size, causal=causal)])
 
     def draft(
         self,
@@ -191,7 +204,7 @@ class ModelAdapter(ABC):
         causal: bool,
     ) -> torch.Tensor:
         seg = self.draft_segment(state, pending, block, start=start, block_size=block_size, causal=causal)
-        return self.run([seg])[0]
+        return self.run_and_keep([seg])[0]
 
     def verify(self, state: KVState, filled: torch.Tensor, *, start: int, slots: list[int]) -> torch.Tensor:
-        return self.run([self.verify_segment(state, filled, start=start, slots=slots)])[0]
+        return self.run_and_keep([self.verify_segment(state, filled, start=start, slots=slots)])[0]

@@ -103,9 +103,10 @@ class FastDLLMv2Adapter(HFAdapter):
     caches_partial_blocks = False
 
     # ------------------------------------------------------------------ slot-0 bookkeeping
-    def _save_next(self, state: KVState, row: torch.Tensor) -> None:
-        """Remember ``row`` as the prediction for position ``state.length`` (the next uncached one)."""
-        state.extra[NEXT_LOGITS] = (state.length, row)
+    def _save_next(self, state: KVState, pos: int, row: torch.Tensor) -> None:
+        """Remember ``row`` as the prediction for position ``pos`` (the first one after what the forward
+        keeps: the row's next uncached position once the step has advanced it)."""
+        state.extra[NEXT_LOGITS] = (pos, row)
 
     def _next_logits(self, state: KVState, pos: int) -> torch.Tensor:
         """The saved prediction for position ``pos`` (zeros, i.e. uniform, when ``pos == 0``)."""
@@ -126,15 +127,16 @@ class FastDLLMv2Adapter(HFAdapter):
         """Write ``ids`` at ``state.length...`` and return the last ``n_logits`` raw (unshifted) rows."""
         seg = HFAdapter.prefill_segment(self, state, ids, block_size=block_size, causal=causal)
         seg.logit_rows = Segment.last_rows(seg.n, n_logits)
-        return self.run([seg])[0]
+        return self.run_and_keep([seg])[0]
 
     def prefill_segment(self, state: KVState, ids: torch.Tensor, *, block_size: int, causal: bool) -> Segment:
         """Also keeps the last row: the prediction for the first position after ``ids``."""
         seg = super().prefill_segment(state, ids, block_size=block_size, causal=causal)
         seg.logit_rows = Segment.last_rows(seg.n, 1)
+        after = state.length + seg.n
 
         def finish(rows: torch.Tensor) -> torch.Tensor:
-            self._save_next(state, rows[-1])
+            self._save_next(state, after, rows[-1])
             return rows[:0]
 
         seg.finish = finish
@@ -164,7 +166,7 @@ class FastDLLMv2Adapter(HFAdapter):
             seg.logit_rows = Segment.last_rows(m + n, n + 1)
 
             def finish(rows: torch.Tensor) -> torch.Tensor:
-                self._save_next(state, rows[0])
+                self._save_next(state, start, rows[0])
                 return rows[:n]
 
         else:
@@ -221,7 +223,7 @@ class FastDLLMv2Adapter(HFAdapter):
             saved = self._next_logits(state, start) if -1 in need else None
             out = [saved if r < 0 else rows[where[r]] for r in need]
             if p:
-                self._save_next(state, rows[where[p - 1]])
+                self._save_next(state, start + p, rows[where[p - 1]])
             return torch.stack(out) if out else rows[:0]
 
         rows = torch.tensor(read, dtype=torch.long)

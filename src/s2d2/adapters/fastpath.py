@@ -27,7 +27,7 @@ from .attention_groups import AttentionGroup, build_groups
 from .forward_batch import ForwardBatch, build_batch, shape_of
 from .graph_runner import StaticRunner
 from .host_lists import long_tensor
-from .kv_pool import DEFAULT_PAGE_SIZE, KVPool
+from .kv_pool import DEFAULT_PAGE_SIZE, KVPool, check_pages
 from .mask_spec import SpecCache
 from .paged_forward import (
     LayerWeights,
@@ -177,14 +177,13 @@ class FastDecoder:
 
         Segments whose masks fit :mod:`~s2d2.adapters.mask_spec` (every mask but the LLaDA2 official
         prefill's float bias) run as one :class:`ForwardBatch` through :meth:`run_batch`; the rest run
-        the grouped path (:meth:`grouped_forward`). Pages for ``[0, length + n)`` are taken first (a
-        bounded pool raises ``OutOfPages`` before anything runs); lengths are not advanced here.
+        the grouped path (:meth:`grouped_forward`). The rows must hold pages for ``[0, length + n)``
+        (:class:`~.kv_pool.PagesNotHeld` before anything runs); no page is taken and no length advanced.
         """
         specs = [None if s.bias is not None or s.context_bias else self.specs.get(s.mask) for s in segments]
         if any(sp is None for sp in specs):
             return self.grouped_forward(pool, segments)
-        for s in segments:
-            pool.ensure(s.state, s.state.length + s.n)
+        check_pages(segments)
         lengths = [s.state.length for s in segments]
         pad = None
         if self.static is not None:
@@ -222,12 +221,11 @@ class FastDecoder:
         Tokens of all rows are packed into one ``[T, hidden]`` sequence for the projections and MLPs (no
         padding work); only attention pads them, per group of similar lengths
         (:mod:`~s2d2.adapters.attention_groups`). Each segment's new keys/values are written at its row's
-        cached length, through its page table (pages for ``[0, length + n)`` are taken first: a bounded
-        pool raises ``OutOfPages`` before anything runs); lengths are not advanced here.
+        cached length, through its page table (the rows hold pages for ``[0, length + n)``; none is taken
+        here and no length advanced).
         """
         dev, ps = self.device, pool.page_size
-        for s in segments:
-            pool.ensure(s.state, s.state.length + s.n)
+        check_pages(segments)
         page_lists = [pool.table(s.state) for s in segments]
         width = max(map(len, page_lists))
         flat_tables = [page for p in page_lists for page in (p + [0] * (width - len(p)))]

@@ -142,7 +142,6 @@ class HFAdapter(ModelAdapter):
                 raw[id(s)] = self._native_forward(s)
         out = []
         for s in segments:
-            s.state.advance(s.keep)
             rows = raw.get(id(s))
             if rows is None:  # an empty segment: no logits (made only here, not for every row)
                 rows = torch.zeros(0, self.info.vocab_size, dtype=torch.float32, device=self.device)
@@ -200,7 +199,7 @@ class HFAdapter(ModelAdapter):
         seg = Segment(
             state, ids, pos, mask[:, state.length :], keep=keep, logit_rows=Segment.last_rows(n, n_logits)
         )
-        return self.run([seg])[0]
+        return self.run_and_keep([seg])[0]
 
     # ------------------------------------------------------------------ protocol
     def prefill_segment(self, state: KVState, ids: torch.Tensor, *, block_size: int, causal: bool) -> Segment:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import itertools
 import math
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -184,3 +185,28 @@ class KVPool:
     def stats(self) -> dict[str, float]:
         """Page counters of the pool (:meth:`PagePool.stats`) and its size."""
         return {**self.pages.stats(), "kv_pages_total": self.pages.num_pages, "kv_page_size": self.page_size}
+
+
+class PagesNotHeld(RuntimeError):
+    """A forward was given a row whose pages do not cover its new positions (the scheduler, or
+    :func:`take_pages`, takes them before the forward)."""
+
+
+def take_pages(segments: Sequence[Any]) -> None:
+    """Pages for each segment's positions ``[0, length + n)`` in its row's pool (paged rows only): for
+    callers outside the engine, whose scheduler takes them; a bounded pool raises ``OutOfPages``."""
+    for s in segments:
+        if isinstance(s.state.cache, KVPool):
+            s.state.cache.ensure(s.state, s.state.length + s.n)
+
+
+def check_pages(segments: Sequence[Any]) -> None:
+    """Raise :class:`PagesNotHeld` unless every segment's row holds pages for ``[0, length + n)``: the
+    forward writes into pages it is given and takes none."""
+    for s in segments:
+        st = s.state
+        if st.length + s.n > st.capacity:
+            raise PagesNotHeld(
+                f"row {st.slot} holds pages for {st.capacity} positions, its forward needs "
+                f"{st.length + s.n}: pages are taken before the forward"
+            )

@@ -204,7 +204,7 @@ class LLaDA2Adapter(HFAdapter):
         """The prefill forward (writes ``ids``); returns its last ``n_logits`` rows (for tests)."""
         seg = self.prefill_segment(state, ids, block_size=block_size, causal=causal)
         seg.logit_rows = Segment.last_rows(seg.n, n_logits)
-        return self.run([seg])[0]
+        return self.run_and_keep([seg])[0]
 
     def can_fold_prefill(self, causal: bool) -> bool:
         """The official prefill mask is additive (nothing masked), unlike a draft's pending rows."""

@@ -87,7 +87,7 @@ def time_forward(adapter: Any, batch: int, context: int, query: int, repeats: in
         ]
         sync()
         t0 = time.perf_counter()
-        adapter.run(segs)
+        adapter.run_and_keep(segs)
         sync()
         times.append(time.perf_counter() - t0)
     return 1000 * statistics.median(times[1:])

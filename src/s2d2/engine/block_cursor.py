@@ -31,9 +31,6 @@ class BlockCursor:
     n_committed: int = 0
     #: the current step's candidate slots (masked, inside the current unit, below candidate_limit)
     candidates: list[int] = field(default_factory=list)
-    #: the slot whose AR-mode prediction the step's draft forward also carries (``plan=auto`` rows: the
-    #: first candidate; None: no lead), set by the runner as it builds the forward
-    lead: int | None = None
 
     @property
     def is_open(self) -> bool:

@@ -5,10 +5,11 @@ from one oversized row, a bad input that slipped through, an adapter bug one row
 would otherwise fail every running request. :func:`run_isolating_failures` re-runs the forward on
 halves of the batch (bisection) until each failure is pinned to single rows: those rows fail alone,
 every other row gets the logits it would have had. That holds because a row's logits depend on its own
-segment and cache only (docs/ENGINE.md, "Why batch == alone"), and because a failed forward leaves no
-row half-advanced: cached lengths are restored here before a re-run (a row's keys/values past its
-length are never read and are rewritten by the re-run; the native one-row path crops its cache back to
-the row's length before it appends, :meth:`s2d2.adapters.hf.HFAdapter._native_forward`).
+segment and cache only (docs/ENGINE.md, "Why batch == alone"), and because a forward advances nothing:
+cached lengths grow only in the step, after the forward (docs/ARCHITECTURE.md, "Who writes what"), so a
+failed forward leaves every row as it was and there is nothing to roll back (a row's keys/values past
+its length are never read and are rewritten by the re-run; the native one-row path crops its cache back
+to the row's length before it appends, :meth:`s2d2.adapters.hf.HFAdapter._native_forward`).
 
 A failure that needs the whole batch (memory for all rows together, none of them too large alone)
 disappears in the halves: then nothing fails and every row continues. Each re-run is a real forward and
@@ -27,14 +28,7 @@ RunFn = Callable[[Sequence[Any], Sequence[Any]], list[torch.Tensor]]
 
 
 def _run(run: RunFn, rows: Sequence[Any], segments: Sequence[Any]) -> list[torch.Tensor]:
-    """``run(rows, segments)``; on an exception every segment's row gets its cached length back."""
-    lengths = [seg.state.length for seg in segments]
-    try:
-        return list(run(rows, segments))
-    except Exception:
-        for seg, length in zip(segments, lengths, strict=True):
-            seg.state.length = length
-        raise
+    return list(run(rows, segments))
 
 
 def isolate(

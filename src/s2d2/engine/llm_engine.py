@@ -32,8 +32,21 @@ from .request import Request, Status
 from .request_limits import (
     default_max_query_tokens_per_row,
 )
+from .row_forward import RowForward
 from .scheduler import Scheduler
-from .step import MAX_VOCAB, DeviceOps, DraftQuery, RowWork, VerifyQuery, advance, apply, queries, run_queries
+from .step import (
+    MAX_VOCAB,
+    DeviceOps,
+    DraftQuery,
+    RowWork,
+    VerifyQuery,
+    advance,
+    apply,
+    apply_plans,
+    queries,
+    recomputed,
+    run_queries,
+)  # fmt: skip
 from .step.grammar import attach_masks
 from .step_timing import StepTiming
 
@@ -117,7 +130,7 @@ class LLMEngine:
             )
         #: the planning phase of each step (``plan=auto`` rows, the step's query-token budget)
         self.planner = StepPlanner(
-            cost, prefill_chunk=self.runner.prefill_chunk, timing=self.timing,
+            cost, prefill_chunk=self.runner.prefill_chunk,
             max_num_batched_tokens=max_num_batched_tokens,
         )  # fmt: skip
         #: shapes each added request (its block size, limits, caching): :mod:`.admission`
@@ -221,42 +234,31 @@ class LLMEngine:
             self._fail(req, exc)
 
     def step(self) -> list[RequestOutput]:
-        """Admit, run one batched forward, postprocess, retire. Returns what changed per request."""
+        """Admit, plan, run one batched forward, postprocess, retire. Returns what changed per request.
+
+        Who writes what (docs/ARCHITECTURE.md): the scheduler admits, preempts and retires rows and takes
+        their pages; the planner returns plans, which the step applies; the runner builds each row's
+        part of the forward (writing nothing) and runs it (touching no row); the step then advances each
+        row once, from what the forward kept and what verification accepted."""
         t_begin = time.perf_counter()
         forward = shape = None
         for req in self.scheduler.admit():
             self._guarded(req, advance)
-        deferred = self.planner.plan(self.scheduler.running)
-        rows, segments = [], []
-        segment = self.runner.segment
-        recomputing: set[int] = set()
-        for req in self.scheduler.running:
-            resuming = req.cache.recompute_left > 0
-            if req.action is None and not resuming:
-                continue  # idle
-            if req.abort_requested or req.status.done or (deferred and id(req) in deferred):
-                continue
-            try:
-                segments.append(segment(req))
-                rows.append(req)
-            except Exception as exc:
-                self._fail(req, exc)
-                continue
-            if resuming:
-                recomputing.add(id(req))
-        rows, segments = self.scheduler.allocate(rows, segments)
+        plans = self.planner.plan(self.scheduler.running)
+        apply_plans(plans)
+        rows, parts = self._layouts(plans.deferred)
+        rows, parts = self.scheduler.allocate(rows, parts)
         if rows:
+            segments = [f.segment for f in parts]
             shape = None if self.cost is None else self.runner.shape(segments)
             t0 = time.perf_counter()
+            by_row = {id(r): f for r, f in zip(rows, parts, strict=True)}
             rows, logits = run_isolating_failures(self.runner.run, rows, segments, self._fail)
             forward = time.perf_counter() - t0
+            plans.measured(forward)
+            parts = [by_row[id(r)] for r in rows]
             with self.device.phase():
-                if recomputing:
-                    pairs = [(r, lg) for r, lg in zip(rows, logits, strict=True) if id(r) not in recomputing]
-                    self._postprocess([r for r, _ in pairs], [lg for _, lg in pairs])
-                    self._recomputed([r for r in rows if id(r) in recomputing])
-                else:
-                    self._postprocess(rows, logits)
+                self._postprocess(rows, logits, parts)
             self.scheduler.publish(rows)
         outputs = []
         if self.stream:
@@ -267,17 +269,39 @@ class LLMEngine:
             self.timing.add(forward, time.perf_counter() - t_begin - forward, predicted)
         return outputs
 
-    def _postprocess(self, rows: list[Request], logits: Sequence[torch.Tensor]) -> None:
+    def _layouts(self, deferred: set[int]) -> tuple[list[Request], list[RowForward]]:
+        """Each row that runs this step, with its part of the forward; a row whose part cannot be built
+        fails alone."""
+        rows, parts = [], []
+        layout = self.runner.layout
+        for req in self.scheduler.running:
+            if req.action is None and req.cache.recompute_left <= 0:
+                continue  # idle
+            if req.abort_requested or req.status.done or (deferred and id(req) in deferred):
+                continue
+            try:
+                parts.append(layout(req))
+                rows.append(req)
+            except Exception as exc:
+                self._fail(req, exc)
+        return rows, parts
+
+    def _postprocess(
+        self, rows: list[Request], logits: Sequence[torch.Tensor], parts: list[RowForward]
+    ) -> None:
         """Every row's queries computed on the device at once (one transfer), then each row's bookkeeping;
-        an error fails its request alone."""
+        an error fails its request alone. Rows rewriting a preempted cache only keep what they wrote."""
         works: list[RowWork] = []
         edits: list[DraftQuery] = []
         drafts: list[DraftQuery] = []
         verifies: list[VerifyQuery] = []
         dev = self.device
-        for req, lg in zip(rows, logits, strict=True):
+        for req, lg, fwd in zip(rows, logits, parts, strict=True):
             try:
-                w = queries(dev, req, dev.mark(lg))
+                if req.cache.recompute_left > 0:
+                    recomputed(req, fwd)
+                    continue
+                w = queries(dev, req, dev.mark(lg), fwd)
                 if req.grammar is not None:
                     attach_masks(w)
             except Exception as exc:
@@ -305,14 +329,6 @@ class LLMEngine:
                 apply(w)
             except Exception as exc:  # one request's failure must not stop its batch-mates
                 self._fail(w.req, exc)
-
-    @staticmethod
-    def _recomputed(rows: list[Request]) -> None:
-        """Preempted rows whose forward rewrote part of their cache: once it is whole, they resume."""
-        for req in rows:
-            req.stats.nfe_recompute += 1
-            if req.cache.recompute_left == 0:
-                req.cache.restore_to = None
 
     def _run_queries_alone(self, works: list[RowWork]) -> None:
         for w in works:

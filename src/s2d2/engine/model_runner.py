@@ -3,7 +3,10 @@
 Each row contributes the segment of the forward it needs (``req.action``): a chunk of its prompt, its
 draft block (with the previous block's committed tokens folded in front), or its 2L verification. All
 segments run as ONE forward (:meth:`~s2d2.adapters.base.ModelAdapter.run`); the runner hands each row
-its own logits back and counts what the forward cost.
+its own logits back and counts what the forward cost. Building a row's part writes nothing to the row
+(:class:`~.row_forward.RowForward` carries what the step applies after the forward), and the forward
+advances no length and takes no page: the step and the scheduler do (docs/ARCHITECTURE.md, "Who writes
+what").
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from ..cost.step_cost import StepShape
 from .draft_step import VerifyMode
 from .request import Action, Request
 from .request_limits import prefill_positions
+from .row_forward import RowForward
 from .step.fusion import predraft_inputs
 
 
@@ -52,31 +56,36 @@ class ModelRunner:
         lengths = [s.state.length for s in segments]
         return StepShape.of([s.n for s in segments], lengths, split_by_length(segments))
 
-    def segment(self, req: Request) -> Segment:
-        """The segment of ``req``'s next forward (host tensors; the adapter moves them to its device)."""
+    def layout(self, req: Request) -> RowForward:
+        """``req``'s part of the next forward (host tensors; the adapter moves them to its device). Reads
+        the row and writes nothing to it."""
         cfg, ad, cur, cache = req.config, self.adapter, req.cursor, req.cache
         st = cache.state
         B, causal = cfg.block_size, cfg.causal_cache
         if cache.recompute_left > 0:
-            return self.recompute_segment(req)
+            return RowForward(self.recompute_segment(req))
         if req.action == Action.PREFILL:
             chunk = prefill_positions(self.prefill_chunk, B)
             ids = torch.tensor(req.tokens[st.length : min(cache.prompt_blocks, st.length + chunk)])
-            return ad.prefill_segment(st, ids, block_size=B, causal=causal)
+            return RowForward(ad.prefill_segment(st, ids, block_size=B, causal=causal))
         if req.action in (Action.DRAFT, Action.POST, Action.LEAD):
             pending = req.tokens[st.length : cur.start]  # empty once a causal cache holds the block's start
             c, ext = cache.block_cached, cache.partial
             if req.action == Action.LEAD:
-                cur.lead = cur.candidates[0]
+                lead = cur.candidates[0]
                 seg = ad.lead_segment(st, pending, cur.ids, start=cur.start, cached=c, extend=ext)
             else:
-                cur.lead = req.draft_lead() if req.ar_lead else None
+                lead = req.draft_lead() if req.ar_lead else None
                 seg = ad.draft_segment(
                     st, pending, cur.ids, start=cur.start, block_size=B, causal=causal, cached=c, extend=ext,
-                    lead=cur.lead,
+                    lead=lead,
                 )  # fmt: skip
-            cache.block_extension = seg.keep - len(pending)
-            return seg
+            return RowForward(seg, lead, seg.keep - len(pending))
+        return RowForward(self._verify_segment(req))
+
+    def _verify_segment(self, req: Request) -> Segment:
+        cur, cache, ad = req.cursor, req.cache, self.adapter
+        st = cache.state
         if req.action == Action.VERIFY:
             p, c = req.pending, cache.block_cached
             filled = p.filled  # token ids (a list; adapters take lists or host tensors)
@@ -101,10 +110,9 @@ class ModelRunner:
         return make(st, ids, block_size=B, causal=cfg.causal_cache)
 
     def run(self, rows: Sequence[Request], segments: Sequence[Segment]) -> list[torch.Tensor]:
-        """One forward over ``segments`` (one per row of ``rows``); each row's logits, in order."""
+        """One forward over ``segments`` (one per row of ``rows``); each row's logits, in order. Counts
+        the forward and the query tokens fed (the engine's counters); touches no row."""
         logits = self.adapter.run(segments)
-        for req, seg in zip(rows, segments, strict=True):
-            req.stats.query_tokens += seg.n
         c = self.counters
         c.forwards += 1
         c.rows += len(rows)

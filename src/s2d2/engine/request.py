@@ -94,8 +94,10 @@ def plans_automatically(cfg: DecodeConfig, info: ModelInfo) -> bool:
 class CacheProgress:
     """How much of a row is in its key/value cache, and how the next forwards may extend it.
 
-    ``state.length`` (the cached positions) advances in one place: :meth:`KVState.advance`, called by
-    the adapter for a segment's kept tokens and by the step for a verification's kept first half.
+    ``state.length`` (the cached positions) has one writer while the row decodes: the step, once after
+    each forward (:func:`~.step.apply`: what the forward kept and what a verification accepted into the
+    cache), through :meth:`KVState.advance`; the scheduler sets it when it adopts prefix-cache pages at
+    admission and empties it on preemption.
     """
 
     #: prompt positions in whole blocks (they go into the cache before the first draft)
@@ -104,10 +106,8 @@ class CacheProgress:
     #: prompt positions the first draft forward may write itself (its ``pending``), so a prompt that fits
     #: costs no prefill forward of its own; the engine sets it from its adapter
     fold_limit: int = 0
-    #: causal cache: the open block's leading slots already in the cache (not fed again), and what the
-    #: last draft forward added to them
+    #: causal cache: the open block's leading slots already in the cache (not fed again)
     block_cached: int = 0
-    block_extension: int = 0
     #: whether this row caches blocks in parts at all (the engine decides from its adapter)
     partial: bool = False
     #: what the row's cached keys/values depend on besides its tokens (prefix-cache pages are shared only
@@ -206,6 +206,10 @@ class Request:
     def kv_need(self) -> int:
         """Positions this row may hold in its cache at most (the KV budget's unit)."""
         return self.limit + self.config.block_size
+
+    def commits_pending(self) -> bool:
+        """Whether committed tokens before the open block's uncached part are not cached yet."""
+        return self.state.length != self.cursor.start + self.cache.block_cached
 
     def draft_lead(self) -> int | None:
         """The slot whose AR lead the row's next draft forward carries (its first candidate), or None:

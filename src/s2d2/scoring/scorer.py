@@ -245,7 +245,7 @@ class Scorer:
             self.adapter.score_segment(job.state, p.prefix, p.branches, score_from=p.score_from)
             for job, p in zip(jobs, pieces, strict=True)
         ]
-        for job, logits in zip(jobs, self.adapter.run(segments), strict=True):
+        for job, logits in zip(jobs, self.adapter.run_and_keep(segments), strict=True):
             k = logits.shape[0]
             if k:
                 flat = torch.cat([t for _, t in job.targets])[job.scored : job.scored + k]

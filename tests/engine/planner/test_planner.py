@@ -27,6 +27,7 @@ from s2d2.engine.planner.draft_or_ar import EXPLORE_ROWS
 from s2d2.engine.planner.rows import fixed_tokens
 from s2d2.engine.planner.whole_step_drafting import DraftingChoice
 from s2d2.engine.planner.whole_step_verifying import whole_step
+from s2d2.engine.step import apply_plans
 from s2d2.errors import ConfigError
 
 #: planned rows in batches are planned step by step here, whatever their load (conftest)
@@ -191,8 +192,8 @@ def test_fixed_tokens_match_the_segments(tiny):
     while engine.has_unfinished():
         for req in engine.scheduler.running:
             if req.action is not None and not req.status.done:
-                engine.planner.plan([req])
-                assert fixed_tokens(req, engine.runner.prefill_chunk) == engine.runner.segment(req).n
+                apply_plans(engine.planner.plan([req]))
+                assert fixed_tokens(req, engine.runner.prefill_chunk) == engine.runner.layout(req).n
                 seen += 1
         engine.step()
     assert seen > 10
@@ -286,7 +287,7 @@ def test_the_fixed_rows_refreshed_after_ar_only_picks_equal_a_fresh_pass(tiny, m
 
     def compare(self, fixed, others, changed):
         out = refreshed(self, fixed, others, changed)
-        fresh = self._fixed(others)
+        fresh = self._fixed(others, {id(r) for r in changed})  # rows are not changed before the step applies
         assert out.tokens.tolist() == fresh.tokens.tolist()
         assert out.contexts.tolist() == fresh.contexts.tolist()
         assert out.value == pytest.approx(fresh.value) and out.sunk == fresh.sunk

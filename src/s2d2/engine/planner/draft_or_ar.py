@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ..draft_step import DraftStep, Plan, SlotDrafts, VerifyMode
+from ..draft_step import Plan, VerifyMode
 from ..request import Action, Request
 from .choice_matrices import MARGIN
 
@@ -51,7 +51,7 @@ def eligible(req: Request) -> bool:
 
 def _pending(req: Request) -> bool:
     """Whether committed tokens before the block's uncached part are not cached yet."""
-    return req.state.length != req.cursor.start + req.cache.block_cached
+    return req.commits_pending()
 
 
 def _seen(req: Request) -> tuple[int, int]:
@@ -118,19 +118,13 @@ def prefers_ar(
     return ar * tokens < draft * (1.0 - MARGIN)
 
 
-def to_ar_only(req: Request) -> Plan:
-    """Turn ``req``'s draft into an AR-only step: its pending verification of the first masked slot, or,
-    where committed tokens are not cached yet, the lead alone (:attr:`~.request.Action.LEAD`)."""
-    cur = req.cursor
-    plan = Plan(VerifyMode.AR_ONLY, 1, 0, 1.0, req.lead_fed(), 1, drafted=False)
-    req.stats.steps += 1
-    req.stats.ar_only_steps += 1
-    req.tracer.begin_step(cur.start, cur.step)
-    if _pending(req):
-        req.action = Action.LEAD
-        return plan
-    slot, mask_id = cur.candidates[0], req.info.mask_token_id
-    p = DraftStep(SlotDrafts([slot], [mask_id], [0.0], alpha=[0.0]), [False], 1, mode=VerifyMode.AR_ONLY)
-    p.span_len, p.filled, p.plan = 1, list(cur.ids), plan
-    req.pending, req.action = p, Action.VERIFY
-    return plan
+def ar_only_plan(req: Request) -> Plan:
+    """The plan of an AR-only step in place of ``req``'s draft (the step applies it:
+    :func:`~..step.plans.to_ar_only`)."""
+    return Plan(VerifyMode.AR_ONLY, 1, 0, 1.0, req.lead_fed(), 1, drafted=False)
+
+
+def ar_only_value(req: Request) -> float:
+    """What an AR-only step of ``req`` adds to the step's expected tokens as the planner counts a
+    verifying row's: its one token where it verifies a placeholder draft, nothing as a lone lead."""
+    return 0.0 if _pending(req) else 1.0

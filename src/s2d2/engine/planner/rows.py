@@ -55,11 +55,11 @@ def fixed_tokens(req: Request, prefill_chunk: int) -> int:
 
 
 def row_span(req: Request) -> RowSpan:
-    """The planner's view of a plannable row, its pending step restored to the routed span."""
+    """The planner's view of a plannable row: its pending step's routed span (an earlier plan's
+    ``full_span``; the step restores it where this step's plan defers the row)."""
     p, cfg, cur = req.pending, req.config, req.cursor
-    if p.plan is not None:
-        p.span_len = p.plan.full_span
-    n, slots, L = p.span_len, p.span_slots, cur.length
+    n = p.plan.full_span if p.plan is not None else p.span_len
+    slots, L = p.drafts.slots[p.span_offset : p.span_offset + n], cur.length
     next_start = cur.start + L
     nxt = 0
     if cfg.fuse and slots[-1] == L - 1 and next_start < req.limit and req.end is None:

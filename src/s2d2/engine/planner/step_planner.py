@@ -51,8 +51,7 @@ from ...cost.host_timed import HostTimedCost
 from ...cost.step_cost import FittedCost, StepCost
 from ..draft_step import Plan, VerifyMode
 from ..request import Action, Request
-from ..step.fusion import plan_groups
-from ..step_timing import StepTiming
+from ..step_plan import RowPlan, StepPlan
 from .budget import fit_budget
 from .choice_matrices import (
     MARGIN,
@@ -69,12 +68,13 @@ from .choice_matrices import (
 from .draft_or_ar import (
     EXPLORE_ROWS,
     PRIOR_ACCEPTANCE,
+    ar_only_plan,
+    ar_only_value,
     draft_value,
     eligible,
     measured_acceptance,
     prefers_ar,
     prompt_tail,
-    to_ar_only,
 )
 from .regime import MIN_FIXED_SHARE, Regime, admit
 from .rows import (
@@ -114,7 +114,6 @@ class StepPlanner:
         cost: StepCost | None,
         *,
         prefill_chunk: int,
-        timing: StepTiming,
         max_num_batched_tokens: int | None = None,
     ):
         self.cost = cost if cost is not None else GENERIC_COST
@@ -130,11 +129,11 @@ class StepPlanner:
         self.whole_step = not measured
         self.prefill_chunk = prefill_chunk
         self.max_num_batched_tokens = max_num_batched_tokens
-        self.timing = timing
         self.stats = PlannerStats()
+        #: this step's records for the planned rows' traces (the engine fills in the measured forward)
         self._traced: list[dict[str, Any]] = []
-        self._seen = (timing.steps, timing.forward_seconds)
         self._deferred_others: set[int] = set()
+        self._rows: list[RowPlan] = []  # this step's plans, in the order chosen
         #: this step's acceptance prior for rows with few verified drafts: the planned rows' rate together
         #: (:func:`.plan_draft.measured_acceptance`), and whether it is measured (else the assumed prior)
         self._prior, self._measured = 0.0, False
@@ -154,20 +153,22 @@ class StepPlanner:
         """``config`` of a plan=auto request decided for ``rows`` rows (:func:`.regime.admit`)."""
         return admit(self.regime, self.stats, config, sizes, n_prompt, rows, fits, self.force is not None)
 
-    def plan(self, running: Sequence[Request]) -> set[int]:
-        """Choose each planned row's verification (set on its pending step); returns the ids
-        (``id(req)``) of rows deferred to a later step by the token budget. A failure of the planning
-        itself is counted (``plan_errors``) and the step runs as the rows stand: every choice keeps AR
-        greedy's tokens, and a row whose segment cannot be built fails alone."""
+    def plan(self, running: Sequence[Request]) -> StepPlan:
+        """Choose each planned row's verification, or AR only in place of its draft: the plans, for the
+        step to apply (:func:`~..step.apply_plans`), and the ids (``id(req)``) of rows deferred to a later
+        step by the token budget. Reads the rows, writes none. A failure of the planning itself is
+        counted (``plan_errors``) and the step runs as the rows stand: every choice keeps AR greedy's
+        tokens."""
+        self._rows, self._traced = [], []
         try:
-            return self._plan(running)
+            deferred = self._plan(running)
         except Exception:  # the planner must not stop a step; it only changes speed
             self.stats.errors += 1
-            return set()
+            return StepPlan()
+        return StepPlan(self._rows, deferred, self._traced)
 
     def _plan(self, running: Sequence[Request]) -> set[int]:
         t0 = time.perf_counter()
-        self._fill_measured()
         if self.max_num_batched_tokens is None and not any(r.auto_plan for r in running):
             return set()  # nothing to plan (AR, fixed settings, plan=auto rows decoding fixed by load)
         live = [r for r in running if r.action is not None and not r.abort_requested and not r.status.done]
@@ -208,12 +209,19 @@ class StepPlanner:
         self.stats.seconds += time.perf_counter() - t0
         return deferred
 
-    def _fixed(self, others: list[Request]) -> Fixed:
-        tokens = [fixed_tokens(r, self.prefill_chunk) for r in others]
+    def _fixed(self, others: list[Request], ar: set[int] | None = None) -> Fixed:
+        """``others``' query tokens and expected tokens as they stand (rows in ``ar``: as the AR-only
+        steps planned for them)."""
+        if ar:
+            tokens = [r.lead_fed() if id(r) in ar else fixed_tokens(r, self.prefill_chunk) for r in others]
+            value = sum(ar_only_value(r) for r in others if id(r) in ar)
+        else:
+            tokens, value = [fixed_tokens(r, self.prefill_chunk) for r in others], 0.0
+        rest = [r for r in others if verifying(r) and not (ar and id(r) in ar)]
         return Fixed(
             np.array(tokens, dtype=np.int64),
             np.array([r.state.length if r.state is not None else 0 for r in others], dtype=np.int64),
-            sum(expected_tokens(span_alpha(r.pending, r.pending.span_len)) for r in others if verifying(r)),
+            value + sum(expected_tokens(span_alpha(r.pending, r.pending.span_len)) for r in rest),
             sum(t for r, t in zip(others, tokens, strict=True) if r.action == Action.PREFILL),
         )
 
@@ -226,9 +234,8 @@ class StepPlanner:
         where = {id(r): i for i, r in enumerate(others)}
         tokens, value = fixed.tokens.copy(), fixed.value
         for r in changed:
-            tokens[where[id(r)]] = fixed_tokens(r, self.prefill_chunk)
-            if verifying(r):
-                value += expected_tokens(span_alpha(r.pending, r.pending.span_len))
+            tokens[where[id(r)]] = r.lead_fed()
+            value += ar_only_value(r)
         return Fixed(tokens, fixed.contexts, value, fixed.sunk)
 
     def _draft_or_ar(
@@ -269,7 +276,7 @@ class StepPlanner:
                 picks = step.best(self.decide, picks, all_ar=self._measured)  # all AR: none measured
         changed = [req for req, ar in zip(drafting, picks, strict=True) if ar]
         for req in changed:
-            self._record(req, to_ar_only(req), None)
+            self._ar_only(req)
         return changed
 
     def _forced(self, planned: list[Request], spans: list[RowSpan]) -> list[Plan]:
@@ -321,14 +328,16 @@ class StepPlanner:
         start = np.argmax(np.where(ch.valid, np.arange(ch.valid.shape[1]), -1), axis=1)
         d = self._drafting(drafting)
         picks, dpicks, ms = search(self.decide, ch, ctx, fixed, start, self.host_ms_per_group, d)
+        ar = set()
         for req, pick in zip(drafting, dpicks, strict=True):
             if pick == 1:
-                self._record(req, to_ar_only(req), None)
+                self._ar_only(req)
+                ar.add(id(req))
         deferred: set[int] = set()
         budget = self.max_num_batched_tokens
         if budget is not None:
             rest = others + drafting
-            fixed = self._fixed(rest) if drafting else fixed
+            fixed = self._fixed(rest, ar) if drafting else fixed
             picks, deferred = fit_budget(budget, planned, rest, ch, picks, fixed, self.stats)
         self._deferred_others = {d for d in deferred if d not in {id(r) for r in planned}}
         plans = [
@@ -358,42 +367,34 @@ class StepPlanner:
             sum(prompt_tail(r) for r in drafting),
         )
 
-    # ------------------------------------------------------------------ the choice, applied
+    # ------------------------------------------------------------------ the plans, returned
+    def _ar_only(self, req: Request) -> None:
+        plan = ar_only_plan(req)
+        self._rows.append(RowPlan(req, plan, ar_only=True, trace=self._record(req, plan, None)))
+
     def _apply(self, planned: list[Request], plans: list[Plan | None], predicted_ms: float) -> None:
+        """The planned rows' plans, returned to the step (:meth:`plan`)."""
         self.stats.steps += 1
         self.stats.predicted_ms += predicted_ms
         for req, plan in zip(planned, plans, strict=True):
-            if plan is None:
-                continue
-            p = req.pending
-            p.plan, p.span_len, p.mode = plan, plan.k, plan.mode
-            p.groups = plan_groups(req, p, positions=plan.positions) if plan.mode == VerifyMode.FUSED else []
-            self._record(req, plan, predicted_ms)
+            trace = None if plan is None else self._record(req, plan, predicted_ms)
+            self._rows.append(RowPlan(req, plan, trace=trace))
         for rec in self._traced:
             if rec["predicted_ms"] is None:  # AR-only steps chosen before the step's shape was known
                 rec["predicted_ms"] = round(predicted_ms, 4)
 
-    def _record(self, req: Request, plan: Plan, predicted_ms: float | None) -> None:
-        """Count ``plan`` and write it into the row's trace (its measured ms come at the next step)."""
+    def _record(self, req: Request, plan: Plan, predicted_ms: float | None) -> dict[str, Any] | None:
+        """Count ``plan``; its record for the row's trace where the row is traced (the step attaches
+        it; its measured ms come at the next step)."""
         st = self.stats
         st.rows += 1
         st.modes[plan.mode.value] += 1
         st.k_sum += plan.k
-        if req.tracer.steps:
+        rec = None
+        if req.tracer.steps is not None:
             rec = {"mode": plan.mode.value, "k": plan.k, "positions": plan.positions,
                    "expected": round(plan.expected, 3),
                    "predicted_ms": None if predicted_ms is None else round(predicted_ms, 4),
                    "measured_ms": None}  # fmt: skip
-            req.tracer.steps[-1].plan = rec
             self._traced.append(rec)
-
-    def _fill_measured(self) -> None:
-        """The previous step's measured forward ms into its trace records (known once it ran)."""
-        t = self.timing
-        steps, seconds = self._seen
-        if self._traced and t.steps == steps + 1:
-            ms = round(1e3 * (t.forward_seconds - seconds), 4)
-            for rec in self._traced:
-                rec["measured_ms"] = ms
-        self._traced = []
-        self._seen = (t.steps, t.forward_seconds)
+        return rec

@@ -3,12 +3,15 @@ over rows, brought to the host in one transfer) and the host half (the block loo
 verification's groups, commits).
 
 :func:`queries` says what each row needs from its logits, :func:`run_queries` computes it on the device,
-:func:`apply` and :func:`advance` turn the results into each row's next state.
+:func:`apply` and :func:`advance` turn the results into each row's next state (:func:`recomputed` for a
+preempted row rewriting its cache); :func:`apply_plans` applies the step planner's plans before the
+forward.
 """
 
 from .device import MAX_VOCAB, DeviceOps
 from .device_math import DraftQuery, VerifyQuery, run_queries
-from .host import advance, apply
+from .host import advance, apply, recomputed
+from .plans import apply_plans
 from .row_queries import RowWork, queries
 
 __all__ = [
@@ -19,6 +22,8 @@ __all__ = [
     "VerifyQuery",
     "advance",
     "apply",
+    "apply_plans",
     "queries",
+    "recomputed",
     "run_queries",
 ]

@@ -60,10 +60,9 @@ def attach_masks(work: RowWork) -> None:
     if g.terminated:
         return  # the output ended with the grammar; nothing after it is kept
     front = frontier_slot(req)
-    cur = req.cursor
     if work.draft is not None and work.draft.slots and work.draft.slots[0] == front:
         work.draft.grammar_bits = g.masks((), 1)
-    if work.lead is not None and cur.lead == front:
+    if work.lead is not None and work.forward.lead == front:
         work.lead.grammar_bits = g.masks((), 1)
     if work.action == Action.VERIFY and work.verify is not None:
         if req.pending.span_slots[0] != front:

@@ -22,6 +22,7 @@ from ...decoding.policies import SkipCheck
 from ..draft_step import DraftStep, SlotDrafts, VerifyMode
 from ..logprobs import LogprobSource, TokenLogprob
 from ..request import Action, Request, Status
+from ..row_forward import RowForward
 from .device_math import DraftQuery, VerifyQuery
 from .fusion import pick_group, stale_drafts
 from .grammar import conforming_picks
@@ -132,16 +133,21 @@ def _take_predraft(req: Request) -> bool:
 
 # ----------------------------------------------------------------------------------- after a forward
 def apply(work: RowWork) -> None:
-    """Consume the row's results (its queries are filled), then :func:`advance`."""
-    req = work.req
+    """Consume the row's results (its queries are filled), then :func:`advance`.
+
+    The one place a decoding row's cached length grows: once, after its forward, by what the forward
+    kept (``work.forward``) and what its verification accepted into the cache."""
+    req, fwd = work.req, work.forward
+    grown = fwd.segment.keep
+    req.stats.query_tokens += fwd.n
     if work.action == Action.PREFILL:
         req.stats.nfe_prefill += 1
     elif work.action == Action.DRAFT:
         req.stats.nfe_draft += 1
-        _take_extension(req)
+        _take_extension(req, fwd.extension)
         _draft_step(req, work.draft.result, edit=work.edit, lead=work.lead)
     elif work.action == Action.LEAD:
-        _lead_step(req, work.lead)
+        _lead_step(req, work.lead, fwd)
     elif work.action == Action.POST:
         req.stats.nfe_draft += 1
         req.tracer.begin_step(req.cursor.start, req.cursor.step)
@@ -149,8 +155,19 @@ def apply(work: RowWork) -> None:
         req.cursor.post_left = req.cursor.post_left - 1 if changed else 0
     elif work.action == Action.VERIFY:
         req.stats.nfe_verify += 1
-        _verify_step(req, work.verify, [g.result for g in work.groups])
+        grown += _verify_step(req, work.verify, [g.result for g in work.groups])
+    req.state.advance(grown)
     advance(req)
+
+
+def recomputed(req: Request, forward: RowForward) -> None:
+    """A preempted row's forward rewrote the next chunk of its cache: it keeps it; once the cache is
+    whole again the row resumes decoding."""
+    req.stats.query_tokens += forward.n
+    req.stats.nfe_recompute += 1
+    req.state.advance(forward.segment.keep)
+    if req.cache.recompute_left == 0:
+        req.cache.restore_to = None
 
 
 def _record(req: Request, slot: int, token: int, logprob: float | None, top, source: LogprobSource) -> None:
@@ -216,20 +233,19 @@ def _draft_step(
     _finish_step(req, p)
 
 
-def _take_extension(req: Request) -> None:
-    """The block's committed slots a draft or lead forward kept (``block_extension``) are cached now."""
-    cache = req.cache
-    cache.block_cached, cache.block_extension = cache.block_cached + cache.block_extension, 0
+def _take_extension(req: Request, extension: int) -> None:
+    """The block's committed slots a draft or lead forward kept (``extension``) are cached now."""
+    req.cache.block_cached += extension
 
 
-def _lead_step(req: Request, lead: VerifyQuery) -> None:
+def _lead_step(req: Request, lead: VerifyQuery, fwd: RowForward) -> None:
     """An AR-only step's forward (:attr:`Action.LEAD`, begun by the planner): commit AR mode's token at
     the lead slot; the committed tokens it fed are cached now."""
-    st, cur = req.stats, req.cursor
+    st = req.stats
     st.nfe_verify += 1
     st.verify_steps += 1
-    _take_extension(req)
-    drafts = SlotDrafts([cur.lead], [req.info.mask_token_id], [0.0])
+    _take_extension(req, fwd.extension)
+    drafts = SlotDrafts([fwd.lead], [req.info.mask_token_id], [0.0])
     p = DraftStep(drafts, [False], 1, mode=VerifyMode.AR_ONLY)
     _commit_first(req, p, lead.correction, _at(lead.logprobs or None, 0), _at(lead.top or None, 0))
     _finish_step(req, p)
@@ -250,8 +266,10 @@ def _at(values: list | None, i: int):
     return None if values is None else values[i]
 
 
-def _verify_step(req: Request, vq: VerifyQuery, group_drafts: list[SlotDrafts]) -> None:
-    """Accept the verified span left to right as the AR-mode check decided."""
+def _verify_step(req: Request, vq: VerifyQuery, group_drafts: list[SlotDrafts]) -> int:
+    """Accept the verified span left to right as the AR-mode check decided; returns the positions of
+    the forward's keys the row's cache keeps (its committed run from the cache point, when the block is
+    cached in parts)."""
     p, cur = req.pending, req.cursor
     req.pending = None
     n_acc, correction = vq.n_accepted, vq.correction
@@ -274,19 +292,20 @@ def _verify_step(req: Request, vq: VerifyQuery, group_drafts: list[SlotDrafts]) 
         st.full_accepts += int(n_acc == p.span_len)
     req.tracer.verified(p.span_len, n_acc)
     _report_verification(req, p, vq)
+    kept = 0
     if req.cache.partial:
         # the first half's committed run from the cache point (committed slots, then accepted drafts) is
         # exactly what AR mode would cache: keep it
         cached = req.cache.block_cached
         first_end = span[-1] + (1 if p.mode == VerifyMode.FUSED else 0)
         kept = min(span[0] - cached + n_acc, first_end - cached)
-        req.state.advance(kept)
         req.cache.block_cached += kept
     if p.mode == VerifyMode.FUSED:
         _after_fused_verify(req, p, group_drafts, n_acc, correction)
     elif p.plan is not None and correction is None:
         _reuse_stale(req, p)
     _finish_step(req, p)
+    return kept
 
 
 def _report_verification(req: Request, p: DraftStep, vq: VerifyQuery) -> None:

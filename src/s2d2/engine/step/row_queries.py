@@ -14,6 +14,7 @@ import torch
 
 from ..draft_step import SlotDrafts
 from ..request import Action, Request
+from ..row_forward import RowForward
 from .device import DeviceOps
 from .device_math import DraftQuery, VerifyQuery
 
@@ -24,6 +25,8 @@ class RowWork:
 
     req: Request
     action: Action
+    #: the row's part of the forward (what it kept, the block slots it cached, its AR lead slot)
+    forward: RowForward
     edit: DraftQuery | None = None
     draft: DraftQuery | None = None
     verify: VerifyQuery | None = None
@@ -72,10 +75,11 @@ def _with_context(req: Request, q: DraftQuery | VerifyQuery, slots: list[int], b
         q.context = req.generated_context(block_ids)
 
 
-def queries(dev: DeviceOps, req: Request, logits: torch.Tensor) -> RowWork:
-    """What ``req`` needs from the logits of its forward (``req.action``)."""
+def queries(dev: DeviceOps, req: Request, logits: torch.Tensor, forward: RowForward) -> RowWork:
+    """What ``req`` needs from the logits of its forward (``req.action``; ``forward``: the row's part of
+    it, as the runner built it)."""
     action = req.action
-    work = RowWork(req, action)
+    work = RowWork(req, action, forward)
     cfg, cur = req.config, req.cursor
     if cfg.editing_threshold is not None and action in (Action.DRAFT, Action.POST):
         upto = cur.candidate_limit if action == Action.DRAFT else cur.n_valid
@@ -96,13 +100,13 @@ def queries(dev: DeviceOps, req: Request, logits: torch.Tensor) -> RowWork:
             keep_probs=pol is not None and (not cfg.strict or req.tracer.steps is not None),
         )
         _with_context(req, work.draft, cur.candidates, cur.ids)
-        if cur.lead is not None:
+        if forward.lead is not None:
             n = cur.length
             work.lead = VerifyQuery(req, logits[n : n + 1], [req.info.mask_token_id], True, None)
-            _with_context(req, work.lead, [cur.lead], cur.ids)
+            _with_context(req, work.lead, [forward.lead], cur.ids)
     elif action == Action.LEAD:
         work.lead = VerifyQuery(req, logits, [req.info.mask_token_id], True, None)
-        _with_context(req, work.lead, [cur.lead], cur.ids)
+        _with_context(req, work.lead, [forward.lead], cur.ids)
     elif action == Action.VERIFY:
         p = req.pending
         span = p.span_len

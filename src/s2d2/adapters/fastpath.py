@@ -173,7 +173,8 @@ class FastDecoder:
 
     @torch.inference_mode()
     def forward(self, pool: KVPool, segments: Sequence[Segment]) -> list[torch.Tensor]:
-        """Run every segment in one forward; return each one's raw logits ``[len(logit_rows), vocab]``.
+        """Run every segment in one forward; return each one's raw logits ``[len(logit_rows), vocab]`` in
+        the model's dtype.
 
         Segments whose masks fit :mod:`~s2d2.adapters.mask_spec` (every mask but the LLaDA2 official
         prefill's float bias) run as one :class:`ForwardBatch` through :meth:`run_batch`; the rest run
@@ -200,7 +201,7 @@ class FastDecoder:
         else:
             self._pool = pool
             logits = self.static.run(batch)
-        return list(logits.float().split(batch.logit_sizes))
+        return list(logits.split(batch.logit_sizes))
 
     def run_batch(self, pool: KVPool, b: ForwardBatch) -> torch.Tensor:
         """The forward of a batch on the device: packed logits ``[L, vocab]`` of ``b.logit_index``, in the
@@ -264,10 +265,10 @@ class FastDecoder:
         offsets = torch.cat([torch.zeros(1, dtype=torch.long), sizes.cumsum(0)])
         flat = torch.cat([offsets[r] + s.logit_rows for r, s in enumerate(segments)])
         if flat.numel() == 0:
-            empty = x.new_zeros(0, self.lm_head.out_features, dtype=torch.float32)
+            empty = x.new_zeros(0, self.lm_head.out_features)
             return [empty for _ in segments]
         chosen = x[0].index_select(0, flat.to(dev))
-        logits = self.lm_head(self._norm(self.norm, chosen)).float()
+        logits = self.lm_head(self._norm(self.norm, chosen))
         return list(logits.split([s.logit_rows.numel() for s in segments]))
 
     def _grouped_attention(

@@ -86,7 +86,9 @@ class StaticRunner:
         return padded
 
     def run(self, batch: ForwardBatch) -> torch.Tensor:
-        """Logits ``[L, vocab]`` of a host batch already padded to a bucket shape (:meth:`shape_for`)."""
+        """Logits ``[L, vocab]`` of a host batch already padded to a bucket shape (:meth:`shape_for`), a
+        tensor of the caller's own (logits may be kept past the next forward: a shifted model's saved
+        row)."""
         parts = np.concatenate([np.asarray(getattr(batch, f), dtype=np.int64) for f in FIELDS])
         entry = self.entries.get(batch.shape)
         if entry is None:
@@ -105,7 +107,7 @@ class StaticRunner:
                 entry.failed, entry.graph = True, None
                 return self.body(entry.batch)[:n_logits]
         entry.graph.replay()
-        return entry.out[:n_logits]
+        return entry.out[:n_logits].clone()  # the caller's own: the next replay overwrites the static output
 
     def _entry(self, batch: ForwardBatch, size: int) -> _Entry:
         blob = torch.zeros(size, dtype=torch.long, device=self.device)

@@ -38,6 +38,7 @@ from .paged_forward import (
     span_mask,
 )
 from .segment import Segment, packed
+from .small_ops import SmallOps, small_ops_for
 from .span_attention import self_check, triton_available
 
 
@@ -101,6 +102,8 @@ class FastDecoder:
         self.capturable = all(w.gate_up is not None for w in self.weights)
         self._pool: KVPool | None = None
         self.static: StaticRunner | None = None
+        #: the small element-wise ops compiled (CUDA unless ``enforce_eager``), else None (eager ops)
+        self.small: SmallOps | None = None
         self.enforce_eager = enforce_eager
 
     @property
@@ -113,6 +116,7 @@ class FastDecoder:
     def enforce_eager(self, value: bool) -> None:
         graphs = self.device.type == "cuda" and self.capturable and not value
         self.static = self.static_runner(graphs=True) if graphs else None
+        self.small = small_ops_for(self.device, value, triton_available())
 
     def static_runner(self, *, graphs: bool, **kwargs) -> StaticRunner:
         """A :class:`StaticRunner` over this decoder's forward body and the pool the last forward used
@@ -126,9 +130,12 @@ class FastDecoder:
                             pool_ptr=pool_ptr, **kwargs)  # fmt: skip
 
     def _norm(self, module: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
-        """The native RMSNorm (``weight * x / rms(x)``), fused on the CPU in float32."""
+        """The native RMSNorm (``weight * x / rms(x)``): fused on the CPU in float32, compiled where the
+        small ops are (:mod:`~s2d2.adapters.small_ops`), else the module itself."""
         if self.cpu_kernels:
             return F.rms_norm(x, module.weight.shape, module.weight, module.variance_epsilon)
+        if self.small is not None:
+            return self.small.rms_norm(x, module.weight, module.variance_epsilon)
         return module(x)
 
     def _attend(
@@ -209,7 +216,10 @@ class FastDecoder:
         weights = self.weights
         x = self.embed(b.ids)  # [T, hidden]
         cos, sin = self.rotary(x[None], b.pos[None])
-        rot = rotations(cos[0], sin[0], self.signs)
+        if self.small is None:  # each token's rotation matrix, applied by one batched matmul a layer
+            rot: torch.Tensor | tuple[torch.Tensor, torch.Tensor] = rotations(cos[0], sin[0], self.signs)
+        else:  # cos/sin [T, 1, rd] for the compiled q/k-norm with RoPE
+            rot = (cos[0][:, None], sin[0][:, None])
         rep = self.n_heads // self.n_kv
         mask = None if self.attention == "triton" else span_mask(b, self.n_kv, rep, self.dtype)
         for i, layer in enumerate(self.layers):

@@ -24,8 +24,8 @@ import torch
 import torch.nn.functional as F
 
 from .attention_groups import AttentionGroup, build_groups
-from .forward_batch import ForwardBatch, build_batch, shape_of
-from .graph_runner import StaticRunner
+from .forward_batch import BatchShape, ForwardBatch, build_batch, field_sizes, shape_of
+from .graph_runner import StaticRunner, load_shapes
 from .host_lists import long_tensor
 from .kv_pool import DEFAULT_PAGE_SIZE, KVPool
 from .mask_spec import SpecCache
@@ -167,7 +167,9 @@ class FastDecoder:
         max_pages: int | None = None,
         reserve_tokens: int | None = None,
     ) -> KVPool:
-        return KVPool(
+        """A key/value pool for this model. An engine's pool (the engine gives its reservation,
+        ``reserve_tokens``) gets the common batch shapes' CUDA graphs captured now (:meth:`capture`)."""
+        pool = KVPool(
             len(self.layers),
             self.n_kv,
             self.head_dim,
@@ -177,6 +179,22 @@ class FastDecoder:
             max_pages=max_pages,
             reserve_tokens=reserve_tokens,
         )
+        if reserve_tokens is not None and self.static is not None:
+            self.capture(pool)
+        return pool
+
+    @torch.inference_mode()
+    def capture(self, pool: KVPool, shapes: list[BatchShape] | None = None) -> int:
+        """Capture the forward's graphs of ``shapes`` (default: the common ones,
+        :func:`~s2d2.adapters.graph_runner.load_shapes`) against ``pool`` now, with one progress line,
+        rather than at each shape's first batch; the replay emulation (a static runner without graphs)
+        prepares its buffers the same way. Returns how many shapes were prepared (0 without a static
+        runner: the CPU, ``enforce_eager``, a mixture of experts)."""
+        if self.static is None:
+            return 0
+        self._pool = pool
+        wanted = load_shapes(self.static.max_tokens) if shapes is None else shapes
+        return self.static.prepare(wanted, lambda s: field_sizes(s, self.n_heads), pool.page_size)
 
     @torch.inference_mode()
     def forward(self, pool: KVPool, segments: Sequence[Segment]) -> list[torch.Tensor]:

@@ -1,17 +1,20 @@
 """The forward body at the GPU's pace, proven on the CPU: it compiles whole (no host syncs, no branches on
 data) at two bucket sizes; the static-buffer replay emulation equals a fresh eager run, for one forward
-and for a whole generation; buckets pad every size up and leave the largest batches eager."""
+and for a whole generation; buckets pad every size up and leave the largest batches eager; an engine's
+pool gets the common shapes prepared (captured, on CUDA) at once, with one line."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
 import s2d2
-from s2d2.adapters.forward_batch import BatchShape, build_batch
-from s2d2.adapters.graph_runner import bucket
+from s2d2.adapters.forward_batch import FIELDS, BatchShape, build_batch, field_sizes
+from s2d2.adapters.graph_runner import bucket, load_shapes
 from s2d2.adapters.mask_spec import spec_of
 from s2d2.bench.suites import load_problems
+from s2d2.engine.llm_engine import LLMEngine
 
 
 @pytest.fixture(scope="module")
@@ -133,3 +136,51 @@ def test_a_shape_whose_capture_fails_runs_eagerly_and_says_so(tiny, monkeypatch)
     assert torch.allclose(out, eager, atol=1e-5)
     assert said == ["s2d2: CUDA graph capture failed (operation not permitted when stream is capturing); "
                     "this shape runs eagerly"]  # fmt: skip
+
+
+def test_a_shapes_field_sizes_are_its_batches(tiny):
+    fast = tiny.adapter.fast
+    pool, states = _rows(fast)
+    for sizes, pad in (((3, 5, 1), BatchShape(16, 4, 8, 4, 16)), ((8, 2, 4), BatchShape(32, 4, 8, 8, 32))):
+        batch = _batch(fast, pool, states, sizes, 0, pad)
+        assert field_sizes(pad, fast.n_heads) == [np.asarray(getattr(batch, f)).size for f in FIELDS]
+
+
+def test_an_engines_pool_gets_the_common_shapes_prepared_at_once(tiny):
+    fast = tiny.adapter.fast
+    said: list[str] = []
+    fast.static = fast.static_runner(graphs=False, log=said.append)  # the replay emulation, as on CUDA
+    hits: list[BatchShape] = []
+    real_run = fast.static.run
+    fast.static.run = lambda b: hits.append(b.shape) or real_run(b)
+    try:
+        assert tiny.adapter.new_pool().new_state() is not None and not fast.static.entries  # not an engine's
+        engine = LLMEngine(tiny.adapter, max_num_seqs=4)
+        shapes = load_shapes(fast.static.max_tokens)
+        assert set(fast.static.entries) == set(shapes) and fast._pool is engine.pool
+        assert len(said) == 1 and said[0].startswith(f"s2d2: captured static buffers of {len(shapes)} batch")
+        prepared = dict(fast.static.entries)
+        prompts = [tiny.encode(p["question"]) for p in load_problems("tiny-gsm", "test", 4)]
+        cfg = tiny.make_config(preset="lossless", block_size=8, max_new_tokens=16)
+        replayed = [o.token_ids for o in engine.generate(prompts, [cfg] * 4)]
+        assert any(s in prepared for s in hits)  # batches ran on the buffers prepared with the pool
+        assert all(fast.static.entries[s] is e for s, e in prepared.items())
+    finally:
+        fast.static = None
+    eager = [o.token_ids for o in LLMEngine(tiny.adapter, max_num_seqs=4).generate(prompts, [cfg] * 4)]
+    assert replayed == eager
+    assert fast.capture(fast.new_pool()) == 0  # the CPU: nothing to capture
+
+
+def test_graphs_of_another_pool_make_room_for_an_engines_pool(tiny):
+    fast = tiny.adapter.fast
+    runner = fast.static_runner(graphs=False, log=lambda msg: None, max_shapes=2)
+    sizes = lambda s: field_sizes(s, fast.n_heads)  # noqa: E731
+    fast._pool = fast.new_pool()
+    stale, kept = BatchShape(16, 1, 16, 4, 16), BatchShape(16, 2, 1, 4, 16)
+    wanted = BatchShape(16, 1, 1, 8, 16)
+    for shape in (stale, kept):
+        runner.entries[shape] = runner._entry(shape, sizes(shape), 16)
+    runner.entries[stale].graph, runner.entries[stale].pool_ptr = object(), -1  # captured on another pool
+    assert runner.prepare([wanted, BatchShape(32, 2, 16, 4, 32)], sizes, 16) == 1  # room for one
+    assert set(runner.entries) == {kept, wanted}

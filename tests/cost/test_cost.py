@@ -87,6 +87,7 @@ def test_without_a_profile_an_accelerator_is_measured_once_and_the_cpu_is_not(tm
         return _cells((3.0, 0.001, 0.0001, 0.0))  # a GPU's shape of costs: the forward's fixed part
 
     monkeypatch.setattr(cost_profile, "measure", measure)
+    monkeypatch.setattr(cost_profile, "measure_mixed", lambda *a: [])  # the mixed steps: test_mixed_steps
     monkeypatch.setenv("S2D2_CACHE_DIR", str(tmp_path / "cache"))
     gpu = SimpleNamespace(device=torch.device("meta"), dtype=torch.bfloat16, fast=object())
     resolve = cost_profile.resolve_cost_profile
@@ -113,6 +114,7 @@ def test_a_default_profile_that_cannot_be_measured_or_cached_does_not_stop_a_loa
     blocker.write_text("not a folder")
     monkeypatch.setenv("S2D2_CACHE_DIR", str(blocker))  # nothing can be written below a file
     monkeypatch.setattr(cost_profile, "measure", lambda *a: _cells((3.0, 0.001, 0.0001, 0.0)))
+    monkeypatch.setattr(cost_profile, "measure_mixed", lambda *a: [])
     with pytest.warns(UserWarning, match="not cached"):
         prof = cost_profile.resolve_cost_profile(None, gpu, model_path=tmp_path, model_name="m")
     assert isinstance(prof, FittedCost) and blocker.read_text() == "not a folder"

@@ -114,7 +114,7 @@ class FastDLLMv2Adapter(HFAdapter):
         if saved is not None and saved[0] == pos:
             return saved[1]
         if pos == 0:
-            return torch.zeros(self.info.vocab_size, dtype=torch.float32, device=self.device)
+            return torch.zeros(self.info.vocab_size, dtype=self.dtype, device=self.device)
         raise RuntimeError(
             f"no saved prediction for position {pos}: the cache must be written by this adapter's "
             "prefill/commit/draft (or pass the last committed tokens as `pending`)"

@@ -24,8 +24,8 @@ import torch
 import torch.nn.functional as F
 
 from .attention_groups import AttentionGroup, build_groups
-from .forward_batch import ForwardBatch, build_batch, shape_of
-from .graph_runner import StaticRunner
+from .forward_batch import BatchShape, ForwardBatch, build_batch, field_sizes, shape_of
+from .graph_runner import StaticRunner, load_shapes
 from .host_lists import long_tensor
 from .kv_pool import DEFAULT_PAGE_SIZE, KVPool, check_pages
 from .mask_spec import SpecCache
@@ -38,6 +38,7 @@ from .paged_forward import (
     span_mask,
 )
 from .segment import Segment, packed
+from .small_ops import SmallOps, small_ops_for
 from .span_attention import self_check, triton_available
 
 
@@ -101,6 +102,8 @@ class FastDecoder:
         self.capturable = all(w.gate_up is not None for w in self.weights)
         self._pool: KVPool | None = None
         self.static: StaticRunner | None = None
+        #: the small element-wise ops compiled (CUDA unless ``enforce_eager``), else None (eager ops)
+        self.small: SmallOps | None = None
         self.enforce_eager = enforce_eager
 
     @property
@@ -113,6 +116,7 @@ class FastDecoder:
     def enforce_eager(self, value: bool) -> None:
         graphs = self.device.type == "cuda" and self.capturable and not value
         self.static = self.static_runner(graphs=True) if graphs else None
+        self.small = small_ops_for(self.device, value, triton_available())
 
     def static_runner(self, *, graphs: bool, **kwargs) -> StaticRunner:
         """A :class:`StaticRunner` over this decoder's forward body and the pool the last forward used
@@ -126,9 +130,12 @@ class FastDecoder:
                             pool_ptr=pool_ptr, **kwargs)  # fmt: skip
 
     def _norm(self, module: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
-        """The native RMSNorm (``weight * x / rms(x)``), fused on the CPU in float32."""
+        """The native RMSNorm (``weight * x / rms(x)``): fused on the CPU in float32, compiled where the
+        small ops are (:mod:`~s2d2.adapters.small_ops`), else the module itself."""
         if self.cpu_kernels:
             return F.rms_norm(x, module.weight.shape, module.weight, module.variance_epsilon)
+        if self.small is not None:
+            return self.small.rms_norm(x, module.weight, module.variance_epsilon)
         return module(x)
 
     def _attend(
@@ -160,7 +167,9 @@ class FastDecoder:
         max_pages: int | None = None,
         reserve_tokens: int | None = None,
     ) -> KVPool:
-        return KVPool(
+        """A key/value pool for this model. An engine's pool (the engine gives its reservation,
+        ``reserve_tokens``) gets the common batch shapes' CUDA graphs captured now (:meth:`capture`)."""
+        pool = KVPool(
             len(self.layers),
             self.n_kv,
             self.head_dim,
@@ -170,10 +179,27 @@ class FastDecoder:
             max_pages=max_pages,
             reserve_tokens=reserve_tokens,
         )
+        if reserve_tokens is not None and self.static is not None:
+            self.capture(pool)
+        return pool
+
+    @torch.inference_mode()
+    def capture(self, pool: KVPool, shapes: list[BatchShape] | None = None) -> int:
+        """Capture the forward's graphs of ``shapes`` (default: the common ones,
+        :func:`~s2d2.adapters.graph_runner.load_shapes`) against ``pool`` now, with one progress line,
+        rather than at each shape's first batch; the replay emulation (a static runner without graphs)
+        prepares its buffers the same way. Returns how many shapes were prepared (0 without a static
+        runner: the CPU, ``enforce_eager``, a mixture of experts)."""
+        if self.static is None:
+            return 0
+        self._pool = pool
+        wanted = load_shapes(self.static.max_tokens) if shapes is None else shapes
+        return self.static.prepare(wanted, lambda s: field_sizes(s, self.n_heads), pool.page_size)
 
     @torch.inference_mode()
     def forward(self, pool: KVPool, segments: Sequence[Segment]) -> list[torch.Tensor]:
-        """Run every segment in one forward; return each one's raw logits ``[len(logit_rows), vocab]``.
+        """Run every segment in one forward; return each one's raw logits ``[len(logit_rows), vocab]`` in
+        the model's dtype.
 
         Segments whose masks fit :mod:`~s2d2.adapters.mask_spec` (every mask but the LLaDA2 official
         prefill's float bias) run as one :class:`ForwardBatch` through :meth:`run_batch`; the rest run
@@ -199,7 +225,7 @@ class FastDecoder:
         else:
             self._pool = pool
             logits = self.static.run(batch)
-        return list(logits.float().split(batch.logit_sizes))
+        return list(logits.split(batch.logit_sizes))
 
     def run_batch(self, pool: KVPool, b: ForwardBatch) -> torch.Tensor:
         """The forward of a batch on the device: packed logits ``[L, vocab]`` of ``b.logit_index``, in the
@@ -207,7 +233,10 @@ class FastDecoder:
         weights = self.weights
         x = self.embed(b.ids)  # [T, hidden]
         cos, sin = self.rotary(x[None], b.pos[None])
-        rot = rotations(cos[0], sin[0], self.signs)
+        if self.small is None:  # each token's rotation matrix, applied by one batched matmul a layer
+            rot: torch.Tensor | tuple[torch.Tensor, torch.Tensor] = rotations(cos[0], sin[0], self.signs)
+        else:  # cos/sin [T, 1, rd] for the compiled q/k-norm with RoPE
+            rot = (cos[0][:, None], sin[0][:, None])
         rep = self.n_heads // self.n_kv
         mask = None if self.attention == "triton" else span_mask(b, self.n_kv, rep, self.dtype)
         for i, layer in enumerate(self.layers):
@@ -262,10 +291,10 @@ class FastDecoder:
         offsets = torch.cat([torch.zeros(1, dtype=torch.long), sizes.cumsum(0)])
         flat = torch.cat([offsets[r] + s.logit_rows for r, s in enumerate(segments)])
         if flat.numel() == 0:
-            empty = x.new_zeros(0, self.lm_head.out_features, dtype=torch.float32)
+            empty = x.new_zeros(0, self.lm_head.out_features)
             return [empty for _ in segments]
         chosen = x[0].index_select(0, flat.to(dev))
-        logits = self.lm_head(self._norm(self.norm, chosen)).float()
+        logits = self.lm_head(self._norm(self.norm, chosen))
         return list(logits.split([s.logit_rows.numel() for s in segments]))
 
     def _grouped_attention(

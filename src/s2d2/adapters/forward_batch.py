@@ -94,6 +94,14 @@ class ForwardBatch:
         return out
 
 
+def field_sizes(shape: BatchShape, n_heads: int) -> list[int]:
+    """How many int64 values each of :data:`FIELDS` holds in a batch of ``shape`` (the static buffers of a
+    shape are made before any batch of it exists)."""
+    T, R, n_q, W, L = shape
+    grid = R * n_q
+    return [T, T, T, R * W, grid, T, grid, grid, grid, grid, L, n_heads * grid, T * n_heads]
+
+
 def shape_of(lengths: Sequence[int], sizes: Sequence[int], n_logits: int, page_size: int) -> BatchShape:
     """The unpadded :class:`BatchShape` of rows with ``lengths`` cached keys feeding ``sizes`` tokens."""
     width = max(-(-(a + n) // page_size) for a, n in zip(lengths, sizes, strict=True))

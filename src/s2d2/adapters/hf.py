@@ -177,10 +177,10 @@ class HFAdapter(ModelAdapter):
         if seg.keep < n:
             state.cache.crop(-(n - seg.keep))
         if not k:
-            return out.logits[0, :0].float()
+            return out.logits[0, :0]
         kept = out.logits[0]
         first = n - kept.shape[0]
-        return kept[seg.logit_rows.to(kept.device) - first].float()
+        return kept[seg.logit_rows.to(kept.device) - first]
 
     def _forward(
         self,

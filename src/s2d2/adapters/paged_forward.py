@@ -8,8 +8,10 @@ queries gathered into a padded grid (GQA heads folded into the query axis), its 
 pool, and one masked attention over all rows with the mask built on the device from the batch's
 integer visibility, once a forward; the output scattered back to packed order and projected with the
 residual added in the same op; RMSNorm; one fused gate/up projection, SiLU times the gate, the down
-projection with the residual. Fused weights are made once (the modules' own weights become views of
-them, so memory does not grow). A mixture-of-experts MLP runs as its module.
+projection with the residual. On CUDA the norms, q/k-norm with RoPE and SiLU times the gate are
+small compiled functions (:mod:`~s2d2.adapters.small_ops`, a kernel or two each). Fused weights are made
+once (the modules' own weights become views of them, so memory does not grow). A mixture-of-experts MLP
+runs as its module.
 
 The body takes no host syncs and branches on no data (shapes only), so it compiles whole
 (``torch.compile(fullgraph=True)``) and a CUDA graph can capture it per padded token count.
@@ -111,23 +113,28 @@ def span_mask(b: ForwardBatch, n_kv: int, rep: int, dtype: torch.dtype) -> torch
 
 
 def layer_forward(
-    dec, i: int, layer: torch.nn.Module, w: LayerWeights, x: torch.Tensor, rot: torch.Tensor,
-    b: ForwardBatch, mask: torch.Tensor, pool,
+    dec, i: int, layer: torch.nn.Module, w: LayerWeights, x: torch.Tensor,
+    rot: torch.Tensor | tuple[torch.Tensor, torch.Tensor], b: ForwardBatch, mask: torch.Tensor, pool,
 ) -> torch.Tensor:  # fmt: skip
     """One decoder layer on the packed hidden states ``x`` ``[T, hidden]`` (see the module docstring);
-    ``dec`` is the :class:`~s2d2.adapters.fastpath.FastDecoder` (its sizes and norms)."""
+    ``dec`` is the :class:`~s2d2.adapters.fastpath.FastDecoder` (its sizes, norms and small ops). ``rot``:
+    each token's rotation :func:`rotations` ``[T, hd, hd]``, or ``(cos, sin)`` ``[T, 1, rd]`` where the
+    decoder's compiled small ops (``dec.small``) apply q/k-norm and RoPE together."""
     attn = layer.self_attn
     T, H, kv, hd = b.tokens, dec.n_heads, dec.n_kv, dec.head_dim
     rep = H // kv
     h = dec._norm(layer.input_layernorm, x)
     qkv = F.linear(h, w.qkv, w.qkv_bias).view(T, H + 2 * kv, hd)
     qk = qkv[:, : H + kv]
-    if w.qk_norm is not None:
-        if dec.cpu_kernels:
-            qk = F.rms_norm(qk, (hd,), None, w.qk_eps) * w.qk_norm
-        else:
-            qk = torch.cat([attn.q_norm(qk[:, :H]), attn.k_norm(qk[:, H:])], dim=1)
-    qk = torch.bmm(qk, rot)  # RoPE: [T, H + kv, hd]
+    if isinstance(rot, tuple):  # compiled: q/k-norm and RoPE as one kernel
+        qk = dec.small.qk_norm_rope(qk, w.qk_norm, w.qk_eps, *rot)
+    else:
+        if w.qk_norm is not None:
+            if dec.cpu_kernels:
+                qk = F.rms_norm(qk, (hd,), None, w.qk_eps) * w.qk_norm
+            else:
+                qk = torch.cat([attn.q_norm(qk[:, :H]), attn.k_norm(qk[:, H:])], dim=1)
+        qk = torch.bmm(qk, rot)  # RoPE: [T, H + kv, hd]
     pool.k[i].view(kv, -1, hd).index_copy_(1, b.slot, qk[:, H:].transpose(0, 1))
     pool.v[i].view(kv, -1, hd).index_copy_(1, b.slot, qkv[:, H + kv :].transpose(0, 1))
     if dec.attention == "triton":  # the paged kernel: pages read in place, the mask from the integers
@@ -154,5 +161,8 @@ def _rest(dec, layer: torch.nn.Module, w: LayerWeights, x: torch.Tensor, o: torc
     if w.gate_up is None:
         return x + layer.mlp(h)
     gu = F.linear(h, w.gate_up)
-    a = F.silu(gu[:, : w.inter]).mul_(gu[:, w.inter :])
+    if dec.small is not None:
+        a = dec.small.silu_mul(gu, w.inter)
+    else:
+        a = F.silu(gu[:, : w.inter]).mul_(gu[:, w.inter :])
     return torch.addmm(x, a, layer.mlp.down_proj.weight.t())

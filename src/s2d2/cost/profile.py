@@ -16,6 +16,7 @@ import platformdirs
 
 from ..errors import S2D2Error
 from .measure import measure
+from .mixed_steps import measure_mixed
 from .step_cost import FittedCost, StepCost, calibrate, measured_profile, profile_key, roofline
 
 
@@ -46,7 +47,7 @@ def resolve_cost_profile(
         return roofline(text, config)
     if getattr(adapter, "fast", True) is None:
         raise S2D2Error("a measured cost profile times the lean forward; this model's architecture has none")
-    return measured_profile(adapter, Path(text), profile_key(adapter, model_name), measure)
+    return measured_profile(adapter, Path(text), profile_key(adapter, model_name), measure, measure_mixed)
 
 
 def profile_cache_dir() -> Path:
@@ -80,7 +81,7 @@ def _default_profile(adapter: Any, model_path: Path | None, model_name: str) -> 
     if cached is not None and cached.key == key:
         return cached
     try:
-        prof = calibrate(adapter, key, measure)
+        prof = calibrate(adapter, key, measure, mixed=measure_mixed)
     except (RuntimeError, S2D2Error) as exc:  # e.g. out of device memory
         warnings.warn(
             f"measuring a step-cost profile failed ({type(exc).__name__}); the planner uses its built-in"

@@ -4,7 +4,8 @@ A step's shape (:class:`StepShape`) is, per row, the query tokens it feeds and t
 it attends to. Two profiles predict its time:
 
 * :class:`FittedCost`: measured on this machine by a short calibration of dummy forwards over a grid
-  (rows x query tokens x context), fitted by least squares to
+  (rows x query tokens x context) and of steps shaped like the engine's (rows of every kind at spread
+  cached lengths, through the engine's forward path: :mod:`.mixed_steps`), fitted by least squares to
   ``ms = a + b * rows + c * tokens + d * attention / 1000`` where ``attention`` counts the query-key
   pairs the padded attention computes (per attention group: rows x longest query x longest keys).
   It is written to a JSON file keyed by model, device, dtype and threads, in the format
@@ -105,10 +106,12 @@ class FittedCost:
 
     @classmethod
     def fit(cls, cells: Sequence[dict[str, Any]], key: dict[str, Any] | None = None) -> FittedCost:
-        """Fit ``cells`` (``batch``, ``context``, ``query``, ``ms`` each, as bench-forward measures)."""
+        """Fit ``cells``: uniform ones (``batch``, ``context``, ``query``, ``ms``, as bench-forward
+        measures) and mixed steps (``queries``, ``contexts``, ``groups``, ``ms``:
+        :func:`~s2d2.cost.mixed_steps.measure_mixed`)."""
         if len(cells) < 4:
             raise S2D2Error(f"a cost fit needs at least 4 measured forwards, got {len(cells)}")
-        shapes = [StepShape((c["query"],) * c["batch"], (c["context"],) * c["batch"]) for c in cells]
+        shapes = [_cell_shape(c) for c in cells]
         feats = [_features(s.rows, s.tokens, s.padded_attention) for s in shapes]
         xs = torch.tensor(feats, dtype=torch.float64)
         ys = torch.tensor([[float(c["ms"])] for c in cells], dtype=torch.float64)
@@ -141,6 +144,15 @@ class FittedCost:
         return cls.fit(cells, key)
 
 
+def _cell_shape(cell: dict[str, Any]) -> StepShape:
+    """The step a measured cell timed: a mixed step as recorded, or ``batch`` rows alike."""
+    if "queries" in cell:
+        groups = cell.get("groups")
+        return StepShape(tuple(cell["queries"]), tuple(cell["contexts"]),
+                         None if groups is None else tuple(tuple(g) for g in groups))  # fmt: skip
+    return StepShape((cell["query"],) * cell["batch"], (cell["context"],) * cell["batch"])
+
+
 def profile_key(adapter: Any, model_name: str) -> dict[str, Any]:
     """What a measured profile depends on."""
     return {
@@ -148,32 +160,47 @@ def profile_key(adapter: Any, model_name: str) -> dict[str, Any]:
         "device": str(adapter.device),
         "dtype": str(adapter.dtype).replace("torch.", ""),
         "threads": torch.get_num_threads(),
+        #: how it was calibrated (a profile cached by an earlier calibration is measured again)
+        "calibration": CALIBRATION_KIND,
     }
 
 
 #: The calibration grid: small enough for a few seconds on a CPU with a tiny model.
 CALIBRATION = {"batch": (1, 4, 16, 64), "query": (1, 4, 16, 48), "context": (32, 192)}
+#: What a calibration times: the uniform grid, and steps shaped like the engine's through its runner path
+CALIBRATION_KIND = "uniform+steps"
 
 
 def calibrate(
-    adapter: Any, key: dict[str, Any], measure: Callable[..., list[dict[str, Any]]], repeats: int = 3
+    adapter: Any,
+    key: dict[str, Any],
+    measure: Callable[..., list[dict[str, Any]]],
+    repeats: int = 3,
+    mixed: Callable[..., list[dict[str, Any]]] | None = None,
 ) -> FittedCost:
     """Time dummy forwards over :data:`CALIBRATION` (``measure`` is :func:`s2d2.cost.measure.measure`)
-    and fit them."""
+    and, with ``mixed`` (:func:`s2d2.cost.mixed_steps.measure_mixed`), steps that mix rows of every kind
+    at spread cached lengths through the engine's forward path; fit them together."""
     g = CALIBRATION
     cells = measure(adapter, g["query"], g["context"], g["batch"], repeats)
+    if mixed is not None:
+        cells += mixed(adapter, g["context"], repeats)
     return FittedCost.fit(cells, key)
 
 
 def measured_profile(
-    adapter: Any, path: Path, key: dict[str, Any], measure: Callable[..., list[dict[str, Any]]]
+    adapter: Any,
+    path: Path,
+    key: dict[str, Any],
+    measure: Callable[..., list[dict[str, Any]]],
+    mixed: Callable[..., list[dict[str, Any]]] | None = None,
 ) -> FittedCost:
     """The profile in ``path`` when its key matches, else a fresh calibration written there."""
     if path.is_file():
         prof = FittedCost.load(path)
         if prof.key == key:
             return prof
-    prof = calibrate(adapter, key, measure)
+    prof = calibrate(adapter, key, measure, mixed=mixed)
     prof.save(path)
     return prof
 

@@ -13,7 +13,7 @@ from ...decoding import functional as F
 from ..draft_step import SlotDrafts
 from ..request import Request
 from .device import DeviceOps, Fetch
-from .logits_view import adjusted, without_mask_token
+from .logits_view import adjusted, row_chunks, without_mask_token
 
 
 @dataclass
@@ -88,14 +88,28 @@ class DraftGroup:
     top: int = 0
 
 
+@dataclass(frozen=True)
+class _Wants:
+    """What a group's queries ask besides the drawn token and its probability."""
+
+    entropy: bool
+    norm_entropy: bool
+    estimators: tuple[tuple, ...]
+    alternatives: int
+    logprobs: int | None
+    temperature: float
+    top_k: int
+    top_p: float
+
+
 def draft_group(queries: list[DraftQuery], dev: DeviceOps, fetch: Fetch, in_place: bool) -> DraftGroup:
     """Register the device values of queries sharing sampling transforms (read back by
-    :func:`read_group`); ``in_place``: see :func:`without_mask_token`."""
+    :func:`read_group`); ``in_place``: see :func:`without_mask_token`. The float32 math runs over parts
+    of the rows (:func:`~.logits_view.row_chunks`; one part where they fit)."""
     first = queries[0].req
-    temperature, top_k, top_p = _transforms(first)
     mask_id = first.info.mask_token_id
     sizes, k, m = [], None, 0
-    entropy = norm_entropy = keep = False
+    entropy = norm_entropy = False
     estimators: dict[tuple, None] = {}
     for q in queries:
         sizes.append(len(q.slots))
@@ -103,36 +117,52 @@ def draft_group(queries: list[DraftQuery], dev: DeviceOps, fetch: Fetch, in_plac
         if cfg.logprobs is not None and (k is None or cfg.logprobs > k):
             k = cfg.logprobs
         entropy, norm_entropy = entropy or q.entropy, norm_entropy or q.norm_entropy
-        keep = keep or q.keep_probs
         m = max(m, q.alternatives)
         if q.alpha:
             estimators[(cfg.estimator, cfg.estimator_value)] = None
+    wants = _Wants(entropy, norm_entropy, tuple(estimators), m, k, *_transforms(first))
     rows = [adjusted(dev, q, q.rows) for q in queries]
     logits, masked = without_mask_token(rows, mask_id, k is not None, in_place)
-    probs = F.probs_from_logits(masked, temperature, top_k, top_p)
-    drafts, conf = _draw(probs, queries, sizes)
-    keys = {"drafts": fetch.add(drafts), "conf": fetch.add(conf)}
-    if entropy:
-        keys["entropy"] = fetch.add(F.entropy(probs))
-    if norm_entropy:
-        keys["norm_entropy"] = fetch.add(F.normalized_entropy(probs))
-    for est in estimators:
-        keys[f"alpha:{est}"] = fetch.add(F.acceptance_estimate(est[0], probs, drafts, est[1]))
-    if m:
-        keys["alternatives"] = fetch.add(torch.topk(probs, min(m, probs.shape[-1]), dim=-1).indices)
-    if k is not None:
-        lsm = torch.log_softmax(logits.float(), dim=-1)
-        keys["logprob"] = fetch.add(lsm.gather(-1, drafts.view(-1, 1)).view(-1))
-        if k:
-            top = torch.topk(lsm, k, dim=-1)
-            keys["top_ids"], keys["top_lp"] = fetch.add(top.indices), fetch.add(top.values)
-    if keep:
-        at = 0
-        for q, n in zip(queries, sizes, strict=True):
-            if q.keep_probs:
-                q.result = SlotDrafts(q.slots, [], [], probs=probs[at : at + n])
-            at += n
+    chunks = row_chunks(sizes, masked.shape[-1])
+    if len(chunks) == 1:
+        values = _values(queries, sizes, logits, masked, wants)
+    else:
+        parts = [
+            _values(queries[q0:q1], sizes[q0:q1], logits[a:b], masked[a:b], wants) for q0, q1, a, b in chunks
+        ]
+        values = {name: torch.cat([p[name] for p in parts]) for name in parts[0]}
+    keys = {name: fetch.add(t) for name, t in values.items()}
     return DraftGroup(queries, keys, m, k or 0)
+
+
+def _values(
+    queries: list[DraftQuery], sizes: list[int], logits: torch.Tensor, masked: torch.Tensor, wants: _Wants
+) -> dict[str, torch.Tensor]:
+    """The device values of ``queries`` (rows ``[sum(sizes), vocab]`` of ``logits`` and ``masked``, in the
+    model's dtype), by key, in float32; a query that keeps its distributions gets them here."""
+    probs = F.probs_from_logits(masked, wants.temperature, wants.top_k, wants.top_p)
+    drafts, conf = _draw(probs, queries, sizes)
+    out = {"drafts": drafts, "conf": conf}
+    if wants.entropy:
+        out["entropy"] = F.entropy(probs)
+    if wants.norm_entropy:
+        out["norm_entropy"] = F.normalized_entropy(probs)
+    for est in wants.estimators:
+        out[f"alpha:{est}"] = F.acceptance_estimate(est[0], probs, drafts, est[1])
+    if wants.alternatives:
+        out["alternatives"] = torch.topk(probs, min(wants.alternatives, probs.shape[-1]), dim=-1).indices
+    if wants.logprobs is not None:
+        lsm = torch.log_softmax(logits, dim=-1, dtype=torch.float32)
+        out["logprob"] = lsm.gather(-1, drafts.view(-1, 1)).view(-1)
+        if wants.logprobs:
+            top = torch.topk(lsm, wants.logprobs, dim=-1)
+            out["top_ids"], out["top_lp"] = top.indices, top.values
+    at = 0
+    for q, n in zip(queries, sizes, strict=True):
+        if q.keep_probs:
+            q.result = SlotDrafts(q.slots, [], [], probs=probs[at : at + n])
+        at += n
+    return out
 
 
 def read_group(group: DraftGroup, fetch: Fetch) -> None:

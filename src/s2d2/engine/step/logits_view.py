@@ -1,8 +1,16 @@
 """The forward's logits as the step's math reads them: a group's rows as one tensor (a view where they
-tile the forward's output), the mask token's column removed, and the request's logit adjustments."""
+tile the forward's output), the mask token's column removed, the request's logit adjustments, and the
+parts of rows the float32 math takes at once.
+
+Logits stay in the model's dtype (bf16 on CUDA) up to here; the values the step reads (distributions,
+entropies, log-probabilities) are computed in float32 over at most :data:`FLOAT32_CHUNK_BYTES` of
+``[rows, vocab]`` at a time (:func:`row_chunks`), so a step never holds a float32 copy of all its rows'
+logits. Where the rows fit in one part (every step of the CPU tests' models) the math is the one
+unchunked computation it always was."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from typing import Protocol
 
 import torch
@@ -11,6 +19,45 @@ from ...constraints.bitmask import masked_rows
 from ...decoding.logits_adjust import adjust_logits, token_counts
 from ..request import Request
 from .device import DeviceOps
+
+#: the most bytes of float32 ``[rows, vocab]`` one part of the device half's math covers (64 MiB: 110 rows
+#: of a 151,936-token vocabulary); a part holds at least one query's rows whatever its size
+FLOAT32_CHUNK_BYTES = 64 << 20
+
+
+def chunk_rows(vocab: int) -> int:
+    """How many rows of ``vocab`` float32 values fit in :data:`FLOAT32_CHUNK_BYTES` (at least one)."""
+    return max(1, FLOAT32_CHUNK_BYTES // (4 * max(vocab, 1)))
+
+
+def row_chunks(sizes: Sequence[int], vocab: int) -> list[tuple[int, int, int, int]]:
+    """Consecutive queries of ``sizes`` rows each, in parts of at most :func:`chunk_rows` rows (a query is
+    never split; one larger than that is a part alone): ``(first query, end query, first row, end row)``
+    per part. One part covering everything when all rows fit."""
+    limit, total = chunk_rows(vocab), sum(sizes)
+    if total <= limit:
+        return [(0, len(sizes), 0, total)]
+    parts: list[tuple[int, int, int, int]] = []
+    q0 = r0 = r = 0
+    for i, n in enumerate(sizes):
+        if r + n - r0 > limit and r > r0:
+            parts.append((q0, i, r0, r))
+            q0, r0 = i, r
+        r += n
+    parts.append((q0, len(sizes), r0, r))
+    return parts
+
+
+def in_chunks(
+    fn: Callable[[int, int], tuple[torch.Tensor, ...]], n: int, vocab: int
+) -> tuple[torch.Tensor, ...]:
+    """``fn(a, b)`` (tensors of rows ``a:b``, first dim ``b - a``) for all ``n`` rows, computed in parts of
+    at most :func:`chunk_rows` rows and concatenated tensor by tensor (one call when they fit)."""
+    limit = chunk_rows(vocab)
+    if n <= limit:
+        return fn(0, n)
+    parts = [fn(a, min(a + limit, n)) for a in range(0, n, limit)]
+    return tuple(torch.cat(same) for same in zip(*parts, strict=True))
 
 
 class AdjustedQuery(Protocol):

@@ -13,7 +13,7 @@ import torch
 from ...decoding import functional as F
 from ..request import Request
 from .device import DeviceOps, Fetch
-from .logits_view import adjusted, without_mask_token
+from .logits_view import adjusted, in_chunks, without_mask_token
 
 
 @dataclass
@@ -95,34 +95,49 @@ def verify_strict(
             return torch.where(dev.arange(sizes[0]) == first, correction, drafts)
         return torch.where(index[1] == first[index[0]], correction[index[0]], drafts)
 
-    _register_q_values(queries, logits, lambda: torch.softmax(masked.float(), dim=-1), committed, keys, fetch)
+    def q_dist(a: int, b: int) -> torch.Tensor:
+        return torch.softmax(masked[a:b], dim=-1, dtype=torch.float32)
+
+    _register_q_values(queries, logits, q_dist, committed, keys, fetch)
     return [keys] * len(queries)
 
 
 def _register_q_values(
     queries: list[VerifyQuery],
     logits: torch.Tensor,
-    q_dist: Callable[[], torch.Tensor],
+    q_dist: Callable[[int, int], torch.Tensor],
     committed_fn: Callable[[], torch.Tensor],
     keys: dict[str, int],
     fetch: Fetch,
 ) -> None:
-    """Per span position: the AR-mode probability under ``q_dist()`` (tracing) and the raw
-    log-probability (``logprobs``) of the token committed there if the position is reached (the draft,
-    or the correction at the first rejection). ``committed_fn`` makes those tokens only when needed."""
+    """Per span position: the AR-mode probability under ``q_dist(a, b)`` (the float32 distributions of
+    positions ``a:b``; tracing) and the raw log-probability (``logprobs``) of the token committed there
+    if the position is reached (the draft, or the correction at the first rejection). ``committed_fn``
+    makes those tokens only when needed. Float32 values are made over parts of the positions
+    (:func:`~.logits_view.in_chunks`), never for all of them at once when they do not fit."""
     tracing = any(q.req.tracer.steps is not None for q in queries)
     k = max((q.req.config.logprobs for q in queries if q.req.config.logprobs is not None), default=None)
     if not tracing and k is None:
         return
-    committed = committed_fn()
+    committed = committed_fn().view(-1, 1)
+    n, vocab = logits.shape
     if tracing:
-        keys["q_prob"] = fetch.add(q_dist().gather(-1, committed.view(-1, 1)))
+        (q_prob,) = in_chunks(lambda a, b: (q_dist(a, b).gather(-1, committed[a:b]),), n, vocab)
+        keys["q_prob"] = fetch.add(q_prob)
     if k is not None:
-        lsm = torch.log_softmax(logits.float(), dim=-1)
-        keys["logprob"] = fetch.add(lsm.gather(-1, committed.view(-1, 1)))
-        if k:
+
+        def log_values(a: int, b: int) -> tuple[torch.Tensor, ...]:
+            lsm = torch.log_softmax(logits[a:b], dim=-1, dtype=torch.float32)
+            at = lsm.gather(-1, committed[a:b])
+            if not k:
+                return (at,)
             top = torch.topk(lsm, k, dim=-1)
-            keys["top_ids"], keys["top_lp"] = fetch.add(top.indices), fetch.add(top.values)
+            return at, top.indices, top.values
+
+        values = in_chunks(log_values, n, vocab)
+        keys["logprob"] = fetch.add(values[0])
+        if k:
+            keys["top_ids"], keys["top_lp"] = fetch.add(values[1]), fetch.add(values[2])
         keys["_k"] = k
 
 
@@ -149,7 +164,7 @@ def verify_probabilistic(q: VerifyQuery, dev: DeviceOps, fetch: Fetch) -> dict[s
     def committed() -> torch.Tensor:
         return torch.where(dev.arange(n) == first, correction, drafts)
 
-    _register_q_values([q], q_logits, lambda: probs, committed, keys, fetch)
+    _register_q_values([q], q_logits, lambda a, b: probs[a:b], committed, keys, fetch)
     return keys
 
 

@@ -26,6 +26,9 @@ class Spy:
     def new_pool(self, **kw):
         return self.inner.new_pool(**kw)
 
+    def prepare(self, pool):
+        return self.inner.prepare(pool)
+
     def can_fold_prefill(self, causal):
         return self.inner.can_fold_prefill(causal)
 

@@ -140,6 +140,12 @@ class ModelAdapter(ABC):
         takes no page. The engine's step advances each row once, after the forward; callers outside the
         engine use :meth:`run_and_keep`."""
 
+    def prepare(self, pool: Any) -> int:
+        """Make the forward ready for an engine's ``pool`` before its first step (the lean forward on
+        CUDA captures the common batch shapes' graphs, with one progress line); returns how many shapes
+        were prepared (0: nothing to prepare)."""
+        return 0
+
     def run_and_keep(self, segments: Sequence[Segment]) -> list[torch.Tensor]:
         """:meth:`run` for callers outside the engine (scoring, one row alone, diagnostics): pages for
         each segment are taken first (:func:`~.kv_pool.take_pages`), and after the forward each row keeps

@@ -167,8 +167,7 @@ class FastDecoder:
         max_pages: int | None = None,
         reserve_tokens: int | None = None,
     ) -> KVPool:
-        """A key/value pool for this model. An engine's pool (the engine gives its reservation,
-        ``reserve_tokens``) gets the common batch shapes' CUDA graphs captured now (:meth:`capture`)."""
+        """A key/value pool for this model (an engine then captures its graphs: :meth:`capture`)."""
         pool = KVPool(
             len(self.layers),
             self.n_kv,
@@ -179,8 +178,6 @@ class FastDecoder:
             max_pages=max_pages,
             reserve_tokens=reserve_tokens,
         )
-        if reserve_tokens is not None and self.static is not None:
-            self.capture(pool)
         return pool
 
     @torch.inference_mode()

@@ -131,6 +131,9 @@ class HFAdapter(ModelAdapter):
             return self.fast.new_pool(page_size=page_size, max_pages=max_pages, reserve_tokens=reserve_tokens)
         return DynamicCachePool(self.model.config)
 
+    def prepare(self, pool: Any) -> int:
+        return self.fast.capture(pool) if self.fast is not None and isinstance(pool, KVPool) else 0
+
     def run(self, segments: Sequence[Segment]) -> list[torch.Tensor]:
         live = [s for s in segments if s.n]
         raw: dict[int, torch.Tensor] = {}

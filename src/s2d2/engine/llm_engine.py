@@ -108,6 +108,7 @@ class LLMEngine:
         pages = None if kv_budget_tokens is None else kv_budget_tokens // kv_page_size
         reserve = max_num_seqs * adapter.info.max_length  # each row holds at most the model's length
         self.pool = adapter.new_pool(page_size=kv_page_size, max_pages=pages, reserve_tokens=reserve)
+        adapter.prepare(self.pool)  # CUDA graphs of the common batch shapes, captured now (lean forward)
         self.prefix_cache = prefix_cache
         self.runner = ModelRunner(adapter, prefill_chunk=min(prefill_chunk, limit))
         self.scheduler = Scheduler(

@@ -102,6 +102,7 @@ class S2D2Model(Likelihoods):
                 prefix_cache=self.prefix_cache,
                 kv_page_size=self.kv_page_size,
                 max_num_batched_tokens=self.max_num_batched_tokens,
+                capture_graphs=True,
             )
         return self._engine
 

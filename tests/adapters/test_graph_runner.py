@@ -155,7 +155,7 @@ def test_an_engines_pool_gets_the_common_shapes_prepared_at_once(tiny):
     fast.static.run = lambda b: hits.append(b.shape) or real_run(b)
     try:
         assert tiny.adapter.new_pool().new_state() is not None and not fast.static.entries  # not an engine's
-        engine = LLMEngine(tiny.adapter, max_num_seqs=4)
+        engine = LLMEngine(tiny.adapter, max_num_seqs=4, capture_graphs=True)
         shapes = load_shapes(fast.static.max_tokens)
         assert set(fast.static.entries) == set(shapes) and fast._pool is engine.pool
         assert len(said) == 1 and said[0].startswith(f"s2d2: captured static buffers of {len(shapes)} batch")

@@ -68,8 +68,11 @@ class LLMEngine:
     :mod:`.request_limits`; it also caps the prefill chunk), ``cost`` (a step-cost profile,
     :mod:`.cost`: each step's predicted time is recorded beside the measured one; the planner of
     ``plan=auto`` requests plans with it, :mod:`.planner`), ``max_num_batched_tokens`` (most query tokens
-    of one step, all rows together, as vLLM's; the planner keeps each step within it). Everything else is
-    per request. With ``stream=True`` every step reports each running row's newly final tokens.
+    of one step, all rows together, as vLLM's; the planner keeps each step within it),
+    ``capture_graphs`` (the lean forward on CUDA captures the common batch shapes' graphs when the engine
+    is made, with one progress line, instead of each at its first batch: what a model's engine and the
+    server do). Everything else is per request. With ``stream=True`` every step reports each running
+    row's newly final tokens.
     """
 
     def __init__(
@@ -85,6 +88,7 @@ class LLMEngine:
         prefix_cache: bool = True,
         kv_page_size: int = DEFAULT_PAGE_SIZE,
         max_num_batched_tokens: int | None = None,
+        capture_graphs: bool = False,
     ):
         limit = max_query_tokens_per_row
         if limit is None:
@@ -108,7 +112,8 @@ class LLMEngine:
         pages = None if kv_budget_tokens is None else kv_budget_tokens // kv_page_size
         reserve = max_num_seqs * adapter.info.max_length  # each row holds at most the model's length
         self.pool = adapter.new_pool(page_size=kv_page_size, max_pages=pages, reserve_tokens=reserve)
-        adapter.prepare(self.pool)  # CUDA graphs of the common batch shapes, captured now (lean forward)
+        if capture_graphs:  # the common batch shapes' CUDA graphs now (else each at its first batch)
+            adapter.prepare(self.pool)
         self.prefix_cache = prefix_cache
         self.runner = ModelRunner(adapter, prefill_chunk=min(prefill_chunk, limit))
         self.scheduler = Scheduler(

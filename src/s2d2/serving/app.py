@@ -187,6 +187,7 @@ def create_app(
         cost=model.cost,
         prefix_cache=model.prefix_cache,
         kv_page_size=model.kv_page_size,
+        capture_graphs=True,
     )
     if preset is not None:  # the server's default must fit its own engine: say so now, not per request
         engine.check_limits(model.make_config(preset=preset))

@@ -49,7 +49,12 @@ def _batch(fast, pool, states, sizes, seed, pad=None):
 
 
 def test_the_forward_body_compiles_whole_at_two_bucket_sizes(tiny):
-    fast = tiny.adapter.fast
+    compiles_whole(tiny.adapter.fast)
+
+
+def compiles_whole(fast) -> None:
+    """The forward body under ``torch.compile(fullgraph=True, backend="aot_eager")`` at two bucket sizes
+    gives the eager logits (no host sync, no branch on data)."""
     pool, states = _rows(fast)
     body = torch.compile(
         lambda b: fast.run_batch(pool, b), fullgraph=True, backend="aot_eager", dynamic=False

@@ -8,11 +8,10 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-from test_graph_runner import _batch, _rows
+from test_graph_runner import _batch, _rows, compiles_whole
 
 import s2d2
 from s2d2.adapters import small_ops
-from s2d2.adapters.forward_batch import BatchShape
 from s2d2.adapters.paged_forward import rotate_half_matrix, rotations
 from s2d2.adapters.small_ops import SmallOps, small_ops_for
 from s2d2.bench.suites import load_problems
@@ -88,16 +87,7 @@ def test_the_forward_with_small_ops_gives_the_eager_logits(tiny, with_small_ops,
 
 
 def test_the_body_with_small_ops_compiles_whole(tiny, with_small_ops):
-    fast = with_small_ops("aot_eager")
-    pool, states = _rows(fast)
-    body = torch.compile(
-        lambda b: fast.run_batch(pool, b), fullgraph=True, backend="aot_eager", dynamic=False
-    )
-    for sizes, pad in (((3, 5, 1), BatchShape(16, 4, 8, 4, 16)), ((8, 2, 4), BatchShape(32, 4, 8, 4, 32))):
-        with torch.no_grad():
-            compiled = body(_batch(fast, pool, states, sizes, 0, pad).to("cpu"))
-            eager = fast.run_batch(pool, _batch(fast, pool, states, sizes, 0).to("cpu"))
-        assert torch.allclose(compiled[: sum(sizes)], eager, atol=1e-5)
+    compiles_whole(with_small_ops("aot_eager"))
 
 
 def test_a_generation_with_small_ops_gives_the_eager_tokens(tiny, with_small_ops):

@@ -47,6 +47,7 @@ from .step import (
     recomputed,
     run_queries,
 )  # fmt: skip
+from .step.ar_lane import apply_lane, in_lane, lane_query
 from .step.grammar import attach_masks
 from .step_timing import StepTiming
 
@@ -117,6 +118,9 @@ class LLMEngine:
             prefill_chunk=self.runner.prefill_chunk,
         )
         self.stream = stream
+        #: common AR steps take the lane (:mod:`.step.ar_lane`); off: every row takes the general step
+        #: (the two write the same rows: tests compare them)
+        self.lanes = True
         self._ids = itertools.count()
         self._emitted: dict[Any, int] = {}
         #: UCB statistics shared by this engine's requests with ``ucb_scope="engine"``
@@ -290,16 +294,26 @@ class LLMEngine:
         self, rows: list[Request], logits: Sequence[torch.Tensor], parts: list[RowForward]
     ) -> None:
         """Every row's queries computed on the device at once (one transfer), then each row's bookkeeping;
-        an error fails its request alone. Rows rewriting a preempted cache only keep what they wrote."""
+        an error fails its request alone. Rows rewriting a preempted cache only keep what they wrote.
+        Common AR steps take the lane (:mod:`.step.ar_lane`: one query for them all, a lean commit each)
+        unless :attr:`lanes` is off."""
         works: list[RowWork] = []
         edits: list[DraftQuery] = []
         drafts: list[DraftQuery] = []
         verifies: list[VerifyQuery] = []
-        dev = self.device
+        lane: list[Request] = []
+        lane_parts: list[RowForward] = []
+        lane_logits: list[torch.Tensor] = []
+        dev, lanes = self.device, self.lanes
         for req, lg, fwd in zip(rows, logits, parts, strict=True):
             try:
-                if req.cache.recompute_left > 0:
+                if req.cache.restore_to is not None and req.cache.recompute_left > 0:
                     recomputed(req, fwd)
+                    continue
+                if lanes and req.lane and in_lane(req, fwd):
+                    lane.append(req)
+                    lane_parts.append(fwd)
+                    lane_logits.append(lg)
                     continue
                 w = queries(dev, req, dev.mark(lg), fwd)
                 if req.grammar is not None:
@@ -318,10 +332,16 @@ class LLMEngine:
                 verifies.append(w.verify)
             if w.lead is not None:
                 verifies.append(w.lead)
+        lane_q = lane_query(dev, lane, lane_logits) if lane else None
         try:
-            run_queries(self.device, edits, drafts, verifies)
+            run_queries(self.device, edits, drafts if lane_q is None else [*drafts, lane_q], verifies)
         except Exception:  # a batched computation failed: find the rows that cause it
+            for r, lg, f in zip(lane, lane_logits, lane_parts, strict=True):  # the lane's rows, each alone
+                works.append(queries(dev, r, dev.mark(lg), f))
+            lane = []
             self._run_queries_alone(works)
+        if lane:
+            apply_lane(lane, lane_parts, lane_q.result.drafts, self._fail)
         for w in works:
             if w.req.status.done:  # failed in the device half
                 continue

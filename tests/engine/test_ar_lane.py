@@ -1,0 +1,103 @@
+"""The AR lane (s2d2.engine.step.ar_lane) writes every row exactly as the general step does.
+
+Two engines decode the same mixed batch in lockstep under a KV budget that preempts, one with the lane,
+one with every row on the general step (``engine.lanes = False``); after every step every row (its
+tokens, cursor, cache, statistics, action and status) and every output are the same in both.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import pytest
+
+import s2d2
+from s2d2.adapters.kv_pool import KVState
+from s2d2.bench.suites import load_problems
+from s2d2.engine import llm_engine
+from s2d2.engine.llm_engine import LLMEngine
+from s2d2.engine.request import Request
+
+TIMES = {"seconds", "first_token_seconds"}
+
+
+def snapshot(req: Request) -> dict[str, Any]:
+    st = req.state
+    stats = {k: v for k, v in dataclasses.asdict(req.stats).items() if k not in TIMES}
+    return {
+        "status": req.status, "action": req.action, "tokens": list(req.tokens), "end": req.end,
+        "cursor": repr(dataclasses.asdict(req.cursor)), "pending": repr(req.pending), "stats": stats,
+        "cache": (req.cache.block_cached, req.cache.restore_to, req.cache.published),
+        "length": None if st is None else st.length, "output": req.output_ids,
+    }  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    return s2d2.load("tiny-gsm", use_preset=False)
+
+
+def _engine(tiny, lanes: bool) -> LLMEngine:
+    engine = LLMEngine(tiny.adapter, max_num_seqs=6, kv_budget_tokens=192)
+    engine.lanes = lanes
+    prompts = [tiny.encode(p["question"]) for p in load_problems("tiny-gsm", "test", 10)]
+    stop = tiny.encode(" the")[-1:]  # a common token: some AR rows stop on it
+    configs = [
+        dict(decoder="ar", max_new_tokens=24),
+        dict(decoder="ar", max_new_tokens=24, stop_token_ids=stop),
+        dict(decoder="ar", max_new_tokens=3),
+        dict(preset="lossless", block_size=8, max_new_tokens=24),
+        dict(decoder="ar", temperature=0.8, seed=1, max_new_tokens=24),  # sampled: the general step
+        dict(decoder="dynamic", block_size=4, threshold=0.9, max_new_tokens=24),
+        dict(decoder="ar", max_new_tokens=24, trace=True),  # traced: the general step
+    ]
+    for i, p in enumerate(prompts):
+        engine.add_request(p, tiny.make_config(**configs[i % len(configs)]), request_id=i)
+    return engine
+
+
+def test_the_lane_writes_rows_as_the_general_step_does(tiny, monkeypatch):
+    lane_rows = []
+    apply_lane = llm_engine.apply_lane
+
+    def counted(rows, *args):
+        lane_rows.extend(r.request_id for r in rows)
+        return apply_lane(rows, *args)
+
+    monkeypatch.setattr(llm_engine, "apply_lane", counted)
+    fast, general = _engine(tiny, True), _engine(tiny, False)
+    done: dict[str, dict] = {"fast": {}, "general": {}}
+    steps = 0
+    while fast.has_unfinished() or general.has_unfinished():
+        for name, engine in (("fast", fast), ("general", general)):
+            for out in engine.step():
+                if out.finished:
+                    o = out.output
+                    done[name][out.request_id] = (o.token_ids, o.status, o.stats.finish_reason)
+        rows = {r.request_id: snapshot(r) for r in fast.scheduler.running}
+        assert rows == {r.request_id: snapshot(r) for r in general.scheduler.running}, f"step {steps}"
+        steps += 1
+    assert done["fast"] == done["general"] and len(done["fast"]) == 10
+    assert {"finished"} == {status for _, status, _ in done["fast"].values()}
+    assert "stop" in {done["fast"][i][2] for i in (1, 8)}  # a lane row met its stop token
+    assert fast.stats()["preemptions"] > 0 and fast.stats()["preemptions"] == general.stats()["preemptions"]
+    # the lane ran (greedy AR rows, stopped ones included) and only for lane rows
+    assert set(lane_rows) == {0, 1, 2, 7, 8, 9}
+
+
+def test_the_lane_is_the_step_that_advances_cached_lengths(tiny, monkeypatch):
+    callers = set()
+    advance = KVState.advance
+
+    def spy(self, n):
+        import sys
+
+        callers.add(sys._getframe(1).f_code.co_name)
+        return advance(self, n)
+
+    monkeypatch.setattr(KVState, "advance", spy)
+    engine = _engine(tiny, True)
+    while engine.has_unfinished():
+        engine.step()
+    assert "_commit" in callers and callers <= {"_commit", "apply", "recomputed", "adopt"}

@@ -256,11 +256,13 @@ class LLMEngine:
             segments = [f.segment for f in parts]
             shape = None if self.cost is None else self.runner.shape(segments)
             t0 = time.perf_counter()
-            by_row = {id(r): f for r, f in zip(rows, parts, strict=True)}
-            rows, logits = run_isolating_failures(self.runner.run, rows, segments, self._fail)
+            ran, logits = run_isolating_failures(self.runner.run, rows, segments, self._fail)
             forward = time.perf_counter() - t0
             plans.measured(forward)
-            parts = [by_row[id(r)] for r in rows]
+            if len(ran) != len(rows):  # some rows failed in the forward: the others' parts
+                by_row = {id(r): f for r, f in zip(rows, parts, strict=True)}
+                parts = [by_row[id(r)] for r in ran]
+            rows = ran
             with self.device.phase():
                 self._postprocess(rows, logits, parts)
             self.scheduler.publish(rows)

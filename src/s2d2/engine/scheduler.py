@@ -166,6 +166,12 @@ class Scheduler:
         run this step."""
         if not self.paged:
             return list(rows), list(segments)
+        for req, seg in zip(rows, segments, strict=True):
+            state = req.cache.state
+            if state.length + seg.n > state.capacity:
+                break
+        else:  # every row's pages hold its segment already (the usual step)
+            return list(rows), list(segments)
         kept: list[tuple[Request, Segment]] = []
         for req, seg in zip(rows, segments, strict=True):
             if req.status is not Status.RUNNING:  # preempted for an older row's pages this step

@@ -238,15 +238,19 @@ class Scheduler:
         """Take finished, failed and aborted rows out of the batch and give their memory back; also report
         waiting requests aborted since the last call."""
         out, self._aborted_waiting = self._aborted_waiting, []
-        for req in list(self.running):
+        staying = []
+        for req in self.running:
             if req.abort_requested and not req.status.done:
                 req.status, req.action = Status.ABORTED, None
             if req.status.done:
-                self.running.remove(req)
                 self.pool.release(req.state)
                 if not self.paged:
                     self.reserved -= req.kv_need
                 out.append(req)
+            else:
+                staying.append(req)
+        if out:
+            self.running[:] = staying  # in place, by identity (no field-by-field Request comparisons)
         return out
 
     @property

@@ -11,8 +11,10 @@ import dataclasses
 from typing import Any
 
 import pytest
+import torch
 
 import s2d2
+from conftest import load_or_skip
 from s2d2.adapters.kv_pool import KVState
 from s2d2.bench.suites import load_problems
 from s2d2.engine import llm_engine
@@ -101,3 +103,38 @@ def test_the_lane_is_the_step_that_advances_cached_lengths(tiny, monkeypatch):
     while engine.has_unfinished():
         engine.step()
     assert "_commit" in callers and callers <= {"_commit", "apply", "recomputed", "adopt"}
+
+
+@pytest.mark.parametrize("family", ["sdar", "fast_dllm_v2", "llada2"])
+def test_the_lane_equals_the_general_step_on_every_family(family, monkeypatch):
+    """Each family's AR rows (the shifted one's slot-0 draft included), lane on and off, with prompts
+    whose lengths fold into the first draft or need a prefill, under a budget that preempts."""
+    model = load_or_skip(family)
+    laned = []
+    apply_lane = llm_engine.apply_lane
+
+    def counted(rows, *args):
+        laned.append(len(rows))
+        return apply_lane(rows, *args)
+
+    monkeypatch.setattr(llm_engine, "apply_lane", counted)
+    gen = torch.Generator().manual_seed(3)
+    prompts = []
+    while len(prompts) < 6:
+        n = int(torch.randint(3, 40, (1,), generator=gen))
+        p = torch.randint(0, model.info.vocab_size, (n,), generator=gen)
+        if not bool((p == model.info.mask_token_id).any()):
+            prompts.append(p.tolist())
+    cfgs = [model.make_config(decoder="ar", max_new_tokens=12, ignore_eos=i % 2 == 0) for i in range(6)]
+    outs = {}
+    for lanes in (True, False):
+        engine = LLMEngine(model.adapter, max_num_seqs=4, kv_budget_tokens=128, prefill_chunk=16)
+        engine.lanes = lanes
+        got = engine.generate(prompts, cfgs)
+        outs[lanes] = [
+            (o.token_ids, o.status, {k: v for k, v in dataclasses.asdict(o.stats).items() if k not in TIMES})
+            for o in got
+        ]
+    assert outs[True] == outs[False]
+    assert all(status == "finished" for _, status, _ in outs[True])
+    assert sum(laned) > 30  # the lane ran

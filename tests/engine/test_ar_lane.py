@@ -20,6 +20,7 @@ from s2d2.bench.suites import load_problems
 from s2d2.engine import llm_engine
 from s2d2.engine.llm_engine import LLMEngine
 from s2d2.engine.request import Request
+from s2d2.engine.step import ar_lane
 
 TIMES = {"seconds", "first_token_seconds"}
 
@@ -61,13 +62,13 @@ def _engine(tiny, lanes: bool) -> LLMEngine:
 
 def test_the_lane_writes_rows_as_the_general_step_does(tiny, monkeypatch):
     lane_rows = []
-    apply_lane = llm_engine.apply_lane
+    apply_lane = ar_lane.apply_lane
 
     def counted(rows, *args):
         lane_rows.extend(r.request_id for r in rows)
         return apply_lane(rows, *args)
 
-    monkeypatch.setattr(llm_engine, "apply_lane", counted)
+    monkeypatch.setattr(ar_lane, "apply_lane", counted)
     fast, general = _engine(tiny, True), _engine(tiny, False)
     done: dict[str, dict] = {"fast": {}, "general": {}}
     steps = 0
@@ -111,13 +112,13 @@ def test_the_lane_equals_the_general_step_on_every_family(family, monkeypatch):
     whose lengths fold into the first draft or need a prefill, under a budget that preempts."""
     model = load_or_skip(family)
     laned = []
-    apply_lane = llm_engine.apply_lane
+    apply_lane = ar_lane.apply_lane
 
     def counted(rows, *args):
         laned.append(len(rows))
         return apply_lane(rows, *args)
 
-    monkeypatch.setattr(llm_engine, "apply_lane", counted)
+    monkeypatch.setattr(ar_lane, "apply_lane", counted)
     gen = torch.Generator().manual_seed(3)
     prompts = []
     while len(prompts) < 6:
@@ -138,3 +139,23 @@ def test_the_lane_equals_the_general_step_on_every_family(family, monkeypatch):
     assert outs[True] == outs[False]
     assert all(status == "finished" for _, status, _ in outs[True])
     assert sum(laned) > 30  # the lane ran
+
+
+def test_when_the_batched_queries_fail_the_lane_rows_run_alone(tiny, monkeypatch):
+    """A device half that fails for the whole batch (and for no row alone): every row, the lane's
+    included, runs its queries alone and decodes as undisturbed."""
+    prompts = [tiny.encode(p["question"]) for p in load_problems("tiny-gsm", "test", 4)]
+    cfg = tiny.make_config(decoder="ar", max_new_tokens=16)
+    undisturbed = LLMEngine(tiny.adapter, max_num_seqs=4).generate(prompts, [cfg] * 4)
+    run_queries, failures = llm_engine.run_queries, []
+
+    def crowded(dev, edits, drafts, verifies):
+        if len({id(q.req) for q in drafts}) + sum(len(q.slots) > 1 for q in drafts) > 1:
+            failures.append(1)
+            raise RuntimeError("out of memory")
+        return run_queries(dev, edits, drafts, verifies)
+
+    monkeypatch.setattr(llm_engine, "run_queries", crowded)
+    outs = LLMEngine(tiny.adapter, max_num_seqs=4).generate(prompts, [cfg] * 4)
+    assert failures and [o.token_ids for o in outs] == [o.token_ids for o in undisturbed]
+    assert [o.stats.nfe for o in outs] == [o.stats.nfe for o in undisturbed]

@@ -47,7 +47,7 @@ from .step import (
     recomputed,
     run_queries,
 )  # fmt: skip
-from .step.ar_lane import apply_lane, in_lane, lane_query
+from .step.ar_lane import Lane
 from .step.grammar import attach_masks
 from .step_timing import StepTiming
 
@@ -303,19 +303,13 @@ class LLMEngine:
         edits: list[DraftQuery] = []
         drafts: list[DraftQuery] = []
         verifies: list[VerifyQuery] = []
-        lane: list[Request] = []
-        lane_parts: list[RowForward] = []
-        lane_logits: list[torch.Tensor] = []
-        dev, lanes = self.device, self.lanes
+        dev, lane = self.device, Lane()
         for req, lg, fwd in zip(rows, logits, parts, strict=True):
             try:
                 if req.cache.restore_to is not None and req.cache.recompute_left > 0:
                     recomputed(req, fwd)
                     continue
-                if lanes and req.lane and in_lane(req, fwd):
-                    lane.append(req)
-                    lane_parts.append(fwd)
-                    lane_logits.append(lg)
+                if self.lanes and lane.take(req, lg, fwd):
                     continue
                 w = queries(dev, req, dev.mark(lg), fwd)
                 if req.grammar is not None:
@@ -334,16 +328,12 @@ class LLMEngine:
                 verifies.append(w.verify)
             if w.lead is not None:
                 verifies.append(w.lead)
-        lane_q = lane_query(dev, lane, lane_logits) if lane else None
         try:
-            run_queries(self.device, edits, drafts if lane_q is None else [*drafts, lane_q], verifies)
-        except Exception:  # a batched computation failed: find the rows that cause it
-            for r, lg, f in zip(lane, lane_logits, lane_parts, strict=True):  # the lane's rows, each alone
-                works.append(queries(dev, r, dev.mark(lg), f))
-            lane = []
+            run_queries(self.device, edits, drafts + lane.queries(dev), verifies)
+        except Exception:  # a batched computation failed: find the rows that cause it (the lane's too)
+            works += lane.as_rows(dev, self._fail)
             self._run_queries_alone(works)
-        if lane:
-            apply_lane(lane, lane_parts, lane_q.result.drafts, self._fail)
+        lane.apply(self._fail)
         for w in works:
             if w.req.status.done:  # failed in the device half
                 continue

@@ -7,6 +7,8 @@ is always the same: draft the one masked slot, commit the draft, close the block
 they tile the forward's output, :func:`~.logits_view.tiled`), taken in the step's one transfer with
 every other query, and then does each row's bookkeeping without the general step's objects
 (:class:`~.row_queries.RowWork`, :class:`~..draft_step.DraftStep`, the block loop's walk).
+:class:`Lane` collects a step's lane rows; where the step's batched queries fail, it hands them back to
+the general step (:meth:`Lane.as_rows`), whose queries then run row by row.
 
 It is the step (the one writer of a decoding row's cursor and cached length, docs/ARCHITECTURE.md): it
 writes exactly what :func:`~.host.apply` and :func:`~.host.advance` write for such a row, and falls
@@ -26,6 +28,7 @@ from .device import DeviceOps
 from .device_math import DraftQuery
 from .host import _finish, advance
 from .logits_view import tiled
+from .row_queries import RowWork, queries
 
 
 def lane_eligible(req: Request) -> bool:
@@ -53,6 +56,49 @@ def in_lane(req: Request, forward: RowForward) -> bool:
         and req.grammar is None
         and req.predraft is None
     )
+
+
+class Lane:
+    """The lane's rows of one step, in order, with their parts of the forward and their logits."""
+
+    def __init__(self) -> None:
+        self.rows: list[Request] = []
+        self.parts: list[RowForward] = []
+        self.logits: list[torch.Tensor] = []
+        self.query: DraftQuery | None = None
+
+    def take(self, req: Request, logits: torch.Tensor, forward: RowForward) -> bool:
+        """Take ``req`` into the lane if this step of it is the lane's (:func:`in_lane`)."""
+        if not (req.lane and in_lane(req, forward)):
+            return False
+        self.rows.append(req)
+        self.parts.append(forward)
+        self.logits.append(logits)
+        return True
+
+    def queries(self, dev: DeviceOps) -> list[DraftQuery]:
+        """The lane's one draft query (none without rows): see :func:`lane_query`."""
+        if not self.rows:
+            return []
+        self.query = lane_query(dev, self.rows, self.logits)
+        return [self.query]
+
+    def apply(self, fail: Callable[[Request, BaseException], None]) -> None:
+        """Commit every lane row's draft (the query is filled): :func:`apply_lane`."""
+        if self.query is not None:
+            apply_lane(self.rows, self.parts, self.query.result.drafts, fail)
+
+    def as_rows(self, dev: DeviceOps, fail: Callable[[Request, BaseException], None]) -> list[RowWork]:
+        """The lane's rows handed back to the general step (their queries, each row's own), the lane
+        emptied: where the step's batched queries failed, each row's are run alone."""
+        works = []
+        for req, logits, forward in zip(self.rows, self.logits, self.parts, strict=True):
+            try:
+                works.append(queries(dev, req, dev.mark(logits), forward))
+            except Exception as exc:  # one request's failure must not stop its batch-mates
+                fail(req, exc)
+        self.rows, self.parts, self.logits, self.query = [], [], [], None
+        return works
 
 
 def lane_query(dev: DeviceOps, rows: Sequence[Request], logits: list[torch.Tensor]) -> DraftQuery:

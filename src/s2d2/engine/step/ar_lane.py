@@ -11,9 +11,9 @@ every other query, and then does each row's bookkeeping without the general step
 the general step (:meth:`Lane.as_rows`), whose queries then run row by row.
 
 It is the step (the one writer of a decoding row's cursor and cached length, docs/ARCHITECTURE.md): it
-writes exactly what :func:`~.host.apply` and :func:`~.host.advance` write for such a row, and falls
-back to :func:`~.host.advance` wherever the row leaves the common path (a stop token, the request's
-limit, a block that is not the one masked slot). ``tests/engine/test_ar_lane.py`` holds it to that.
+writes exactly what :func:`~.host.apply` and :func:`~.host.advance` write for such a row (a stop token
+and the request's limit included), and falls back to :func:`~.host.advance` wherever the row leaves the
+common path (prompt positions left to prefill, a next block that is not one masked slot). ``tests/engine/test_ar_lane.py`` holds it to that.
 """
 
 from __future__ import annotations

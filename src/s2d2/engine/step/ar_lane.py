@@ -13,7 +13,8 @@ the general step (:meth:`Lane.as_rows`), whose queries then run row by row.
 It is the step (the one writer of a decoding row's cursor and cached length, docs/ARCHITECTURE.md): it
 writes exactly what :func:`~.host.apply` and :func:`~.host.advance` write for such a row (a stop token
 and the request's limit included), and falls back to :func:`~.host.advance` wherever the row leaves the
-common path (prompt positions left to prefill, a next block that is not one masked slot). ``tests/engine/test_ar_lane.py`` holds it to that.
+common path (prompt positions left to prefill, a next block that is not one masked slot).
+``tests/engine/test_ar_lane.py`` holds it to that.
 """
 
 from __future__ import annotations

@@ -236,8 +236,11 @@ class HFAdapter(ModelAdapter):
         every slot (cached slots' rows are zeros, never read), then, with ``lead``, one row of the AR-mode
         query of slot ``lead`` (see :meth:`ModelAdapter.draft_segment`). Token ids may come as host
         tensors or lists (the engine's host bookkeeping keeps lists: one tensor is made here)."""
-        pend = pending.tolist() if isinstance(pending, torch.Tensor) else list(pending)
-        fed = block.tolist()[cached:] if isinstance(block, torch.Tensor) else list(block[cached:])
+        # host lists as they come (never modified here), else made once
+        pend = pending if type(pending) is list else (
+            pending.tolist() if isinstance(pending, torch.Tensor) else list(pending))  # fmt: skip
+        fed = block[cached:] if type(block) is list else (
+            block.tolist()[cached:] if isinstance(block, torch.Tensor) else list(block[cached:]))  # fmt: skip
         m, n = len(pend), len(fed) + cached
         assert state.length + m == start + cached, (
             "pending tokens must end where the block's uncached part starts"
@@ -254,7 +257,10 @@ class HFAdapter(ModelAdapter):
         else:
             mask = _draft_mask(m, committed, block_size, causal, start % block_size)
         ids = pend + fed  # lists: the lean forward makes one tensor of every row's (segment.packed)
-        pos = [*range(start - m, start), *range(start + cached, start + n)]
+        if cached:
+            pos = [*range(start - m, start), *range(start + cached, start + n)]
+        else:
+            pos = list(range(start - m, start + n))
         if lead is not None:
             pos.append(start + lead)
         ext = first_mask if extend and causal else 0

@@ -47,6 +47,7 @@ from .step import (
     recomputed,
     run_queries,
 )  # fmt: skip
+from .step.ar_lane import Lane
 from .step.grammar import attach_masks
 from .step_timing import StepTiming
 
@@ -123,6 +124,9 @@ class LLMEngine:
             prefill_chunk=self.runner.prefill_chunk,
         )
         self.stream = stream
+        #: common AR steps take the lane (:mod:`.step.ar_lane`); off: every row takes the general step
+        #: (the two write the same rows: tests compare them)
+        self.lanes = True
         self._ids = itertools.count()
         self._emitted: dict[Any, int] = {}
         #: UCB statistics shared by this engine's requests with ``ucb_scope="engine"``
@@ -258,11 +262,13 @@ class LLMEngine:
             segments = [f.segment for f in parts]
             shape = None if self.cost is None else self.runner.shape(segments)
             t0 = time.perf_counter()
-            by_row = {id(r): f for r, f in zip(rows, parts, strict=True)}
-            rows, logits = run_isolating_failures(self.runner.run, rows, segments, self._fail)
+            ran, logits = run_isolating_failures(self.runner.run, rows, segments, self._fail)
             forward = time.perf_counter() - t0
             plans.measured(forward)
-            parts = [by_row[id(r)] for r in rows]
+            if len(ran) != len(rows):  # some rows failed in the forward: the others' parts
+                by_row = {id(r): f for r, f in zip(rows, parts, strict=True)}
+                parts = [by_row[id(r)] for r in ran]
+            rows = ran
             with self.device.phase():
                 self._postprocess(rows, logits, parts)
             self.scheduler.publish(rows)
@@ -296,16 +302,20 @@ class LLMEngine:
         self, rows: list[Request], logits: Sequence[torch.Tensor], parts: list[RowForward]
     ) -> None:
         """Every row's queries computed on the device at once (one transfer), then each row's bookkeeping;
-        an error fails its request alone. Rows rewriting a preempted cache only keep what they wrote."""
+        an error fails its request alone. Rows rewriting a preempted cache only keep what they wrote.
+        Common AR steps take the lane (:mod:`.step.ar_lane`: one query for them all, a lean commit each)
+        unless :attr:`lanes` is off."""
         works: list[RowWork] = []
         edits: list[DraftQuery] = []
         drafts: list[DraftQuery] = []
         verifies: list[VerifyQuery] = []
-        dev = self.device
+        dev, lane = self.device, Lane()
         for req, lg, fwd in zip(rows, logits, parts, strict=True):
             try:
-                if req.cache.recompute_left > 0:
+                if req.cache.restore_to is not None and req.cache.recompute_left > 0:
                     recomputed(req, fwd)
+                    continue
+                if self.lanes and lane.take(req, lg, fwd):
                     continue
                 w = queries(dev, req, dev.mark(lg), fwd)
                 if req.grammar is not None:
@@ -325,9 +335,11 @@ class LLMEngine:
             if w.lead is not None:
                 verifies.append(w.lead)
         try:
-            run_queries(self.device, edits, drafts, verifies)
-        except Exception:  # a batched computation failed: find the rows that cause it
+            run_queries(self.device, edits, drafts + lane.queries(dev), verifies)
+        except Exception:  # a batched computation failed: find the rows that cause it (the lane's too)
+            works += lane.as_rows(dev, self._fail)
             self._run_queries_alone(works)
+        lane.apply(self._fail)
         for w in works:
             if w.req.status.done:  # failed in the device half
                 continue

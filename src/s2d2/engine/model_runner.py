@@ -59,28 +59,30 @@ class ModelRunner:
     def layout(self, req: Request) -> RowForward:
         """``req``'s part of the next forward (host tensors; the adapter moves them to its device). Reads
         the row and writes nothing to it."""
-        cfg, ad, cur, cache = req.config, self.adapter, req.cursor, req.cache
-        st = cache.state
-        B, causal = cfg.block_size, cfg.causal_cache
-        if cache.recompute_left > 0:
+        cache, action = req.cache, req.action
+        if cache.restore_to is not None and cache.recompute_left > 0:
             return RowForward(self.recompute_segment(req))
-        if req.action == Action.PREFILL:
-            chunk = prefill_positions(self.prefill_chunk, B)
-            ids = torch.tensor(req.tokens[st.length : min(cache.prompt_blocks, st.length + chunk)])
-            return RowForward(ad.prefill_segment(st, ids, block_size=B, causal=causal))
-        if req.action in (Action.DRAFT, Action.POST, Action.LEAD):
-            pending = req.tokens[st.length : cur.start]  # empty once a causal cache holds the block's start
+        if action is Action.DRAFT or action is Action.POST or action is Action.LEAD:
+            cfg, cur, st = req.config, req.cursor, cache.state
+            # empty once a causal cache holds the block's start
+            pending = req.tokens[st.length : cur.start] if st.length < cur.start else []
             c, ext = cache.block_cached, cache.partial
-            if req.action == Action.LEAD:
+            if action is Action.LEAD:
                 lead = cur.candidates[0]
-                seg = ad.lead_segment(st, pending, cur.ids, start=cur.start, cached=c, extend=ext)
+                seg = self.adapter.lead_segment(st, pending, cur.ids, start=cur.start, cached=c, extend=ext)
             else:
                 lead = req.draft_lead() if req.ar_lead else None
-                seg = ad.draft_segment(
-                    st, pending, cur.ids, start=cur.start, block_size=B, causal=causal, cached=c, extend=ext,
-                    lead=lead,
+                seg = self.adapter.draft_segment(
+                    st, pending, cur.ids, start=cur.start, block_size=cfg.block_size, causal=cfg.causal_cache,
+                    cached=c, extend=ext, lead=lead,
                 )  # fmt: skip
             return RowForward(seg, lead, seg.keep - len(pending))
+        if action is Action.PREFILL:
+            cfg, st = req.config, cache.state
+            B = cfg.block_size
+            chunk = prefill_positions(self.prefill_chunk, B)
+            ids = torch.tensor(req.tokens[st.length : min(cache.prompt_blocks, st.length + chunk)])
+            return RowForward(self.adapter.prefill_segment(st, ids, block_size=B, causal=cfg.causal_cache))
         return RowForward(self._verify_segment(req))
 
     def _verify_segment(self, req: Request) -> Segment:

@@ -8,17 +8,17 @@ committed slots it caches, and the slot whose AR-mode prediction it carries.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from ..adapters.segment import Segment
 
 
-@dataclass(frozen=True)
-class RowForward:
+class RowForward(NamedTuple):
     """``segment``: what the row feeds to the forward (its ``keep`` new positions stay cached);
     ``lead``: the block slot whose AR-mode prediction the forward also carries (``plan=auto`` rows: the
     first candidate), or None; ``extension``: committed slots of the open block the forward caches
-    beyond its pending tokens (a draft or lead forward of a partly cached block)."""
+    beyond its pending tokens (a draft or lead forward of a partly cached block). Immutable (a named
+    tuple: one is made per row per step)."""
 
     segment: Segment
     lead: int | None = None

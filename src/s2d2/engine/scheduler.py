@@ -166,6 +166,12 @@ class Scheduler:
         run this step."""
         if not self.paged:
             return list(rows), list(segments)
+        for req, seg in zip(rows, segments, strict=True):
+            state = req.cache.state
+            if state.length + seg.n > state.capacity:
+                break
+        else:  # every row's pages hold its segment already (the usual step)
+            return list(rows), list(segments)
         kept: list[tuple[Request, Segment]] = []
         for req, seg in zip(rows, segments, strict=True):
             if req.status is not Status.RUNNING:  # preempted for an older row's pages this step
@@ -232,15 +238,19 @@ class Scheduler:
         """Take finished, failed and aborted rows out of the batch and give their memory back; also report
         waiting requests aborted since the last call."""
         out, self._aborted_waiting = self._aborted_waiting, []
-        for req in list(self.running):
+        staying = []
+        for req in self.running:
             if req.abort_requested and not req.status.done:
                 req.status, req.action = Status.ABORTED, None
             if req.status.done:
-                self.running.remove(req)
                 self.pool.release(req.state)
                 if not self.paged:
                     self.reserved -= req.kv_need
                 out.append(req)
+            else:
+                staying.append(req)
+        if out:
+            self.running[:] = staying  # in place, by identity (no field-by-field Request comparisons)
         return out
 
     @property

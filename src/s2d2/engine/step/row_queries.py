@@ -81,13 +81,29 @@ def queries(dev: DeviceOps, req: Request, logits: torch.Tensor, forward: RowForw
     action = req.action
     work = RowWork(req, action, forward)
     cfg, cur = req.config, req.cursor
+    context = req.adjust.active
     if cfg.editing_threshold is not None and action in (Action.DRAFT, Action.POST):
         upto = cur.candidate_limit if action == Action.DRAFT else cur.n_valid
         slots = _edit_slots(req, upto)
         if slots:
             work.edit = DraftQuery(req, _rows(dev, logits, slots), slots)
             _with_context(req, work.edit, slots, cur.ids)
-    if action == Action.DRAFT:
+    if action is Action.VERIFY:
+        p = req.pending
+        span, off = p.span_len, p.span_offset
+        parts = logits.split([span] + [g.rows for g in p.groups]) if p.groups else (logits,)
+        p_rows = None if p.drafts.probs is None else _prob_rows(dev, p.drafts, off, off + span)
+        work.verify = VerifyQuery(req, parts[0], p.drafts.drafts[off : off + span], cfg.strict, p_rows)
+        if context:
+            _with_context(req, work.verify, p.span_slots, p.filled)
+        if p.groups:
+            alts = cfg.predraft_tokens + 1 if cfg.predraft_tokens else 0
+            keep = req.tracer.steps is not None
+            for g, rows in zip(p.groups, parts[1:], strict=True):
+                work.groups.append(
+                    DraftQuery(req, rows, g.row_slots(), alpha=True, alternatives=alts, keep_probs=keep)
+                )
+    elif action is Action.DRAFT:
         pol = req.policy
         work.draft = DraftQuery(
             req,
@@ -99,27 +115,15 @@ def queries(dev: DeviceOps, req: Request, logits: torch.Tensor, forward: RowForw
             alternatives=cfg.predraft_tokens + 1 if cfg.fuse and cfg.predraft_tokens else 0,
             keep_probs=pol is not None and (not cfg.strict or req.tracer.steps is not None),
         )
-        _with_context(req, work.draft, cur.candidates, cur.ids)
+        if context:
+            _with_context(req, work.draft, cur.candidates, cur.ids)
         if forward.lead is not None:
             n = cur.length
             work.lead = VerifyQuery(req, logits[n : n + 1], [req.info.mask_token_id], True, None)
-            _with_context(req, work.lead, [forward.lead], cur.ids)
-    elif action == Action.LEAD:
+            if context:
+                _with_context(req, work.lead, [forward.lead], cur.ids)
+    elif action is Action.LEAD:
         work.lead = VerifyQuery(req, logits, [req.info.mask_token_id], True, None)
-        _with_context(req, work.lead, [forward.lead], cur.ids)
-    elif action == Action.VERIFY:
-        p = req.pending
-        span = p.span_len
-        sizes = [span] + [g.rows for g in p.groups]
-        parts = logits.split(sizes) if p.groups else (logits,)
-        p_rows = _prob_rows(dev, p.drafts, p.span_offset, p.span_offset + span)
-        span_drafts = p.drafts.drafts[p.span_offset : p.span_offset + span]
-        work.verify = VerifyQuery(req, parts[0], span_drafts, cfg.strict, p_rows)
-        _with_context(req, work.verify, p.span_slots, p.filled)
-        alts = cfg.predraft_tokens + 1 if cfg.predraft_tokens else 0
-        keep = req.tracer.steps is not None
-        for g, rows in zip(p.groups, parts[1:], strict=True):
-            work.groups.append(
-                DraftQuery(req, rows, g.row_slots(), alpha=True, alternatives=alts, keep_probs=keep)
-            )
+        if context:
+            _with_context(req, work.lead, [forward.lead], cur.ids)
     return work

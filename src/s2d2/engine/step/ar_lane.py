@@ -1,0 +1,171 @@
+"""The common AR step of many rows at once: one draft query for them all, then a lean commit a row.
+
+A row in the lane (:func:`in_lane`) decodes one token a block (block size 1) with plain greedy
+settings: no policy, logit adjustments, grammar, log-probabilities, trace, editing or AR lead. Its step
+is always the same: draft the one masked slot, commit the draft, close the block, open the next one
+(or finish). The lane computes every lane row's draft in ONE query over their logits (a view where
+they tile the forward's output, :func:`~.logits_view.tiled`), taken in the step's one transfer with
+every other query, and then does each row's bookkeeping without the general step's objects
+(:class:`~.row_queries.RowWork`, :class:`~..draft_step.DraftStep`, the block loop's walk).
+:class:`Lane` collects a step's lane rows; where the step's batched queries fail, it hands them back to
+the general step (:meth:`Lane.as_rows`), whose queries then run row by row.
+
+It is the step (the one writer of a decoding row's cursor and cached length, docs/ARCHITECTURE.md): it
+writes exactly what :func:`~.host.apply` and :func:`~.host.advance` write for such a row (a stop token
+and the request's limit included), and falls back to :func:`~.host.advance` wherever the row leaves the
+common path (prompt positions left to prefill, a next block that is not one masked slot).
+``tests/engine/test_ar_lane.py`` holds it to that.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import torch
+
+from ..request import Action, Request
+from ..row_forward import RowForward
+from .device import DeviceOps
+from .device_math import DraftQuery
+from .host import _finish, advance
+from .logits_view import tiled
+from .row_queries import RowWork, queries
+
+
+def lane_eligible(req: Request) -> bool:
+    """Whether ``req``'s settings put its draft steps in the lane (decided once, at admission)."""
+    cfg = req.config
+    return (
+        cfg.block_size == 1
+        and (cfg.sub_block_size or 1) == 1
+        and req.policy is None
+        and req.greedy
+        and cfg.logprobs is None
+        and not cfg.trace
+        and cfg.editing_threshold is None
+        and not req.auto_plan
+        and not req.adjust.active
+    )
+
+
+def in_lane(req: Request, forward: RowForward) -> bool:
+    """Whether this step of ``req`` (its forward built as ``forward``) is the lane's common AR step."""
+    return (
+        req.lane
+        and req.action is Action.DRAFT
+        and forward.lead is None
+        and req.grammar is None
+        and req.predraft is None
+    )
+
+
+class Lane:
+    """The lane's rows of one step, in order, with their parts of the forward and their logits."""
+
+    def __init__(self) -> None:
+        self.rows: list[Request] = []
+        self.parts: list[RowForward] = []
+        self.logits: list[torch.Tensor] = []
+        self.query: DraftQuery | None = None
+
+    def take(self, req: Request, logits: torch.Tensor, forward: RowForward) -> bool:
+        """Take ``req`` into the lane if this step of it is the lane's (:func:`in_lane`)."""
+        if not (req.lane and in_lane(req, forward)):
+            return False
+        self.rows.append(req)
+        self.parts.append(forward)
+        self.logits.append(logits)
+        return True
+
+    def queries(self, dev: DeviceOps) -> list[DraftQuery]:
+        """The lane's one draft query (none without rows): see :func:`lane_query`."""
+        if not self.rows:
+            return []
+        self.query = lane_query(dev, self.rows, self.logits)
+        return [self.query]
+
+    def apply(self, fail: Callable[[Request, BaseException], None]) -> None:
+        """Commit every lane row's draft (the query is filled): :func:`apply_lane`."""
+        if self.query is not None:
+            apply_lane(self.rows, self.parts, self.query.result.drafts, fail)
+
+    def as_rows(self, dev: DeviceOps, fail: Callable[[Request, BaseException], None]) -> list[RowWork]:
+        """The lane's rows handed back to the general step (their queries, each row's own), the lane
+        emptied: where the step's batched queries failed, each row's are run alone."""
+        works = []
+        for req, logits, forward in zip(self.rows, self.logits, self.parts, strict=True):
+            try:
+                works.append(queries(dev, req, dev.mark(logits), forward))
+            except Exception as exc:  # one request's failure must not stop its batch-mates
+                fail(req, exc)
+        self.rows, self.parts, self.logits, self.query = [], [], [], None
+        return works
+
+
+def lane_query(dev: DeviceOps, rows: Sequence[Request], logits: list[torch.Tensor]) -> DraftQuery:
+    """One draft query over every lane row's logits ``[1, vocab]`` each (their slot 0). The query stands
+    for all of them: the lane's rows share what a draft query reads of its request (greedy, no
+    adjustments, no log-probabilities), so the first row's settings are every row's."""
+    stacked = tiled(logits) if len(logits) > 1 else logits[0]
+    if stacked is None:
+        stacked = torch.cat(logits)
+    return DraftQuery(rows[0], dev.mark(stacked), [0] * len(rows))
+
+
+def apply_lane(
+    rows: Sequence[Request],
+    parts: Sequence[RowForward],
+    drafts: Sequence[int],
+    fail: Callable[[Request, BaseException], None],
+) -> None:
+    """Commit each lane row's draft ``drafts[i]`` and find its next forward (an error fails its row
+    alone)."""
+    for req, fwd, tok in zip(rows, parts, drafts, strict=True):
+        try:
+            _commit(req, fwd, tok)
+        except Exception as exc:  # one request's failure must not stop its batch-mates
+            fail(req, exc)
+
+
+def _commit(req: Request, fwd: RowForward, tok: int) -> None:
+    """:func:`~.host.apply` of a lane row's draft step, then :func:`~.host.advance`, written out."""
+    seg, stats, cur, cache = fwd.segment, req.stats, req.cursor, req.cache
+    # apply: the forward's accounting, the draft step (its one candidate committed), the cached length
+    stats.query_tokens += seg.n
+    stats.nfe_draft += 1
+    cache.block_cached += fwd.extension
+    stats.steps += 1
+    cur.ids[0] = tok
+    if req.info.shifted:  # slot 0's draft of a shifted model is AR's token, committed first
+        cur.n_committed += 1
+    cur.step += 1
+    state = cache.state
+    state.advance(seg.keep)
+    if cache.prompt_blocks - state.length > cache.fold_limit:
+        advance(req)
+        return
+    # advance: the block's one slot is decided (a stop token ends the output there); close the block
+    start = cur.start
+    if tok in req.stop_set:
+        req.end = start
+    req.tokens[start] = tok
+    cur.start = start = start + 1
+    cur.ids = None
+    if start >= req.limit or req.end is not None:
+        _finish(req)
+        return
+    mask_id = req.info.mask_token_id
+    if req.tokens[start] != mask_id or mask_id in req.stop_set:
+        advance(req)  # not the lane's next block: the block loop decides
+        return
+    # open the next block (one masked slot) and draft it
+    cur.length = cur.n_valid = 1
+    cur.ids = [mask_id]
+    cur.first_generated = max(0, req.n_prompt - start)
+    cache.block_cached = 0
+    stats.blocks += 1
+    cur.unit_id, cur.step, cur.in_post, cur.post_left = 0, 0, False, 0
+    cur.candidates = [0]
+    cur.candidate_limit = 1
+    cur.n_committed = 0
+    req.action = Action.DRAFT

@@ -5,8 +5,8 @@ Every way commits AR greedy's tokens (AR only for greedy settings), so the choic
 The cycle model (:mod:`.cycle`) prices AR and plain lossless at each offered block size per committed
 token at the load the request joins; the cheapest is kept, with hysteresis (:class:`.cycle.CycleChoice`).
 Where that is AR (a forward past its compute ridge: every query token costs, and drafting only adds
-them), the request decodes as AR. Otherwise it is planned step by step at that block size only where
-planning can pay:
+them), the request decodes as AR. Otherwise it is planned step by step only at a block size where
+planning can pay, and is worth it against the best plain choice:
 
 - the step planner (:mod:`.step_planner`) buys fewer forwards with extra query tokens (the AR lead,
   pre-draft groups, a shorter or a repeated verification), and it costs host time besides (the
@@ -14,10 +14,14 @@ planning can pay:
   every step). That pays only where a forward's cost hardly depends on its query tokens: the fixed
   share of a plain draft forward at the load (what it costs with no query tokens, over what it costs
   with its ``B + 1`` a row) must be at least :data:`MIN_FIXED_SHARE`;
-- with a projection (a roofline: forwards alone, no host time), the fused cycle must also be priced
-  :data:`~.cycle.PLAN_MARGIN` cheaper than the plain choice (:func:`.cycle.planned_price`).
+- with this host's time in the prices (a measured profile), the size priced best plain among those must
+  be within :data:`PLAN_GAIN` of the best plain choice (what planning gains over plain decoding at its
+  size, measured; the cycle model's fused price does not capture it on the CPU);
+- with a projection (a roofline: forwards alone, no host time), the fused cycle of the one priced
+  cheapest must be :data:`~.cycle.PLAN_MARGIN` cheaper than the best plain choice
+  (:func:`.cycle.planned_price`).
 
-Else it decodes as the plain lossless configuration of the chosen block size (``plan="fixed"``, no
+Else it decodes as the plain lossless configuration of the best plain block size (``plan="fixed"``, no
 fusion), in lockstep with its batch.
 """
 

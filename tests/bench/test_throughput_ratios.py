@@ -55,8 +55,26 @@ def test_projected_figures_and_other_auto_configurations_are_compared_apart():
     assert projected == ("lossless-b16", round(4723 / 4700, 3))
     assert mine[("lossless-auto-b4", "tokens_per_s")] == ("ar", 1.2)
     assert ("lossless-auto", "projected_tokens_per_s") not in mine  # no such figure in the rows
+    assert ("lossless-auto", "fastest_tokens_per_s") not in mine
 
 
 def test_which_configurations_choose_by_load():
     cfgs = {c.name: c for c in pick_configs(["ar", "lossless-b8", "lossless-fused-b8", "lossless-auto"])}
     assert [n for n, c in cfgs.items() if is_auto(c)] == ["lossless-auto"]
+
+
+def _cell(seconds: float) -> dict:
+    counts = dict(tokens=1000, forwards=100, rows=100, query_tokens=3000, host_syncs_per_step=1.0)
+    times = dict(forward_ms_per_step=1.0, other_ms_per_step=0.1, predicted_ms_per_step=None)
+    plan = dict(plan_rows=0, plan_fixed_choices=0, plan_admissions={})
+    memory = dict(prefill_forwards_per_request=0, prefix_hit_rate=0.0, preemptions=0)
+    return {"seconds": seconds, **counts, **times, **plan, **memory}
+
+
+def test_the_rows_carry_the_median_and_the_fastest_repeat():
+    from s2d2.bench.throughput_table import summarize
+
+    cfgs = pick_configs(["ar"])
+    out = summarize(cfgs, [4], {(0, 0, 0): [_cell(2.0), _cell(1.0), _cell(4.0)]}, 1e4, 1.0, 8, 16, 3, [True])
+    row = out["rows"][0]
+    assert row["tokens_per_s"] == 500.0 and row["fastest_tokens_per_s"] == 1000.0

@@ -99,7 +99,8 @@ class Regime:
     min_share: float = MIN_FIXED_SHARE
     choice: CycleChoice = field(default_factory=CycleChoice)
     _priced: dict[tuple, dict[int, float]] = field(default_factory=dict, repr=False)
-    #: the size planning would take at a load (None: none can pay) and its fused price
+    #: the size planning would take at a load (None: none can pay) and its price against the best plain
+    #: choice's (a fused price with its margin on a projection; its plain price less PLAN_GAIN with host time)
     _fused: dict[tuple, tuple[int | None, float]] = field(default_factory=dict, repr=False)
     #: settings decided before: ``(id(config), mode, block size)`` -> (config, the decided settings)
     _configs: dict[tuple, tuple[DecodeConfig, DecodeConfig]] = field(default_factory=dict, repr=False)

@@ -2,10 +2,16 @@
 
 For each batch limit (``max_num_seqs``) and configuration, the same problems are decoded on a fresh
 engine over the same model; limits and configurations are interleaved (each repeat visits the limits in
-turn and, within a limit, starts at a rotating configuration) so drift hits all alike, and figures are
-medians over repeats. Reported per cell: output tokens/s (generated tokens only, prompts excluded),
-speed-up against one row, forwards/s, mean rows per forward, query tokens per forward and per second,
-and per configuration the query tokens fed per committed token. The query-token ceiling is measured
+turn and, within a limit, the configurations from a rotating start at a stride that changes each
+repeat: :func:`cell_order`, no configuration always follows the same one) so drift and what a cell
+leaves behind hit all alike, and figures are medians over repeats. Every configuration is warmed up
+untimed before the first timed cell, and every cell starts from a collected heap (:func:`settle`:
+Python's garbage collected and the C allocator's free memory returned), so what ran before a cell (a
+fused cell's larger tensors) does not change what it measures. Reported per cell: output tokens/s
+(generated tokens only, prompts excluded), speed-up against one row, forwards/s, mean rows per
+forward, query tokens per forward and per second, and per configuration the query tokens fed per
+committed token; and each configuration that chooses by load (``plan="auto"``) over the best of the
+others at each limit (``auto_vs_best_fixed``, the best named). The query-token ceiling is measured
 once: the rate of one large packed forward (``ceiling_rows`` x ``ceiling_tokens`` query tokens).
 
 Arrivals: by default every request is queued at the start (a closed batch: tokens/s is the engine's
@@ -16,6 +22,9 @@ to first token is measured from arrival; tokens/s is then bound by the arrivals,
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
+import gc
 import math
 import random
 import resource
@@ -34,7 +43,7 @@ from ..errors import S2D2Error
 from .grids import BenchConfig, get_grid
 from .shared_prefix import shared_prefix_ids
 from .suites import load_problems
-from .throughput_table import summarize
+from .throughput_table import auto_vs_best_fixed, is_auto, summarize
 
 #: The configurations of the throughput table (names of the default bench grid).
 DEFAULT_CONFIGS = (
@@ -106,6 +115,38 @@ def _one_cell(
         "plan_ar_choices": c["plan_ar_choices"],
         "plan_admissions": c["plan_admissions"],
     }
+
+
+def settle() -> None:
+    """Start a timed cell from the same heap state whatever ran before: Python's garbage collected and,
+    with glibc, the allocator's free memory handed back (``malloc_trim``), so a cell does not inherit a
+    fragmented heap or a pending collection from the cell before it."""
+    gc.collect()
+    if _LIBC is not None:
+        _LIBC.malloc_trim(0)
+
+
+def _libc() -> Any:
+    name = ctypes.util.find_library("c")
+    try:
+        lib = ctypes.CDLL(name) if name else None
+    except OSError:
+        return None
+    return lib if lib is not None and hasattr(lib, "malloc_trim") else None
+
+
+_LIBC = _libc()
+
+
+def cell_order(repeat: int, limit_index: int, k: int) -> list[int]:
+    """The order the ``k`` configurations run in at one (repeat, limit): from a start that rotates with
+    both, every ``step``-th configuration, the step another number coprime to ``k`` each repeat, so what
+    runs just before a configuration changes from repeat to repeat (a plain rotation keeps the same
+    neighbours: the one after the fused cells always ran after them), for as many repeats as ``k`` has
+    such steps; a rerun of the command runs the same order."""
+    steps = [s for s in range(1, k) if math.gcd(s, k) == 1] or [1]
+    step, start = steps[repeat % len(steps)], (repeat + limit_index) % max(k, 1)
+    return [(start + i * step) % k for i in range(k)]
 
 
 def query_ceiling(model: Any, rows: int = 64, tokens: int = 32, repeats: int = 5) -> float:
@@ -236,7 +277,8 @@ def run_throughput(
     ]
     prefix = shared_prefix_ids(model.encode, shared_prefix)
     prompts = [prefix + model.encode(p["question"]) for p in load_problems("tiny-gsm", split, n)]
-    _one_cell(model, prompts[:4], decode_cfgs[0], 4)  # warm-up, untimed
+    for cfg in decode_cfgs:  # warm-up, untimed: every configuration's code paths before any timed cell
+        _one_cell(model, prompts[:4], cfg, 4, cost)
     memories = [
         dict(prefix_cache=on, kv_page_size=kv_page_size, kv_budget_tokens=kv_budget_tokens)
         for on in prefix_cache
@@ -249,8 +291,9 @@ def run_throughput(
         for r in range(repeats):
             for li, limit in enumerate(limits):
                 k = len(cfgs)
-                for j in [(r + li + s) % k for s in range(k)]:
+                for j in cell_order(r, li, k):
                     for mi in [(r + s) % len(memories) for s in range(len(memories))]:
+                        settle()
                         cell = _one_cell(
                             model,
                             prompts,
@@ -269,6 +312,7 @@ def run_throughput(
     )
     for row in out["rows"]:
         row["request_rate"] = request_rate
+    out["auto_vs_best_fixed"] = auto_vs_best_fixed(out["rows"], [c.name for c in cfgs if is_auto(c)])
     out.update(
         shared_prefix=shared_prefix,
         kv_budget_tokens=kv_budget_tokens,

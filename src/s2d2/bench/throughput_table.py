@@ -44,6 +44,68 @@ def summarize(
     }
 
 
+def is_auto(c: BenchConfig) -> bool:
+    """Whether ``c`` chooses how it decodes by load (``plan="auto"``): what auto / best fixed compares."""
+    return c.expanded().get("plan") == "auto"
+
+
+#: The figures auto / best fixed is given for, where the rows have them: measured tokens/s (the median
+#: and the fastest repeat), and on a projection the projected clock with this host's time and the
+#: forwards alone.
+RATIO_FIGURES = (
+    "tokens_per_s",
+    "fastest_tokens_per_s",
+    "projected_tokens_per_s",
+    "projected_forward_tokens_per_s",
+)
+
+
+def auto_vs_best_fixed(rows: list[dict[str, Any]], auto: Sequence[str]) -> list[dict[str, Any]]:
+    """For each configuration named in ``auto`` and each batch limit (and prefix-cache setting): its
+    figure over the best of the other configurations of the run (those not in ``auto``) at that limit,
+    with the best named; one entry per figure of :data:`RATIO_FIGURES` the rows carry."""
+    out = []
+    for a in (r for r in rows if r["config"] in auto):
+        peers = [
+            r
+            for r in rows
+            if r["config"] not in auto
+            and (r["max_num_seqs"], r["prefix_cache"]) == (a["max_num_seqs"], a["prefix_cache"])
+        ]
+        for fig in RATIO_FIGURES:
+            have = [r for r in peers if r.get(fig)]
+            if not a.get(fig) or not have:
+                continue
+            best = max(have, key=lambda r: r[fig])
+            out.append(
+                {
+                    "config": a["config"],
+                    "max_num_seqs": a["max_num_seqs"],
+                    "prefix_cache": a["prefix_cache"],
+                    "figure": fig,
+                    "auto": a[fig],
+                    "best_fixed": best["config"],
+                    "best_fixed_value": best[fig],
+                    "ratio": round(a[fig] / best[fig], 3),
+                }
+            )
+    return out
+
+
+def render_ratios(results: dict[str, Any]) -> list[str]:
+    """One line per auto configuration and figure: auto / best fixed at every batch limit."""
+    lines = []
+    seen: dict[tuple[str, str, bool], list[dict[str, Any]]] = {}
+    for e in results.get("auto_vs_best_fixed", []):
+        seen.setdefault((e["config"], e["figure"], e["prefix_cache"]), []).append(e)
+    many_caches = len({k[2] for k in seen}) > 1
+    for (name, fig, cache_on), es in seen.items():
+        cells = ", ".join(f"{e['max_num_seqs']} rows {e['ratio']:.3f} ({e['best_fixed']})" for e in es)
+        where = f", prefix cache {'on' if cache_on else 'off'}" if many_caches else ""
+        lines.append(f"{name} / best fixed ({fig}{where}): {cells}")
+    return lines
+
+
 def _config_rows(
     c: BenchConfig, limits: Sequence[int], by_limit: list[list[dict]], ceiling: float, cache_on: bool
 ) -> list[dict[str, Any]]:
@@ -59,6 +121,9 @@ def _config_rows(
                 "config": c.name,
                 "max_num_seqs": limit,
                 "tokens_per_s": round(tps, 1),
+                # the fastest repeat: background load only slows a cell, so on a shared machine the
+                # least disturbed repeat is the steadier figure of the two
+                "fastest_tokens_per_s": round(x["tokens"] / min(r["seconds"] for r in runs), 1),
                 "speedup_vs_first_limit": round(tps / base, 2),
                 "forwards_per_s": round(x["forwards"] / sec, 1),
                 "mean_rows_per_forward": round(x["rows"] / x["forwards"], 2),
@@ -166,6 +231,7 @@ def render(results: dict[str, Any]) -> str:
     for r in results["rows"]:  # a cell without a column's value (a planned row's own profile): "-"
         lines.append("| " + " | ".join(str(r.get(k, "-")) for k, _ in cols) + " |")
     lines.append("")
+    lines += render_ratios(results)
     lines.append(
         f"query-token ceiling {results['query_ceiling_tokens_per_s']:.0f} tokens/s (one packed forward); "
         f"peak RSS {results['peak_rss_mb']:.0f} MB; {results['n']} problems, "

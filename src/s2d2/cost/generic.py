@@ -23,3 +23,5 @@ GENERIC_COST = FittedCost(tuple(float(c) for c in _DATA["coef"]), {"model": _DAT
 HOST_MS_PER_GROUP: float = float(_DATA["host_ms_per_group"])
 #: Host milliseconds per row of a step outside the forward, charged with a measured profile.
 HOST_MS_PER_ROW: float = float(_DATA["host_ms_per_row"])
+#: Host milliseconds of a step outside the forward whatever its rows, charged with a measured profile.
+HOST_MS_PER_STEP: float = float(_DATA.get("host_ms_per_step", 0.0))

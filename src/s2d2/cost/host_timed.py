@@ -4,9 +4,13 @@ A measured profile (:class:`~.cost.FittedCost`) predicts the forward. On the hos
 also spends time outside the forward (the device half's small ops, the host bookkeeping, admission and
 retirement), most of it per row. A choice that takes more steps for the same tokens (AR only) pays that
 time per token more often than a draft, so the planner charges it: :class:`HostTimedCost` adds
-``host_ms_per_row x rows`` to every prediction. The figure is a constant of the engine
-(:data:`~.generic.HOST_MS_PER_ROW`), not learned from the run's wall time: the plans, and so the
-statistics, stay the same from run to run.
+``host_ms_per_step + host_ms_per_row x rows`` to every prediction. The figures are constants of the
+engine (:data:`~.generic.HOST_MS_PER_STEP`, :data:`~.generic.HOST_MS_PER_ROW`), not learned from the
+run's wall time: the plans, and so the statistics, stay the same from run to run. Both terms matter to
+the admission choice (:mod:`s2d2.engine.planner.cycle`): a step's host time measured on this engine is
+mostly fixed at a few rows and grows by much less than the fixed figure per row at many rows, and
+charging all of it per row overprices every step at a high load, which favours the choices that take
+fewer steps (bigger blocks) there.
 """
 
 from __future__ import annotations
@@ -18,13 +22,19 @@ from .step_cost import StepCost, StepShape
 
 @dataclass(frozen=True)
 class HostTimedCost:
-    """``inner``'s prediction plus ``host_ms_per_row`` per row (a :class:`~.cost.StepCost`)."""
+    """``inner``'s prediction plus ``host_ms_per_step`` and ``host_ms_per_row`` per row (a
+    :class:`~.cost.StepCost`)."""
 
     inner: StepCost
     host_ms_per_row: float
+    host_ms_per_step: float = 0.0
+
+    def host_ms(self, rows: int) -> float:
+        """The host milliseconds charged to a step of ``rows`` rows."""
+        return self.host_ms_per_step + self.host_ms_per_row * rows
 
     def predict_ms(self, shape: StepShape) -> float:
-        return self.inner.predict_ms(shape) + self.host_ms_per_row * shape.rows
+        return self.inner.predict_ms(shape) + self.host_ms(shape.rows)
 
     def predict_totals(self, rows: int, tokens: int, attention: float, kv: int, padded: float) -> float:
-        return self.inner.predict_totals(rows, tokens, attention, kv, padded) + self.host_ms_per_row * rows
+        return self.inner.predict_totals(rows, tokens, attention, kv, padded) + self.host_ms(rows)

@@ -46,7 +46,7 @@ from typing import Any
 
 import numpy as np
 
-from ...cost.generic import GENERIC_COST, HOST_MS_PER_GROUP, HOST_MS_PER_ROW
+from ...cost.generic import GENERIC_COST, HOST_MS_PER_GROUP, HOST_MS_PER_ROW, HOST_MS_PER_STEP
 from ...cost.host_timed import HostTimedCost
 from ...cost.step_cost import FittedCost, StepCost
 from ..draft_step import Plan, VerifyMode
@@ -119,9 +119,9 @@ class StepPlanner:
         self.cost = cost if cost is not None else GENERIC_COST
         measured = isinstance(self.cost, FittedCost)  # a profile of this host: its host time counts too
         self.host_ms_per_group = HOST_MS_PER_GROUP if measured else 0.0
-        #: what the choices are priced with: the profile, plus :data:`HOST_MS_PER_ROW` where the profile
-        #: was measured on this host (:mod:`.host_timed_cost`)
-        self.host_time = HostTimedCost(self.cost, HOST_MS_PER_ROW) if measured else None
+        #: what the choices are priced with: the profile, plus :data:`HOST_MS_PER_STEP` and
+        #: :data:`HOST_MS_PER_ROW` a row where the profile was measured on this host (:mod:`.host_timed`)
+        self.host_time = HostTimedCost(self.cost, HOST_MS_PER_ROW, HOST_MS_PER_STEP) if measured else None
         self.decide = self.host_time if self.host_time is not None else self.cost
         #: whether rows about to draft are also checked as a whole step (:mod:`.drafting_choice`): for a
         #: profile with a ridge (a roofline's compute and memory bounds); a fitted profile is linear in a
@@ -204,7 +204,7 @@ class StepPlanner:
         if not planned:
             ms = predict(self.decide, fixed.tokens, fixed.contexts)
         if planned or self._traced or self.stats.rows > rows_before:
-            host = self.host_time.host_ms_per_row * len(live) if self.host_time is not None else 0.0
+            host = self.host_time.host_ms(len(live)) if self.host_time is not None else 0.0
             self._apply(planned, plans, ms - host)  # reported beside the measured forward
         self.stats.seconds += time.perf_counter() - t0
         return deferred

@@ -181,7 +181,7 @@ def test_abort_a_waiting_request_reports_it(tiny, questions):
     assert engine.num_waiting == 2 and engine.abort(2)
     outs = {o.request_id: o for o in engine.step() if o.finished}
     assert outs[2].output.status == "aborted" and outs[2].output.token_ids == []
-    assert engine.num_waiting == 1 and not engine._emitted.get(2)
+    assert engine.num_waiting == 1 and 2 not in engine._emitted  # nothing kept of it
 
 
 def test_bad_requests_fail_alone(tiny, questions, alone):

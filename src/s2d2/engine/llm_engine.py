@@ -24,6 +24,7 @@ from ..decoding.routing_state import EngineRoutingState
 from ..decoding.stats import GenerationStats
 from ..errors import ConfigError, PromptError, S2D2Error
 from .admission import Admission
+from .emitted import Emitted
 from .fault_isolation import run_isolating_failures
 from .model_runner import ModelRunner
 from .outputs import DecodeOutput, RequestOutput
@@ -128,7 +129,7 @@ class LLMEngine:
         #: (the two write the same rows: tests compare them)
         self.lanes = True
         self._ids = itertools.count()
-        self._emitted: dict[Any, int] = {}
+        self._emitted = Emitted()
         #: UCB statistics shared by this engine's requests with ``ucb_scope="engine"``
         self.routing = EngineRoutingState()
         self.timing = StepTiming()
@@ -180,7 +181,7 @@ class LLMEngine:
                 f"more than the engine's KV budget holds ({self.scheduler.budget_text()})"
             )
         self.scheduler.add(req)
-        self._emitted[rid] = 0
+        self._emitted.start(rid)
         return rid
 
     def check_limits(self, config: DecodeConfig) -> int:
@@ -274,8 +275,8 @@ class LLMEngine:
             self.scheduler.publish(rows)
         outputs = []
         if self.stream:
-            outputs += [o for o in map(self._progress, self.scheduler.running) if o.new_token_ids]
-        outputs += [self._finished(req) for req in self.scheduler.retire()]
+            outputs += [o for o in map(self._emitted.progress, self.scheduler.running) if o.new_token_ids]
+        outputs += [self._emitted.finished(req) for req in self.scheduler.retire()]
         if forward is not None:
             predicted = None if shape is None else self.cost.predict_ms(shape)
             self.timing.add(forward, time.perf_counter() - t_begin - forward, predicted)
@@ -355,32 +356,6 @@ class LLMEngine:
                 run_queries(self.device, edits, w.draft_queries, w.verify_queries)
             except Exception as row_exc:
                 self._fail(w.req, row_exc)
-
-    def _progress(self, req: Request) -> RequestOutput:
-        ids = req.final_ids() if req.status == Status.RUNNING else []
-        sent = self._emitted.get(req.request_id, 0)
-        if ids and not sent:
-            req.stats.first_token_seconds = time.perf_counter() - req.t_start
-        self._emitted[req.request_id] = max(sent, len(ids))
-        lps = req.final_logprobs(len(ids))
-        new_lp = None if lps is None else lps[sent:]
-        return RequestOutput(req.request_id, ids[sent:], False, new_logprobs=new_lp)
-
-    def _finished(self, req: Request) -> RequestOutput:
-        sent = self._emitted.pop(req.request_id, 0)
-        ids = req.output_ids if req.status == Status.FINISHED else []
-        out = DecodeOutput(
-            token_ids=list(ids or []),
-            stats=req.stats,
-            trace=req.tracer.steps,
-            request_id=req.request_id,
-            status=req.status.value,
-            error=req.error,
-            exception=req.exception,
-            logprobs=req.final_logprobs(len(ids or [])),
-        )
-        new_lp = None if out.logprobs is None else out.logprobs[sent:]
-        return RequestOutput(req.request_id, out.token_ids[sent:], True, out, new_lp)
 
     # ------------------------------------------------------------------ many requests
     def generate(

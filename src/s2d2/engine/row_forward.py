@@ -28,7 +28,3 @@ class RowForward(NamedTuple):
     def n(self) -> int:
         """Query tokens the row feeds."""
         return self.segment.n
-
-    @property
-    def state(self):  # the row's KV state (what the scheduler and fault isolation read)
-        return self.segment.state

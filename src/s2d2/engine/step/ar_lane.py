@@ -27,7 +27,7 @@ from ..request import Action, Request
 from ..row_forward import RowForward
 from .device import DeviceOps
 from .device_math import DraftQuery
-from .host import _finish, advance
+from .host import _close_block, _finish, _open_block, advance
 from .logits_view import tiled
 from .row_queries import RowWork, queries
 
@@ -70,7 +70,7 @@ class Lane:
 
     def take(self, req: Request, logits: torch.Tensor, forward: RowForward) -> bool:
         """Take ``req`` into the lane if this step of it is the lane's (:func:`in_lane`)."""
-        if not (req.lane and in_lane(req, forward)):
+        if not in_lane(req, forward):
             return False
         self.rows.append(req)
         self.parts.append(forward)
@@ -145,12 +145,10 @@ def _commit(req: Request, fwd: RowForward, tok: int) -> None:
         advance(req)
         return
     # advance: the block's one slot is decided (a stop token ends the output there); close the block
-    start = cur.start
     if tok in req.stop_set:
-        req.end = start
-    req.tokens[start] = tok
-    cur.start = start = start + 1
-    cur.ids = None
+        req.end = cur.start
+    _close_block(req)
+    start = cur.start
     if start >= req.limit or req.end is not None:
         _finish(req)
         return
@@ -158,14 +156,7 @@ def _commit(req: Request, fwd: RowForward, tok: int) -> None:
     if req.tokens[start] != mask_id or mask_id in req.stop_set:
         advance(req)  # not the lane's next block: the block loop decides
         return
-    # open the next block (one masked slot) and draft it
-    cur.length = cur.n_valid = 1
-    cur.ids = [mask_id]
-    cur.first_generated = max(0, req.n_prompt - start)
-    cache.block_cached = 0
-    stats.blocks += 1
-    cur.unit_id, cur.step, cur.in_post, cur.post_left = 0, 0, False, 0
-    cur.candidates = [0]
-    cur.candidate_limit = 1
-    cur.n_committed = 0
+    # open the next block (one masked slot) and draft it: what the block loop finds there
+    _open_block(req)
+    cur.unit_id, cur.candidates, cur.candidate_limit, cur.n_committed = 0, [0], 1, 0
     req.action = Action.DRAFT

@@ -212,12 +212,10 @@ class StepPlanner:
     def _fixed(self, others: list[Request], ar: set[int] | None = None) -> Fixed:
         """``others``' query tokens and expected tokens as they stand (rows in ``ar``: as the AR-only
         steps planned for them)."""
-        if ar:
-            tokens = [r.lead_fed() if id(r) in ar else fixed_tokens(r, self.prefill_chunk) for r in others]
-            value = sum(ar_only_value(r) for r in others if id(r) in ar)
-        else:
-            tokens, value = [fixed_tokens(r, self.prefill_chunk) for r in others], 0.0
-        rest = [r for r in others if verifying(r) and not (ar and id(r) in ar)]
+        ar = ar or set()
+        tokens = [r.lead_fed() if id(r) in ar else fixed_tokens(r, self.prefill_chunk) for r in others]
+        value = sum(ar_only_value(r) for r in others if id(r) in ar)
+        rest = [r for r in others if verifying(r) and id(r) not in ar]
         return Fixed(
             np.array(tokens, dtype=np.int64),
             np.array([r.state.length if r.state is not None else 0 for r in others], dtype=np.int64),

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import s2d2
-from s2d2.adapters.forward_batch import FIELDS, BatchShape, build_batch, field_sizes
+from s2d2.adapters.forward_batch import FIELDS, BatchShape, build_batch, field_sizes, grid_queries
 from s2d2.adapters.graph_runner import bucket, load_shapes
 from s2d2.adapters.mask_spec import spec_of
 from s2d2.bench.suites import load_problems
@@ -35,7 +35,7 @@ def _rows(fast, lengths=(20, 7, 33)):
     return pool, states
 
 
-def _batch(fast, pool, states, sizes, seed, pad=None):
+def _batch(fast, pool, states, sizes, seed, pad=None, max_q=None):
     gen = torch.Generator().manual_seed(seed)
     ids = [torch.randint(3, 300, (n,), generator=gen).tolist() for n in sizes]
     pos = [list(range(st.length, st.length + n)) for st, n in zip(states, sizes, strict=True)]
@@ -45,7 +45,30 @@ def _batch(fast, pool, states, sizes, seed, pad=None):
     rows = [torch.arange(n) for n in sizes]
     lengths = [st.length for st in states]
     heads = dict(n_heads=fast.n_heads, n_kv=fast.n_kv)
-    return build_batch(lengths, ids, pos, specs, tables, rows, pool.page_size, **heads, pad=pad)
+    return build_batch(lengths, ids, pos, specs, tables, rows, pool.page_size, **heads, pad=pad, max_q=max_q)
+
+
+@pytest.mark.parametrize("max_q", [1, 2, 5])
+def test_rows_cut_into_short_grid_rows_give_the_same_logits(tiny, max_q):
+    """A prefill-sized row among short ones, its queries cut into grid rows of at most ``max_q`` (each with
+    the row's pages and key numbering): the logits are the one-grid-row-a-row batch's."""
+    fast = tiny.adapter.fast
+    pool, states = _rows(fast)
+    whole = _batch(fast, pool, states, (2, 13, 1), seed=3)
+    cut = _batch(fast, pool, states, (2, 13, 1), seed=3, max_q=max_q)
+    assert cut.rows == sum(-(-n // max_q) for n in (2, 13, 1)) and cut.n_q == min(max_q, 13)
+    want = fast.run_batch(pool, whole.to("cpu"))
+    got = fast.run_batch(pool, cut.to("cpu"))
+    assert torch.allclose(got, want, atol=1e-5, rtol=1e-5), float((got - want).abs().max())
+
+
+def test_the_grid_cut_keeps_decode_rows_apart_from_a_prefill_chunk():
+    assert grid_queries([2] * 30 + [48]) == 2  # the chunk takes 24 short grid rows, not 30 rows 48 wide
+    assert grid_queries([9] * 16 + [8] * 16) == 9  # drafts and verifications: one grid row each
+    assert grid_queries([4, 4, 4]) == 4
+    with pytest.raises(ValueError, match="max_q"):
+        build_batch([0], [[1]], [[0]], [spec_of(torch.ones(1, 1, dtype=torch.bool))], [[1]],
+                    [torch.arange(1)], 16, max_q=0)  # fmt: skip
 
 
 def test_the_forward_body_compiles_whole_at_two_bucket_sizes(tiny):

@@ -25,7 +25,7 @@ def _spec(hi, lo, whi, me):
     return MaskSpec(t(hi), t(lo), t(whi), torch.tensor(me, dtype=torch.bool))
 
 
-def case(heads: int, kv: int, pad: bool) -> float:
+def case(heads: int, kv: int, pad: bool, max_q: int | None = None) -> float:
     """Max |kernel - reference| on three rows of scattered pages (run in the child process)."""
     gen = torch.Generator().manual_seed(0)
     hd, ps, n_pages = 16, 4, 12
@@ -40,7 +40,8 @@ def case(heads: int, kv: int, pad: bool) -> float:
     pos = [[5, 6, 7], [0, 1, 2, 3], [9, 10]]
     shape = BatchShape(16, 4, 4, 4, 16) if pad else None
     b = build_batch([5, 0, 9], ids, pos, specs, [[3, 7], [5], [9, 2, 11]],  # scattered pages
-                    [torch.arange(len(i)) for i in ids], ps, heads, kv, pad=shape).to("cpu")  # fmt: skip
+                    [torch.arange(len(i)) for i in ids], ps, heads, kv, pad=shape,
+                    max_q=max_q).to("cpu")  # fmt: skip
     q = torch.randn(b.tokens, heads, hd, generator=gen)
     got = sa.span_attention(q, k_pages, v_pages, b, 0.3, block_n=4)
     want = sa.span_attention_reference(q, k_pages, v_pages, b, 0.3)
@@ -66,7 +67,8 @@ def forward_case() -> float:
 def test_the_kernel_equals_the_reference_under_the_interpreter():
     code = (
         "import sys; sys.path[:0] = [sys.argv[1]]; import test_span_attention as t; "
-        "print([t.case(h, kv, pad) for h, kv, pad in ((4, 2, False), (2, 2, False), (4, 1, True))]"
+        "print([t.case(h, kv, pad, q) for h, kv, pad, q in ((4, 2, False, None), (2, 2, False, None),"
+        " (4, 1, True, None), (4, 2, False, 2))]"
         " + [t.forward_case()])"
     )
     env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": f"{REPO / 'src'}:{REPO / 'tests'}"}
@@ -74,7 +76,7 @@ def test_the_kernel_equals_the_reference_under_the_interpreter():
                           capture_output=True, text=True, timeout=300)  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
     diffs = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert len(diffs) == 4 and max(diffs[:3]) < 1e-5 and diffs[3] < 1e-4, diffs
+    assert len(diffs) == 5 and max(diffs[:4]) < 1e-5 and diffs[4] < 1e-4, diffs
 
 
 def test_the_self_check_passes_on_a_working_kernel_and_reports_a_broken_one(monkeypatch):

@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 
 from .attention_groups import AttentionGroup, build_groups
-from .forward_batch import BatchShape, ForwardBatch, build_batch, field_sizes, shape_of
+from .forward_batch import BatchShape, ForwardBatch, build_batch, field_sizes, grid_queries, shape_of
 from .graph_runner import StaticRunner, load_shapes
 from .host_lists import long_tensor
 from .kv_pool import DEFAULT_PAGE_SIZE, KVPool, check_pages
@@ -212,10 +212,12 @@ class FastDecoder:
         if self.static is not None:
             n_logits = sum(s.logit_rows.numel() for s in segments)
             pad = self.static.shape_for(shape_of(lengths, [s.n for s in segments], n_logits, pool.page_size))
+        # eager: rows of many queries (a prefill chunk) cut into short grid rows; padded: the bucket's grid
+        max_q = grid_queries([s.n for s in segments]) if pad is None else None
         batch = build_batch(
             lengths, [s.ids for s in segments], [s.pos for s in segments], specs,
             [pool.table(s.state) for s in segments], [s.logit_rows for s in segments], pool.page_size,
-            self.n_heads, self.n_kv, pad=pad,
+            self.n_heads, self.n_kv, pad=pad, max_q=max_q,
         )  # fmt: skip
         if pad is None:
             logits = self.run_batch(pool, batch.to(self.device))

@@ -7,6 +7,13 @@ visibility as a few integers (:mod:`~s2d2.adapters.mask_spec`: row-logical key b
 mask), the query grid attention pads rows into, and the packed indices of the logit rows. It is built
 in numpy (no device work, no dispatched tensor ops) and goes to the device as ONE int64 tensor.
 
+The query grid has ``rows`` grid rows of ``n_q`` places. By default a grid row is a batch row. With
+``max_q`` a row of more queries is cut into several grid rows of at most ``max_q`` each (all of them
+with the row's page table and the row's key numbering): a prefill chunk among decode rows then costs
+the grid a few short rows, not every row padded to the chunk's length (:func:`grid_queries` picks
+``max_q`` for a batch). Visibility is by key number, so where a query sits in the grid changes nothing
+it sees.
+
 Key numbering: a row's keys are its pool positions ``[0, length + n)``, cache first, then the
 segment's new tokens in order. Query ``j`` of a row with ``length`` cached keys sees keys ``[0, hi)``,
 ``[win_lo, win_hi)`` and key ``self_key`` (``-1``: none); padding queries see key 0 only.
@@ -123,34 +130,42 @@ def build_batch(
     n_heads: int = 1,
     n_kv: int = 1,
     pad: BatchShape | None = None,
+    max_q: int | None = None,
 ) -> ForwardBatch:
     """The batch of rows with ``lengths`` cached keys feeding ``ids`` at ``pos`` whose queries see what
     ``specs`` say among their new keys (and their whole cache); ``tables`` are the rows' page tables
     (covering ``length + n`` positions); ``logit_rows`` index each row's new tokens; ``n_heads`` /
     ``n_kv``: the model's query and key/value heads (for the head gathers). With ``pad`` (at least the
     batch's own :class:`BatchShape`) every size is padded to it: padding tokens write their keys to
-    slot 0 (the zero page's first slot: finite, never visible) and padding rows see the zero page."""
+    slot 0 (the zero page's first slot: finite, never visible) and padding rows see the zero page.
+    ``max_q`` (>= 1): cut rows into grid rows of at most that many queries (see the module docstring)."""
     R0 = len(lengths)
     sizes = np.array([len(i) for i in ids], dtype=np.int64)
     T0 = int(sizes.sum())
     starts = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
-    n_q = int(sizes.max()) if R0 else 0
+    cut = int(sizes.max()) if max_q is None or not R0 else min(int(max_q), int(sizes.max()))
+    if cut < 1 and R0:
+        raise ValueError(f"max_q must be >= 1, got {max_q}")
+    parts = -(-sizes // cut) if R0 else sizes  # grid rows a row takes
+    owner = np.repeat(np.arange(R0), parts)  # each grid row's batch row
     width = max(-(-(int(lengths[r]) + int(sizes[r])) // page_size) for r in range(R0))
     L0 = sum(len(lr) for lr in logit_rows)
-    own = BatchShape(T0, R0, n_q, width, L0)
+    own = BatchShape(T0, int(owner.size), cut, width, L0)
     if pad is not None and not pad.holds(own):
         raise ValueError(f"a batch of shape {own} does not fit the padded shape {pad}")
     T, R, n_q, width, L = pad if pad is not None else own
-    length = np.zeros(R, dtype=np.int64)
-    length[:R0] = lengths
+    length = np.asarray(lengths, dtype=np.int64).reshape(R0)
     row = np.repeat(np.arange(R0), sizes)
     col = np.arange(T0) - starts[row]
-    pages = np.zeros((R, width), dtype=np.int64)
+    table = np.zeros((max(R0, 1), width), dtype=np.int64)
     for r, t in enumerate(tables):
-        pages[r, : min(len(t), width)] = t[:width]
+        table[r, : min(len(t), width)] = t[:width]
+    pages = np.zeros((R, width), dtype=np.int64)
+    pages[: owner.size] = table[owner]
     key = length[row] + col  # each new token's key (row-logical)
-    slot = pages[row, key // page_size] * page_size + key % page_size
-    grid = row * n_q + col
+    slot = table[row, key // page_size] * page_size + key % page_size
+    first = np.concatenate([[0], np.cumsum(parts)[:-1]]).astype(np.int64)  # each row's first grid row
+    grid = (first[row] + col // cut) * n_q + col % cut
     q_index = np.zeros(R * n_q, dtype=np.int64)
     q_index[grid] = np.arange(T0)
     hi = np.ones(R * n_q, dtype=np.int64)  # padding: key 0 only
@@ -174,6 +189,24 @@ def build_batch(
         _padded(slot, T), pages.reshape(-1), q_index, grid, hi, lo, whi, self_key, _padded(logit_index, L),
         q_gather, out_gather,
     )  # fmt: skip
+
+
+#: what a grid row costs attention beyond its queries, in query places (its page gathers and rows)
+GRID_ROW_COST = 2
+
+
+def grid_queries(sizes: Sequence[int]) -> int:
+    """The ``max_q`` for :func:`build_batch` that makes the query grid cheapest for rows of ``sizes``
+    queries: the cut among the sizes minimising ``grid rows * (places a row + GRID_ROW_COST)`` (every grid
+    row has the batch's widest page table, so keys scale both alike). Rows of one size keep one grid row
+    each."""
+    n = np.asarray(sizes, dtype=np.int64)
+    best, best_cost = int(n.max()), None
+    for cut in np.unique(n):
+        cost = int((-(-n // cut)).sum()) * (int(cut) + GRID_ROW_COST)
+        if best_cost is None or cost < best_cost:
+            best, best_cost = int(cut), cost
+    return best
 
 
 def _padded(a: np.ndarray, n: int) -> np.ndarray:

@@ -51,7 +51,7 @@ def lane_eligible(req: Request) -> bool:
 def in_lane(req: Request, forward: RowForward) -> bool:
     """Whether this step of ``req`` (its forward built as ``forward``) is the lane's common AR step."""
     return (
-        req.lane
+        req.lane == "ar"
         and req.action is Action.DRAFT
         and forward.lead is None
         and req.grammar is None

@@ -336,7 +336,7 @@ class LLMEngine:
             if w.lead is not None:
                 verifies.append(w.lead)
         try:
-            run_queries(dev, edits, drafts + lane.drafts(dev), verifies, lane.checks(dev))
+            run_queries(dev, edits, drafts, verifies, lane.checks(dev))
         except Exception:  # a batched computation failed: find the rows that cause it (the lane's too)
             works += lane.as_rows(dev, self._fail)
             self._run_queries_alone(works)

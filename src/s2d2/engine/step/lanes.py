@@ -17,7 +17,7 @@ from ..request import Request
 from ..row_forward import RowForward
 from .ar_lane import Lane, lane_eligible
 from .device import DeviceOps
-from .device_math import BatchedCheck, DraftQuery
+from .device_math import BatchedCheck
 from .lossless_lane import LosslessLane, lossless_eligible
 from .row_queries import RowWork
 
@@ -45,13 +45,9 @@ class Lanes:
             return self.ar.take(req, logits, forward)
         return req.lane == "lossless" and self.lossless.take(req, logits, forward)
 
-    def drafts(self, dev: DeviceOps) -> list[DraftQuery]:
-        """The lanes' draft queries, to run with the step's other draft queries."""
-        return self.ar.queries(dev)
-
     def checks(self, dev: DeviceOps) -> list[BatchedCheck]:
-        """The lanes' batched device work (the lossless lane's drafts and strict verifications)."""
-        return self.lossless.checks(dev)
+        """The lanes' batched device work (:mod:`.lane_math`: drafts and strict verifications)."""
+        return [*self.ar.checks(dev), *self.lossless.checks(dev)]
 
     def apply(self, fail: Callable[[Request, BaseException], None]) -> None:
         """Every lane row's step from its filled results (an error fails its row alone)."""

@@ -7,14 +7,14 @@ baseline rule that reads confidences only. Its steps alternate: a draft forward 
 route the span to verification) and a verification forward (accept the span's prefix that equals AR
 greedy's tokens, commit the correction after it).
 
-The lane computes the drafts of all its drafting rows in one query per part of rows that fits the
-float32 math at once (:func:`~.logits_view.chunk_rows`) and the AR-mode argmax of every verifying row's
-span in ONE registration (:class:`StrictCheck`), taken in the step's one transfer with every other
-query; the accepted lengths and corrections of all rows come out of that transfer with vectorised
-numpy. Each row's bookkeeping then skips the general step's objects (:class:`~.row_queries.RowWork`, a
-query per row): the draft step, the span's acceptance and the block loop are the general step's own
-functions (:func:`~.host._draft_step`, :func:`~.host.accept_span`, :func:`~.host._finish_step`,
-:func:`~.host.advance`), so the lane writes exactly what :func:`~.host.apply` writes.
+The lane computes the drafts of all its drafting rows in one registration per part of rows that fits
+the float32 math at once (:class:`~.lane_math.GreedyDrafts`) and the AR-mode argmax of every verifying
+row's span in ONE registration (:class:`~.lane_math.StrictCheck`), taken in the step's one transfer with
+every other query. Each row's bookkeeping then skips the general step's objects
+(:class:`~.row_queries.RowWork`, a query per row): the draft step, the span's acceptance and the block
+loop are the general step's own functions (:func:`~.host._draft_step`, :func:`~.host.accept_span`,
+:func:`~.host._finish_step`, :func:`~.host.advance`), so the lane writes exactly what
+:func:`~.host.apply` writes.
 ``tests/engine/test_lossless_lane.py`` holds it to that.
 """
 
@@ -24,14 +24,13 @@ from collections.abc import Callable
 
 import torch
 
-from ...decoding import functional as F
 from ..draft_step import SlotDrafts, VerifyMode
 from ..request import Action, Request
 from ..row_forward import RowForward
-from .device import DeviceOps, Fetch
+from .device import DeviceOps
 from .host import _draft_step, _finish_step, _take_extension, accept_span, advance
-from .logits_view import chunk_rows, without_mask_token
-from .row_queries import RowWork, _rows, queries
+from .lane_math import GreedyDrafts, StrictCheck
+from .row_queries import RowWork, queries
 
 
 def lossless_eligible(req: Request) -> bool:
@@ -69,70 +68,6 @@ def in_lane(req: Request, forward: RowForward) -> bool:
     return False
 
 
-class StrictCheck:
-    """The strict rule for the lane's verifying rows at once: ``argmax q`` of every span position in one
-    registration (what :func:`~.verify_math.verify_strict` registers), each row's accepted length and
-    correction read off it on the host."""
-
-    def __init__(self, mask_id: int, logits: list[torch.Tensor], drafts: list[int], sizes: list[int]):
-        self.mask_id, self.logits, self.drafts, self.sizes = mask_id, logits, drafts, sizes
-        self.key = -1
-        self.n_accepted: list[int] = []
-        #: each row's correction (-1: every draft accepted)
-        self.corrections: list[int] = []
-
-    def register(self, dev: DeviceOps, fetch: Fetch, in_place: bool) -> None:
-        _, masked = without_mask_token(self.logits, self.mask_id, False, in_place)
-        self.key = fetch.add(F.argmax(masked))
-
-    def read(self, fetch: Fetch) -> None:
-        # a plain loop: on the CPU, numpy's calls on a few hundred values cost more than it (measured)
-        q_arg, drafts = fetch.get(self.key), self.drafts
-        acc, corr, p = [], [], 0
-        for n in self.sizes:
-            k = 0
-            while k < n and drafts[p + k] == q_arg[p + k]:
-                k += 1
-            acc.append(k)
-            corr.append(int(q_arg[p + k]) if k < n else -1)
-            p += n
-        self.n_accepted, self.corrections = acc, corr
-
-
-class GreedyDrafts:
-    """The drafts of the lane's drafting rows: per sampling transforms and part of rows the float32 math
-    takes at once, the greedy token of every candidate and its probability (what
-    :func:`~.draft_math.draft_group` registers for such rows)."""
-
-    def __init__(self, mask_id: int) -> None:
-        self.mask_id = mask_id
-        #: per part: its transforms, rows, their candidates' logits, their fetch keys (drafts, conf)
-        self.parts: list[tuple[tuple[float, int, float], list[Request], list[torch.Tensor], list[int]]] = []
-        self.drafts: list[list[int]] = []
-        self.conf: list[list[float]] = []
-
-    def register(self, dev: DeviceOps, fetch: Fetch, in_place: bool) -> None:
-        for key, _, rows, keys in self.parts:
-            _, masked = without_mask_token(rows, self.mask_id, False, in_place)
-            drafts, conf = F.greedy_pick(F.probs_from_logits(masked, *key))
-            keys[:] = [fetch.add(drafts), fetch.add(conf)]
-
-    def read(self, fetch: Fetch) -> None:
-        """Each drafting row's drafts and confidences, in the order of :attr:`rows`."""
-        self.drafts, self.conf = [], []
-        for _, reqs, _, keys in self.parts:
-            drafts, conf, at = fetch.get(keys[0]), fetch.get(keys[1]), 0
-            for req in reqs:
-                n = len(req.cursor.candidates)
-                self.drafts.append([int(t) for t in drafts[at : at + n]])
-                self.conf.append(conf[at : at + n])
-                at += n
-
-    @property
-    def rows(self) -> list[Request]:
-        return [r for _, reqs, _, _ in self.parts for r in reqs]
-
-
 class LosslessLane:
     """The lane's rows of one step, in order, with their parts of the forward and their logits."""
 
@@ -157,22 +92,7 @@ class LosslessLane:
         return [c for c in (self.draft, self.check) if c is not None]
 
     def _drafts(self, dev: DeviceOps) -> GreedyDrafts:
-        first = self.drafting[0]
-        out = GreedyDrafts(first[0].info.mask_token_id)
-        limit = chunk_rows(first[2].shape[-1])
-        open_: dict[tuple, list] = {}
-        for req, _, logits in self.drafting:
-            c, cand = req.config, req.cursor.candidates
-            key = (c.temperature, c.top_k, c.top_p)
-            part = open_.get(key)
-            if part is None or (part[4] and part[4] + len(cand) > limit):
-                part = open_[key] = [key, [], [], [], 0]
-                out.parts.append(part)
-            part[1].append(req)
-            part[2].append(_rows(dev, dev.mark(logits), cand))
-            part[4] += len(cand)
-        out.parts = [(key, reqs, rows, keys) for key, reqs, rows, keys, _ in out.parts]
-        return out
+        return GreedyDrafts(dev, [(req, dev.mark(logits)) for req, _, logits in self.drafting])
 
     def _check(self, dev: DeviceOps) -> StrictCheck:
         drafts: list[int] = []
@@ -188,14 +108,19 @@ class LosslessLane:
     def apply(self, fail: Callable[[Request, BaseException], None]) -> None:
         """Every lane row's step from its filled results (an error fails its row alone)."""
         if self.draft is not None:
-            fwd_of = {id(r): f for r, f, _ in self.drafting}
-            for req, drafts, conf in zip(self.draft.rows, self.draft.drafts, self.draft.conf, strict=True):
-                values = SlotDrafts(req.cursor.candidates, drafts, conf)
-                _guard(fail, req, _drafted, req, fwd_of[id(req)], values)
+            g = self.draft
+            for (req, fwd, _), drafts, conf in zip(self.drafting, g.drafts, g.conf, strict=True):
+                try:
+                    _drafted(req, fwd, SlotDrafts(req.cursor.candidates, drafts, conf))
+                except Exception as exc:  # one request's failure must not stop its batch-mates
+                    fail(req, exc)
         if self.check is not None:
             ch = self.check
             for (req, fwd, _), n_acc, corr in zip(self.verifying, ch.n_accepted, ch.corrections, strict=True):
-                _guard(fail, req, _verified, req, fwd, n_acc, None if corr < 0 else corr)
+                try:
+                    _verified(req, fwd, n_acc, None if corr < 0 else corr)
+                except Exception as exc:  # one request's failure must not stop its batch-mates
+                    fail(req, exc)
 
     def as_rows(self, dev: DeviceOps, fail: Callable[[Request, BaseException], None]) -> list[RowWork]:
         """The lane's rows handed back to the general step (each row's own queries), the lane emptied:
@@ -208,13 +133,6 @@ class LosslessLane:
                 fail(req, exc)
         self.drafting, self.verifying, self.draft, self.check = [], [], None, None
         return works
-
-
-def _guard(fail: Callable[[Request, BaseException], None], req: Request, fn: Callable, *args) -> None:
-    try:
-        fn(*args)
-    except Exception as exc:  # one request's failure must not stop its batch-mates
-        fail(req, exc)
 
 
 def _drafted(req: Request, fwd: RowForward, values: SlotDrafts) -> None:

@@ -30,7 +30,7 @@ class GreedyDrafts:
     def __init__(self, dev: DeviceOps, rows: Sequence[tuple[Request, torch.Tensor]]) -> None:
         self.mask_id = rows[0][0].info.mask_token_id
         limit = chunk_rows(rows[0][1].shape[-1])
-        #: per part: its transforms, the indices of its rows, their candidates' logits, total candidates
+        #: per part: its transforms, the indices of its rows, their (logits, candidates), total candidates
         self.parts: list[list] = []
         open_: dict[tuple[float, int, float], list] = {}
         for i, (req, logits) in enumerate(rows):
@@ -41,7 +41,7 @@ class GreedyDrafts:
                 part = open_[key] = [key, [], [], 0]
                 self.parts.append(part)
             part[1].append(i)
-            part[2].append(_rows(dev, logits, cand))
+            part[2].append((logits, cand))
             part[3] += len(cand)
         self.sizes = [len(req.cursor.candidates) for req, _ in rows]
         self.keys: list[tuple[int, int]] = []
@@ -52,7 +52,7 @@ class GreedyDrafts:
     def register(self, dev: DeviceOps, fetch: Fetch, in_place: bool) -> None:
         self.keys = []
         for key, _, rows, _ in self.parts:
-            _, masked = without_mask_token(rows, self.mask_id, False, in_place)
+            _, masked = without_mask_token(_candidate_rows(dev, rows), self.mask_id, False, in_place)
             drafts, conf = F.greedy_pick(F.probs_from_logits(masked, *key))
             self.keys.append((fetch.add(drafts), fetch.add(conf)))
 
@@ -95,3 +95,39 @@ class StrictCheck:
             corr.append(int(q_arg[p + k]) if k < n else -1)
             p += n
         self.n_accepted, self.corrections = acc, corr
+
+
+def _candidate_rows(dev: DeviceOps, rows: list[tuple[torch.Tensor, list[int]]]) -> list[torch.Tensor]:
+    """The logits at each row's candidates ``(logits, candidates)``, as tensors to stack: the rows' own
+    logits where every row's candidates are all of its rows (they may tile the forward's output,
+    :func:`~.logits_view.tiled`), else ONE gather where the rows lie in one storage (the forward's
+    output), else a view or gather a row."""
+    if all(len(cand) == lg.shape[0] for lg, cand in rows):
+        return [lg for lg, _ in rows]
+    base = _storage_rows([lg for lg, _ in rows])
+    if base is None:
+        return [_rows(dev, lg, cand) for lg, cand in rows]
+    vocab, index = base.shape[-1], []
+    for lg, cand in rows:
+        at = lg.storage_offset() // vocab
+        index += [at + c for c in cand]
+    return [base.index_select(0, dev.tensor(index))]
+
+
+def _storage_rows(rows: list[torch.Tensor]) -> torch.Tensor | None:
+    """Every row of the one storage ``rows`` lie in, as ``[n, vocab]`` (None where they do not: other
+    storages, strides, or offsets that are not whole rows)."""
+    first = rows[0]
+    vocab = first.shape[-1]
+    storage = first.untyped_storage()
+    ptr = storage.data_ptr()
+    for r in rows:
+        if (
+            r.dim() != 2
+            or r.stride() != (vocab, 1)
+            or r.storage_offset() % vocab
+            or r.untyped_storage().data_ptr() != ptr
+        ):
+            return None
+    n = storage.nbytes() // (first.element_size() * vocab)
+    return first.as_strided((n, vocab), (vocab, 1), 0)

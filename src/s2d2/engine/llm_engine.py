@@ -48,8 +48,8 @@ from .step import (
     recomputed,
     run_queries,
 )  # fmt: skip
-from .step.ar_lane import Lane
 from .step.grammar import attach_masks
+from .step.lanes import Lanes
 from .step_timing import StepTiming
 
 
@@ -125,8 +125,8 @@ class LLMEngine:
             prefill_chunk=self.runner.prefill_chunk,
         )
         self.stream = stream
-        #: common AR steps take the lane (:mod:`.step.ar_lane`); off: every row takes the general step
-        #: (the two write the same rows: tests compare them)
+        #: common AR and lossless steps take their lanes (:mod:`.step.lanes`); off: every row takes the
+        #: general step (the two write the same rows: tests compare them)
         self.lanes = True
         self._ids = itertools.count()
         self._emitted = Emitted()
@@ -304,13 +304,13 @@ class LLMEngine:
     ) -> None:
         """Every row's queries computed on the device at once (one transfer), then each row's bookkeeping;
         an error fails its request alone. Rows rewriting a preempted cache only keep what they wrote.
-        Common AR steps take the lane (:mod:`.step.ar_lane`: one query for them all, a lean commit each)
-        unless :attr:`lanes` is off."""
+        Common AR and lossless steps take their lanes (:mod:`.step.lanes`: batched queries, a lean
+        commit each) unless :attr:`lanes` is off."""
         works: list[RowWork] = []
         edits: list[DraftQuery] = []
         drafts: list[DraftQuery] = []
         verifies: list[VerifyQuery] = []
-        dev, lane = self.device, Lane()
+        dev, lane = self.device, Lanes()
         for req, lg, fwd in zip(rows, logits, parts, strict=True):
             try:
                 if req.cache.restore_to is not None and req.cache.recompute_left > 0:
@@ -336,7 +336,7 @@ class LLMEngine:
             if w.lead is not None:
                 verifies.append(w.lead)
         try:
-            run_queries(self.device, edits, drafts + lane.queries(dev), verifies)
+            run_queries(dev, edits, drafts, verifies, lane.checks(dev))
         except Exception:  # a batched computation failed: find the rows that cause it (the lane's too)
             works += lane.as_rows(dev, self._fail)
             self._run_queries_alone(works)

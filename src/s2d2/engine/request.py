@@ -181,8 +181,9 @@ class Request:
         #: the adapter can; set by the engine): that slot's token, AR greedy's, is committed with the
         #: draft, so the first token comes with the first forward after the prompt
         self.ar_lead = False
-        #: whether its draft steps take the AR lane (:mod:`.step.ar_lane`; set at admission)
-        self.lane = False
+        #: the lane its common steps take: "ar" (:mod:`.step.ar_lane`), "lossless"
+        #: (:mod:`.step.lossless_lane`) or None (the general step); set at admission
+        self.lane: str | None = None
         if cfg.trace:
             self.tracer = StepTracer()
         n_pre = self.n_prompt // cfg.block_size * cfg.block_size

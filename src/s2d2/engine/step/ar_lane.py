@@ -3,9 +3,9 @@
 A row in the lane (:func:`in_lane`) decodes one token a block (block size 1) with plain greedy
 settings: no policy, logit adjustments, grammar, log-probabilities, trace, editing or AR lead. Its step
 is always the same: draft the one masked slot, commit the draft, close the block, open the next one
-(or finish). The lane computes every lane row's draft in ONE query over their logits (a view where
-they tile the forward's output, :func:`~.logits_view.tiled`), taken in the step's one transfer with
-every other query, and then does each row's bookkeeping without the general step's objects
+(or finish). The lane computes every lane row's draft in ONE registration over their logits (a view
+where they tile the forward's output; :class:`~.lane_math.GreedyDrafts`), taken in the step's one
+transfer with every other query, and then does each row's bookkeeping without the general step's objects
 (:class:`~.row_queries.RowWork`, :class:`~..draft_step.DraftStep`, the block loop's walk).
 :class:`Lane` collects a step's lane rows; where the step's batched queries fail, it hands them back to
 the general step (:meth:`Lane.as_rows`), whose queries then run row by row.
@@ -26,9 +26,8 @@ import torch
 from ..request import Action, Request
 from ..row_forward import RowForward
 from .device import DeviceOps
-from .device_math import DraftQuery
 from .host import _close_block, _finish, _open_block, advance
-from .logits_view import tiled
+from .lane_math import GreedyDrafts
 from .row_queries import RowWork, queries
 
 
@@ -51,7 +50,7 @@ def lane_eligible(req: Request) -> bool:
 def in_lane(req: Request, forward: RowForward) -> bool:
     """Whether this step of ``req`` (its forward built as ``forward``) is the lane's common AR step."""
     return (
-        req.lane
+        req.lane == "ar"
         and req.action is Action.DRAFT
         and forward.lead is None
         and req.grammar is None
@@ -66,7 +65,7 @@ class Lane:
         self.rows: list[Request] = []
         self.parts: list[RowForward] = []
         self.logits: list[torch.Tensor] = []
-        self.query: DraftQuery | None = None
+        self.drafts: GreedyDrafts | None = None
 
     def take(self, req: Request, logits: torch.Tensor, forward: RowForward) -> bool:
         """Take ``req`` into the lane if this step of it is the lane's (:func:`in_lane`)."""
@@ -77,17 +76,19 @@ class Lane:
         self.logits.append(logits)
         return True
 
-    def queries(self, dev: DeviceOps) -> list[DraftQuery]:
-        """The lane's one draft query (none without rows): see :func:`lane_query`."""
+    def checks(self, dev: DeviceOps) -> list[GreedyDrafts]:
+        """The lane's one registration of every row's draft (none without rows)."""
         if not self.rows:
             return []
-        self.query = lane_query(dev, self.rows, self.logits)
-        return [self.query]
+        self.drafts = GreedyDrafts(
+            dev, [(r, dev.mark(lg)) for r, lg in zip(self.rows, self.logits, strict=True)]
+        )
+        return [self.drafts]
 
     def apply(self, fail: Callable[[Request, BaseException], None]) -> None:
-        """Commit every lane row's draft (the query is filled): :func:`apply_lane`."""
-        if self.query is not None:
-            apply_lane(self.rows, self.parts, self.query.result.drafts, fail)
+        """Commit every lane row's draft (the registration is read): :func:`apply_lane`."""
+        if self.drafts is not None:
+            apply_lane(self.rows, self.parts, [d[0] for d in self.drafts.drafts], fail)
 
     def as_rows(self, dev: DeviceOps, fail: Callable[[Request, BaseException], None]) -> list[RowWork]:
         """The lane's rows handed back to the general step (their queries, each row's own), the lane
@@ -98,18 +99,8 @@ class Lane:
                 works.append(queries(dev, req, dev.mark(logits), forward))
             except Exception as exc:  # one request's failure must not stop its batch-mates
                 fail(req, exc)
-        self.rows, self.parts, self.logits, self.query = [], [], [], None
+        self.rows, self.parts, self.logits, self.drafts = [], [], [], None
         return works
-
-
-def lane_query(dev: DeviceOps, rows: Sequence[Request], logits: list[torch.Tensor]) -> DraftQuery:
-    """One draft query over every lane row's logits ``[1, vocab]`` each (their slot 0). The query stands
-    for all of them: the lane's rows share what a draft query reads of its request (greedy, no
-    adjustments, no log-probabilities), so the first row's settings are every row's."""
-    stacked = tiled(logits) if len(logits) > 1 else logits[0]
-    if stacked is None:
-        stacked = torch.cat(logits)
-    return DraftQuery(rows[0], dev.mark(stacked), [0] * len(rows))
 
 
 def apply_lane(

@@ -86,7 +86,8 @@ class DeviceOps:
         self.host_transfers += 1
         flat_parts = [p if p.dim() == 1 else p.reshape(-1) for p in parts]
         sizes = [p.numel() for p in flat_parts]
-        values = self._fetch(torch.cat(_as_float32(flat_parts)))
+        ready = _as_float32(flat_parts)
+        values = self._fetch(ready[0] if len(ready) == 1 else torch.cat(ready))
         out, at = [], 0
         for n in sizes:
             out.append(values[at : at + n])

@@ -11,6 +11,7 @@ transfer (:meth:`~.device.DeviceOps.to_host`). Logits never leave the device.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Protocol
 
 import torch
 
@@ -19,18 +20,29 @@ from .draft_math import DraftQuery, by_transforms, draft_group, read_group
 from .verify_math import VerifyQuery, read_verifications, verify_probabilistic, verify_strict
 
 
+class BatchedCheck(Protocol):
+    """Device values a lane registers for many rows at once (:mod:`.lossless_lane`), read back from the
+    step's one transfer. It asks for no raw logits (``in_place``: see :func:`run_queries`)."""
+
+    def register(self, dev: DeviceOps, fetch: Fetch, in_place: bool) -> None: ...
+
+    def read(self, fetch: Fetch) -> None: ...
+
+
 @torch.inference_mode()
 def run_queries(
     dev: DeviceOps,
     edits: Sequence[DraftQuery],
     drafts: Sequence[DraftQuery],
     verifies: Sequence[VerifyQuery],
+    batched: Sequence[BatchedCheck] = (),
 ) -> None:
     """Compute every query on the device, then fill their results from ONE transfer (see the module).
 
     Edits are drawn before drafts, so a row that edits and drafts in one step draws in that order. Where
     no query asks for log-probabilities, the forward's logits are masked in place (no copy where the rows
-    tile them; the forward's logits are read by this step's queries alone)."""
+    tile them; the forward's logits are read by this step's queries alone). ``batched``: lanes' checks,
+    registered after the queries."""
     fetch = Fetch()
     batches = (edits, drafts, verifies)
     _upload_grammar(dev, batches)
@@ -41,12 +53,16 @@ def run_queries(
     strict = [q for q in verifies if q.strict]
     checks = list(zip(strict, verify_strict(strict, dev, fetch, in_place), strict=True)) if strict else []
     checks += [(q, verify_probabilistic(q, dev, fetch)) for q in verifies if not q.strict]
+    for b in batched:
+        b.register(dev, fetch, in_place)
     if not fetch.parts:
         return
     fetch.values = dev.to_host(fetch.parts)
     for group in pending:
         read_group(group, fetch)
     read_verifications(checks, fetch)
+    for b in batched:
+        b.read(fetch)
 
 
 def _upload_grammar(dev: DeviceOps, batches: Sequence[Sequence[DraftQuery | VerifyQuery]]) -> None:
@@ -63,4 +79,4 @@ def _upload_grammar(dev: DeviceOps, batches: Sequence[Sequence[DraftQuery | Veri
         at += n
 
 
-__all__ = ["DraftQuery", "VerifyQuery", "run_queries"]
+__all__ = ["BatchedCheck", "DraftQuery", "VerifyQuery", "run_queries"]

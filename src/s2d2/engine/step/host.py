@@ -270,11 +270,27 @@ def _verify_step(req: Request, vq: VerifyQuery, group_drafts: list[SlotDrafts]) 
     """Accept the verified span left to right as the AR-mode check decided; returns the positions of
     the forward's keys the row's cache keeps (its committed run from the cache point, when the block is
     cached in parts)."""
-    p, cur = req.pending, req.cursor
+    p = req.pending
     req.pending = None
     n_acc, correction = vq.n_accepted, vq.correction
     if req.policy is not None and req.policy.learns_from_checks:
         p.check = SkipCheck.of(fallback_picks(req, p) or [], p.span_offset, n_acc)
+    kept = accept_span(req, p, n_acc, correction)
+    req.tracer.verified(p.span_len, n_acc)
+    _report_verification(req, p, vq)
+    if p.mode == VerifyMode.FUSED:
+        _after_fused_verify(req, p, group_drafts, n_acc, correction)
+    elif p.plan is not None and correction is None:
+        _reuse_stale(req, p)
+    _finish_step(req, p)
+    return kept
+
+
+def accept_span(req: Request, p: DraftStep, n_acc: int, correction: int | None) -> int:
+    """Commit the verified span's first ``n_acc`` drafts and the ``correction`` after them (None: every
+    draft was accepted) and count them; returns the positions the row's cache keeps (see
+    :func:`_verify_step`)."""
+    cur = req.cursor
     span, off = p.span_slots, p.span_offset
     if n_acc:  # a span's slots are consecutive (route measures it so; the planner keeps a prefix of it)
         cur.ids[span[0] : span[0] + n_acc] = p.drafts.drafts[off : off + n_acc]
@@ -290,8 +306,6 @@ def _verify_step(req: Request, vq: VerifyQuery, group_drafts: list[SlotDrafts]) 
         st.drafted += p.span_len
         st.accepted += n_acc
         st.full_accepts += int(n_acc == p.span_len)
-    req.tracer.verified(p.span_len, n_acc)
-    _report_verification(req, p, vq)
     kept = 0
     if req.cache.partial:
         # the first half's committed run from the cache point (committed slots, then accepted drafts) is
@@ -300,11 +314,6 @@ def _verify_step(req: Request, vq: VerifyQuery, group_drafts: list[SlotDrafts]) 
         first_end = span[-1] + (1 if p.mode == VerifyMode.FUSED else 0)
         kept = min(span[0] - cached + n_acc, first_end - cached)
         req.cache.block_cached += kept
-    if p.mode == VerifyMode.FUSED:
-        _after_fused_verify(req, p, group_drafts, n_acc, correction)
-    elif p.plan is not None and correction is None:
-        _reuse_stale(req, p)
-    _finish_step(req, p)
     return kept
 
 

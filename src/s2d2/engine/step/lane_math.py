@@ -1,0 +1,133 @@
+"""The lanes' device work: every lane row's drafts, or strict checks, in one registration a part.
+
+:class:`GreedyDrafts` registers the greedy token and its probability at every drafting row's candidates
+(what :func:`~.draft_math.draft_group` registers for such rows: the same functions on the same values),
+:class:`StrictCheck` the AR-mode argmax of every verifying row's span (what
+:func:`~.verify_math.verify_strict` registers where no row traces or asks for log-probabilities). Both are
+:class:`~.device_math.BatchedCheck`: :func:`~.device_math.run_queries` registers them with the step's
+other queries and reads them from its one transfer. Their host results are plain per-row lists, in the
+order of the rows given.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from ...decoding import functional as F
+from ..request import Request
+from .device import DeviceOps, Fetch
+from .logits_view import chunk_rows, without_mask_token
+from .row_queries import _rows
+
+
+class GreedyDrafts:
+    """The greedy drafts of rows ``(request, logits)`` at each request's candidates (its cursor's): per
+    sampling transforms and part of rows the float32 math takes at once (:func:`~.logits_view.chunk_rows`),
+    one registration."""
+
+    def __init__(self, dev: DeviceOps, rows: Sequence[tuple[Request, torch.Tensor]]) -> None:
+        self.mask_id = rows[0][0].info.mask_token_id
+        limit = chunk_rows(rows[0][1].shape[-1])
+        #: per part: its transforms, the indices of its rows, their (logits, candidates), total candidates
+        self.parts: list[list] = []
+        open_: dict[tuple[float, int, float], list] = {}
+        for i, (req, logits) in enumerate(rows):
+            c, cand = req.config, req.cursor.candidates
+            key = (c.temperature, c.top_k, c.top_p)
+            part = open_.get(key)
+            if part is None or part[3] + len(cand) > limit:
+                part = open_[key] = [key, [], [], 0]
+                self.parts.append(part)
+            part[1].append(i)
+            part[2].append((logits, cand))
+            part[3] += len(cand)
+        self.sizes = [len(req.cursor.candidates) for req, _ in rows]
+        self.keys: list[tuple[int, int]] = []
+        #: each row's drafted tokens and their probabilities (filled by :meth:`read`)
+        self.drafts: list[list[int]] = [[] for _ in rows]
+        self.conf: list[list[float]] = [[] for _ in rows]
+
+    def register(self, dev: DeviceOps, fetch: Fetch, in_place: bool) -> None:
+        self.keys = []
+        for key, _, rows, _ in self.parts:
+            _, masked = without_mask_token(_candidate_rows(dev, rows), self.mask_id, False, in_place)
+            drafts, conf = F.greedy_pick(F.probs_from_logits(masked, *key))
+            self.keys.append((fetch.add(drafts), fetch.add(conf)))
+
+    def read(self, fetch: Fetch) -> None:
+        for (_, members, _, _), (kd, kc) in zip(self.parts, self.keys, strict=True):
+            drafts, conf, at = fetch.get(kd), fetch.get(kc), 0
+            for i in members:
+                n = self.sizes[i]
+                self.drafts[i] = [int(t) for t in drafts[at : at + n]]
+                self.conf[i] = conf[at : at + n]
+                at += n
+
+
+class StrictCheck:
+    """The strict rule for verifying rows at once: ``argmax q`` of every span position (``logits``, a
+    tensor per row, ``sizes[i]`` positions each) in one registration; each row's accepted length (the
+    drafts that equal it, from the first) and correction (``argmax q`` at the first that does not, -1
+    where every draft was accepted) are read off it on the host."""
+
+    def __init__(self, mask_id: int, logits: list[torch.Tensor], drafts: list[int], sizes: list[int]):
+        self.mask_id, self.logits, self.drafts, self.sizes = mask_id, logits, drafts, sizes
+        self.key = -1
+        self.n_accepted: list[int] = []
+        self.corrections: list[int] = []
+
+    def register(self, dev: DeviceOps, fetch: Fetch, in_place: bool) -> None:
+        _, masked = without_mask_token(self.logits, self.mask_id, False, in_place)
+        self.key = fetch.add(F.argmax(masked))
+
+    def read(self, fetch: Fetch) -> None:
+        # a plain loop: on the CPU after a forward, numpy's calls on a few hundred values cost several
+        # times more (measured: about 110 us against 8 at 14 rows of 8 positions)
+        q_arg, drafts = fetch.get(self.key), self.drafts
+        acc, corr, p = [], [], 0
+        for n in self.sizes:
+            k = 0
+            while k < n and drafts[p + k] == q_arg[p + k]:
+                k += 1
+            acc.append(k)
+            corr.append(int(q_arg[p + k]) if k < n else -1)
+            p += n
+        self.n_accepted, self.corrections = acc, corr
+
+
+def _candidate_rows(dev: DeviceOps, rows: list[tuple[torch.Tensor, list[int]]]) -> list[torch.Tensor]:
+    """The logits at each row's candidates ``(logits, candidates)``, as tensors to stack: the rows' own
+    logits where every row's candidates are all of its rows (they may tile the forward's output,
+    :func:`~.logits_view.tiled`), else ONE gather where the rows lie in one storage (the forward's
+    output), else a view or gather a row."""
+    if all(len(cand) == lg.shape[0] for lg, cand in rows):
+        return [lg for lg, _ in rows]
+    base = _storage_rows([lg for lg, _ in rows])
+    if base is None:
+        return [_rows(dev, lg, cand) for lg, cand in rows]
+    vocab, index = base.shape[-1], []
+    for lg, cand in rows:
+        at = lg.storage_offset() // vocab
+        index += [at + c for c in cand]
+    return [base.index_select(0, dev.tensor(index))]
+
+
+def _storage_rows(rows: list[torch.Tensor]) -> torch.Tensor | None:
+    """Every row of the one storage ``rows`` lie in, as ``[n, vocab]`` (None where they do not: other
+    storages, strides, or offsets that are not whole rows)."""
+    first = rows[0]
+    vocab = first.shape[-1]
+    storage = first.untyped_storage()
+    ptr = storage.data_ptr()
+    for r in rows:
+        if (
+            r.dim() != 2
+            or r.stride() != (vocab, 1)
+            or r.storage_offset() % vocab
+            or r.untyped_storage().data_ptr() != ptr
+        ):
+            return None
+    n = storage.nbytes() // (first.element_size() * vocab)
+    return first.as_strided((n, vocab), (vocab, 1), 0)

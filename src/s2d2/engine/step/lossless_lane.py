@@ -1,0 +1,159 @@
+"""The common lossless step of many rows at once: their drafts in a few queries, their strict checks in one.
+
+A row in the lane (:func:`lossless_eligible`, decided at admission) drafts and verifies every step with
+plain greedy settings: a policy whose decision is fixed to verify (``always``) reading no scores, strict
+acceptance, no fusion, planner, logit adjustments, grammar, log-probabilities, trace or editing, and a
+baseline rule that reads confidences only. Its steps alternate: a draft forward (draft every candidate,
+route the span to verification) and a verification forward (accept the span's prefix that equals AR
+greedy's tokens, commit the correction after it).
+
+The lane computes the drafts of all its drafting rows in one registration per part of rows that fits
+the float32 math at once (:class:`~.lane_math.GreedyDrafts`) and the AR-mode argmax of every verifying
+row's span in ONE registration (:class:`~.lane_math.StrictCheck`), taken in the step's one transfer with
+every other query. Each row's bookkeeping then skips the general step's objects
+(:class:`~.row_queries.RowWork`, a query per row): the draft step, the span's acceptance and the block
+loop are the general step's own functions (:func:`~.host._draft_step`, :func:`~.host.accept_span`,
+:func:`~.host._finish_step`, :func:`~.host.advance`), so the lane writes exactly what
+:func:`~.host.apply` writes.
+``tests/engine/test_lossless_lane.py`` holds it to that.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+from ..draft_step import SlotDrafts, VerifyMode
+from ..request import Action, Request
+from ..row_forward import RowForward
+from .device import DeviceOps
+from .host import _draft_step, _finish_step, _take_extension, accept_span, advance
+from .lane_math import GreedyDrafts, StrictCheck
+from .row_queries import RowWork, queries
+
+
+def lossless_eligible(req: Request) -> bool:
+    """Whether ``req``'s settings put its steps in the lossless lane (decided once, at admission)."""
+    cfg, pol = req.config, req.policy
+    return (
+        pol is not None
+        and pol.fixed is True
+        and not pol.learns_from_checks
+        and not pol.reads_alpha
+        and not pol.reads_entropy
+        and req.greedy
+        and cfg.strict
+        and not cfg.fuse
+        and cfg.plan != "auto"
+        and not req.auto_plan
+        and req.rule != "eb"
+        and cfg.logprobs is None
+        and not cfg.trace
+        and cfg.editing_threshold is None
+        and not req.adjust.active
+    )
+
+
+def in_lane(req: Request, forward: RowForward) -> bool:
+    """Whether this step of ``req`` (its forward built as ``forward``) is the lane's: a draft without an
+    AR lead or pre-drafts, or a plain verification the planner did not choose."""
+    if req.lane != "lossless" or req.grammar is not None:
+        return False
+    if req.action is Action.DRAFT:
+        return forward.lead is None and req.predraft is None
+    if req.action is Action.VERIFY:
+        p = req.pending
+        return p.mode is VerifyMode.PLAIN and not p.groups and p.plan is None
+    return False
+
+
+class LosslessLane:
+    """The lane's rows of one step, in order, with their parts of the forward and their logits."""
+
+    def __init__(self) -> None:
+        self.drafting: list[tuple[Request, RowForward, torch.Tensor]] = []
+        self.verifying: list[tuple[Request, RowForward, torch.Tensor]] = []
+        self.draft: GreedyDrafts | None = None
+        self.check: StrictCheck | None = None
+
+    def take(self, req: Request, logits: torch.Tensor, forward: RowForward) -> bool:
+        """Take ``req`` into the lane if this step of it is the lane's (:func:`in_lane`)."""
+        if not in_lane(req, forward):
+            return False
+        (self.drafting if req.action is Action.DRAFT else self.verifying).append((req, forward, logits))
+        return True
+
+    def checks(self, dev: DeviceOps) -> list[GreedyDrafts | StrictCheck]:
+        """The lane's batched device work: its drafting rows' :class:`GreedyDrafts` and its verifying
+        rows' :class:`StrictCheck` (each only where the lane has such rows)."""
+        self.draft = self._drafts(dev) if self.drafting else None
+        self.check = self._check(dev) if self.verifying else None
+        return [c for c in (self.draft, self.check) if c is not None]
+
+    def _drafts(self, dev: DeviceOps) -> GreedyDrafts:
+        return GreedyDrafts(dev, [(req, dev.mark(logits)) for req, _, logits in self.drafting])
+
+    def _check(self, dev: DeviceOps) -> StrictCheck:
+        drafts: list[int] = []
+        sizes: list[int] = []
+        for req, _, _ in self.verifying:
+            p = req.pending
+            off, n = p.span_offset, p.span_len
+            drafts += p.drafts.drafts[off : off + n]
+            sizes.append(n)
+        mask_id = self.verifying[0][0].info.mask_token_id
+        return StrictCheck(mask_id, [dev.mark(lg) for _, _, lg in self.verifying], drafts, sizes)
+
+    def apply(self, fail: Callable[[Request, BaseException], None]) -> None:
+        """Every lane row's step from its filled results (an error fails its row alone)."""
+        if self.draft is not None:
+            g = self.draft
+            for (req, fwd, _), drafts, conf in zip(self.drafting, g.drafts, g.conf, strict=True):
+                try:
+                    _drafted(req, fwd, SlotDrafts(req.cursor.candidates, drafts, conf))
+                except Exception as exc:  # one request's failure must not stop its batch-mates
+                    fail(req, exc)
+        if self.check is not None:
+            ch = self.check
+            for (req, fwd, _), n_acc, corr in zip(self.verifying, ch.n_accepted, ch.corrections, strict=True):
+                try:
+                    _verified(req, fwd, n_acc, None if corr < 0 else corr)
+                except Exception as exc:  # one request's failure must not stop its batch-mates
+                    fail(req, exc)
+
+    def as_rows(self, dev: DeviceOps, fail: Callable[[Request, BaseException], None]) -> list[RowWork]:
+        """The lane's rows handed back to the general step (each row's own queries), the lane emptied:
+        where the step's batched queries failed, each row's are run alone."""
+        works = []
+        for req, forward, logits in self.drafting + self.verifying:
+            try:
+                works.append(queries(dev, req, dev.mark(logits), forward))
+            except Exception as exc:  # one request's failure must not stop its batch-mates
+                fail(req, exc)
+        self.drafting, self.verifying, self.draft, self.check = [], [], None, None
+        return works
+
+
+def _drafted(req: Request, fwd: RowForward, values: SlotDrafts) -> None:
+    """:func:`~.host.apply` of a lane row's draft forward: the draft step (routed to verification)."""
+    stats = req.stats
+    stats.query_tokens += fwd.segment.n
+    stats.nfe_draft += 1
+    _take_extension(req, fwd.extension)
+    _draft_step(req, values)
+    req.cache.state.advance(fwd.segment.keep)
+    advance(req)
+
+
+def _verified(req: Request, fwd: RowForward, n_acc: int, correction: int | None) -> None:
+    """:func:`~.host.apply` of a lane row's verification forward: accept the span's first ``n_acc`` drafts
+    and the correction after them, finish the step, advance the cached length once."""
+    stats = req.stats
+    stats.query_tokens += fwd.segment.n
+    stats.nfe_verify += 1
+    p, req.pending = req.pending, None
+    kept = accept_span(req, p, n_acc, correction)
+    _finish_step(req, p)
+    req.cache.state.advance(fwd.segment.keep + kept)
+    advance(req)

@@ -1,0 +1,151 @@
+"""The lossless lane (s2d2.engine.step.lossless_lane) writes every row exactly as the general step does.
+
+As for the AR lane (test_ar_lane.py): two engines decode the same mixed batch in lockstep under a KV budget
+that preempts, one with the lanes, one with every row on the general step (``engine.lanes = False``);
+after every step every row and every output are the same in both.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+from test_ar_lane import TIMES, snapshot
+
+import s2d2
+from conftest import load_or_skip
+from s2d2.bench.suites import load_problems
+from s2d2.engine import llm_engine
+from s2d2.engine.llm_engine import LLMEngine
+from s2d2.engine.step import lossless_lane
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    return s2d2.load("tiny-gsm", use_preset=False)
+
+
+CONFIGS = [
+    dict(preset="lossless", block_size=8, max_new_tokens=24),
+    dict(preset="lossless", block_size=16, max_new_tokens=24, stop_token_ids="the"),
+    dict(decoder="s2d2", policy="always", block_size=8, steps=4, max_new_tokens=24),  # quota 2: top-ups
+    dict(decoder="s2d2", policy="always", block_size=8, sub_block_size=4, max_new_tokens=5),
+    dict(preset="lossless", block_size=8, fuse=True, max_new_tokens=24),  # fused: the general step
+    dict(preset="lossless", block_size=8, max_new_tokens=24, trace=True),  # traced: the general step
+    dict(
+        decoder="s2d2", policy="always", block_size=8, temperature=0.8, seed=1, max_new_tokens=24
+    ),  # sampled
+    dict(decoder="ar", max_new_tokens=24),  # the AR lane beside it
+]
+
+
+def _engine(tiny, lanes: bool) -> LLMEngine:
+    engine = LLMEngine(tiny.adapter, max_num_seqs=6, kv_budget_tokens=256)
+    engine.lanes = lanes
+    prompts = [tiny.encode(p["question"]) for p in load_problems("tiny-gsm", "test", 12)]
+    stop = tiny.encode(" the")[-1:]  # a common token: some rows stop on it
+    for i, p in enumerate(prompts):
+        cfg = dict(CONFIGS[i % len(CONFIGS)])
+        if cfg.get("stop_token_ids") == "the":
+            cfg["stop_token_ids"] = stop
+        engine.add_request(p, tiny.make_config(**cfg), request_id=i)
+    return engine
+
+
+def _count_lane_rows(monkeypatch) -> list:
+    """Patch the lane's row bookkeeping to record each row it handles: (request id, draft or verify)."""
+    seen = []
+    for name in ("_drafted", "_verified"):
+        fn = getattr(lossless_lane, name)
+
+        def counted(req, *args, _fn=fn, _name=name):
+            seen.append((req.request_id, _name))
+            return _fn(req, *args)
+
+        monkeypatch.setattr(lossless_lane, name, counted)
+    return seen
+
+
+def test_the_lossless_lane_writes_rows_as_the_general_step_does(tiny, monkeypatch):
+    seen = _count_lane_rows(monkeypatch)
+    fast, general = _engine(tiny, True), _engine(tiny, False)
+    done: dict[str, dict] = {"fast": {}, "general": {}}
+    steps = 0
+    while fast.has_unfinished() or general.has_unfinished():
+        for name, engine in (("fast", fast), ("general", general)):
+            for out in engine.step():
+                if out.finished:
+                    o = out.output
+                    done[name][out.request_id] = (o.token_ids, o.status, o.stats.finish_reason)
+        rows = {r.request_id: snapshot(r) for r in fast.scheduler.running}
+        assert rows == {r.request_id: snapshot(r) for r in general.scheduler.running}, f"step {steps}"
+        steps += 1
+    assert done["fast"] == done["general"] and len(done["fast"]) == 12
+    assert {"finished"} == {status for _, status, _ in done["fast"].values()}
+    assert fast.stats()["preemptions"] > 0 and fast.stats()["preemptions"] == general.stats()["preemptions"]
+    assert "stop" in {done["fast"][i][2] for i in (1, 9)}  # a lane row met its stop token
+    # the lane ran, drafting and verifying, and only for its rows (greedy strict always, not fused/traced)
+    assert {kind for _, kind in seen} == {"_drafted", "_verified"}
+    assert {rid for rid, _ in seen} == {0, 1, 2, 3, 8, 9, 10, 11}
+    # the general step saw the quota-2 row top up by rule after a verification: the lane does it too
+    assert done["fast"][2][1] == "finished"
+
+
+@pytest.mark.parametrize("family", ["sdar", "fast_dllm_v2", "llada2"])
+def test_the_lossless_lane_equals_the_general_step_on_every_family(family, monkeypatch):
+    """Each family's lossless rows (the shifted one's slot-0 commit included), lanes on and off, with
+    prompts whose lengths fold into the first draft or need a prefill, under a budget that preempts."""
+    model = load_or_skip(family)
+    seen = _count_lane_rows(monkeypatch)
+    gen = torch.Generator().manual_seed(5)
+    prompts = []
+    while len(prompts) < 6:
+        n = int(torch.randint(3, 40, (1,), generator=gen))
+        p = torch.randint(0, model.info.vocab_size, (n,), generator=gen)
+        if not bool((p == model.info.mask_token_id).any()):
+            prompts.append(p.tolist())
+    bs = model.info.default_block_size
+    cfgs = [
+        model.make_config(
+            decoder="s2d2",
+            policy="always",
+            block_size=bs,
+            max_new_tokens=12,
+            ignore_eos=i % 2 == 0,
+            plan="fixed",
+        )
+        for i in range(6)
+    ]
+    outs = {}
+    for lanes in (True, False):
+        engine = LLMEngine(model.adapter, max_num_seqs=4, kv_budget_tokens=160, prefill_chunk=16)
+        engine.lanes = lanes
+        got = engine.generate(prompts, cfgs)
+        outs[lanes] = [
+            (o.token_ids, o.status, {k: v for k, v in dataclasses.asdict(o.stats).items() if k not in TIMES})
+            for o in got
+        ]
+    assert outs[True] == outs[False]
+    assert all(status == "finished" for _, status, _ in outs[True])
+    assert len(seen) > 20  # the lane ran
+
+
+def test_when_the_batched_queries_fail_the_lossless_rows_run_alone(tiny, monkeypatch):
+    """A device half that fails for the whole batch (and for no row alone): the lane's rows run their
+    queries alone and decode as undisturbed."""
+    prompts = [tiny.encode(p["question"]) for p in load_problems("tiny-gsm", "test", 4)]
+    cfg = tiny.make_config(preset="lossless", block_size=8, max_new_tokens=16)
+    undisturbed = LLMEngine(tiny.adapter, max_num_seqs=4).generate(prompts, [cfg] * 4)
+    run_queries, failures = llm_engine.run_queries, []
+
+    def crowded(dev, edits, drafts, verifies, batched=()):
+        if batched:
+            failures.append(1)
+            raise RuntimeError("out of memory")
+        return run_queries(dev, edits, drafts, verifies)
+
+    monkeypatch.setattr(llm_engine, "run_queries", crowded)
+    outs = LLMEngine(tiny.adapter, max_num_seqs=4).generate(prompts, [cfg] * 4)
+    assert failures and [o.token_ids for o in outs] == [o.token_ids for o in undisturbed]
+    assert [o.stats.nfe for o in outs] == [o.stats.nfe for o in undisturbed]

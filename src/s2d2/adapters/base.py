@@ -54,6 +54,9 @@ class ModelInfo:
     shifted: bool = False
     pad_token_id: int | None = None
     bos_token_id: int | None = None
+    #: True when a block-causal prefill adds its mask to the scores as 1.0/0.0 and masks nothing (the
+    #: LLaDA2 official prefill; commits and a causal cache use the plain mask)
+    prefill_bias: bool = False
 
 
 class ModelAdapter(ABC):

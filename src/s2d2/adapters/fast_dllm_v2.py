@@ -32,11 +32,11 @@ from typing import Any
 import torch
 
 from ..errors import ModelLoadError
+from ..layouts import layout
 from .base import ModelInfo
 from .checkpoint import find_mask_token, load_safetensors, matches_family, require_mask_token
 from .hf import HFAdapter
 from .kv_pool import KVState
-from .masks import token_causal
 from .sdar import eos_ids
 from .segment import Segment
 
@@ -181,43 +181,27 @@ class FastDLLMv2Adapter(HFAdapter):
         self, state: KVState, filled: Sequence[int] | torch.Tensor, *, start: int, slots: list[int],
         cached: int = 0,
     ) -> Segment:  # fmt: skip
+        """A plain token-causal forward over the draft-filled block (:func:`~s2d2.layouts.layout.
+        shifted_verify`); slot ``s`` is read from the row of slot ``s - 1``, slot 0 from the saved row."""
         assert cached == 0, "a shifted model's block is not cached in parts"
-        assert state.length == start, "commit pending tokens (draft) before verifying"
-        top = max(slots)  # slot s is predicted by the row of slot s-1: no need to feed filled[top:]
-        pos = torch.arange(start, start + top)
-        mask = token_causal(pos, pos)
+        seg = Segment.of(state, layout.shifted_verify(state.length, filled, start=start, slots=slots))
 
         def finish(rows: torch.Tensor) -> torch.Tensor:
             return torch.stack([self._next_logits(state, start) if s == 0 else rows[s - 1] for s in slots])
 
-        return Segment(
-            state, filled[:top], pos, mask, keep=0, logit_rows=Segment.last_rows(top, top), finish=finish
-        )
+        seg.finish = finish
+        return seg
 
     def score_segment(
         self, state: KVState, prefix: torch.Tensor, branches: Sequence[torch.Tensor], *, score_from: int
     ) -> Segment:
-        """Shifted scoring: a plain causal forward over ``prefix`` and each branch but its last token; a
-        token is scored from the row before it (the first one from the saved row of the position before
-        the segment). The last prefix row is saved for the next segment of the row."""
+        """Shifted scoring (:func:`~s2d2.layouts.layout.shifted_score`): a plain causal forward over
+        ``prefix`` and each branch but its last token; a token is scored from the row before it (the first
+        one from the saved row of the position before the segment). The last prefix row is saved for the
+        next segment of the row."""
         start, p = state.length, prefix.numel()
-        ids, pos, sizes = [prefix], [torch.arange(start, start + p)], [b.numel() - 1 for b in branches]
-        need = list(range(score_from - 1, p - 1))  # raw rows of prefix[score_from:]; -1: the saved row
-        at = p
-        for b, f in zip(branches, sizes, strict=True):
-            ids.append(b[:-1])
-            pos.append(torch.arange(start + p, start + p + f))
-            need += [p - 1] + list(range(at, at + f))
-            at += f
-        mask = torch.zeros(at, at, dtype=torch.bool)
-        mask[:p, :p] = token_causal(pos[0], pos[0])
-        at = p
-        for f in sizes:
-            mask[at : at + f, :p] = True
-            mask[at : at + f, at : at + f] = token_causal(torch.arange(f), torch.arange(f))
-            at += f
-        read = sorted({r for r in need if r >= 0} | ({p - 1} if p else set()))
-        where = {r: i for i, r in enumerate(read)}
+        lay, need = layout.shifted_score(start, prefix, branches, score_from=score_from)
+        where = {r: i for i, r in enumerate(lay.logit_rows.tolist())}
 
         def finish(rows: torch.Tensor) -> torch.Tensor:
             saved = self._next_logits(state, start) if -1 in need else None
@@ -226,8 +210,9 @@ class FastDLLMv2Adapter(HFAdapter):
                 self._save_next(state, start + p, rows[where[p - 1]])
             return torch.stack(out) if out else rows[:0]
 
-        rows = torch.tensor(read, dtype=torch.long)
-        return Segment(state, torch.cat(ids), torch.cat(pos), mask, keep=p, logit_rows=rows, finish=finish)
+        seg = Segment.of(state, lay)
+        seg.finish = finish
+        return seg
 
 
 def load(

@@ -28,7 +28,6 @@ from .forward_batch import BatchShape, ForwardBatch, build_batch, field_sizes, g
 from .graph_runner import StaticRunner, load_shapes
 from .host_lists import long_tensor
 from .kv_pool import DEFAULT_PAGE_SIZE, KVPool, check_pages
-from .mask_spec import SpecCache
 from .paged_forward import (
     LayerWeights,
     layer_forward,
@@ -87,7 +86,6 @@ class FastDecoder:
             else:
                 warnings.warn(f"s2d2: the Triton span-attention kernel is not used ({problem}); SDPA instead",
                               stacklevel=2)  # fmt: skip
-        self.specs = SpecCache()
         with torch.no_grad():  # not inference tensors: the modules' own weights become views of these
             #: each layer's fused weights (:func:`~s2d2.adapters.paged_forward.layer_weights`)
             self.weights: list[LayerWeights] = [
@@ -198,12 +196,13 @@ class FastDecoder:
         """Run every segment in one forward; return each one's raw logits ``[len(logit_rows), vocab]`` in
         the model's dtype.
 
-        Segments whose masks fit :mod:`~s2d2.adapters.mask_spec` (every mask but the LLaDA2 official
-        prefill's float bias) run as one :class:`ForwardBatch` through :meth:`run_batch`; the rest run
-        the grouped path (:meth:`grouped_forward`). The rows must hold pages for ``[0, length + n)``
-        (:class:`~.kv_pool.PagesNotHeld` before anything runs); no page is taken and no length advanced.
+        Segments whose visibility is a :mod:`~s2d2.layouts.mask_spec` (every layout's; a boolean mask
+        that fits one; not the LLaDA2 official prefill's float bias) run as one :class:`ForwardBatch`
+        through :meth:`run_batch`; the rest run the grouped path (:meth:`grouped_forward`). The rows
+        must hold pages for ``[0, length + n)`` (:class:`~.kv_pool.PagesNotHeld` before anything runs);
+        no page is taken and no length advanced.
         """
-        specs = [None if s.bias is not None or s.context_bias else self.specs.get(s.mask) for s in segments]
+        specs = [None if s.bias is not None or s.context_bias else s.spec for s in segments]
         if any(sp is None for sp in specs):
             return self.grouped_forward(pool, segments)
         check_pages(segments)

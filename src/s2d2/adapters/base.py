@@ -34,6 +34,8 @@ from typing import Any
 
 import torch
 
+from .describe import Geometry
+from .forward_batch import ForwardBatch
 from .kv_pool import KVState, take_pages
 from .segment import Segment
 
@@ -142,6 +144,17 @@ class ModelAdapter(ABC):
         values (at ``[length, length + n)``, into pages the rows already hold): it advances no length and
         takes no page. The engine's step advances each row once, after the forward; callers outside the
         engine use :meth:`run_and_keep`."""
+
+    def geometry(self, pool: Any) -> Geometry | None:
+        """What describing a forward over rows of ``pool`` needs (:func:`~.describe.describe`), or None
+        when this adapter runs segments only its own way (:meth:`run`: transformers' own forward)."""
+        return None
+
+    def forward(self, pool: Any, batch: ForwardBatch) -> torch.Tensor:
+        """The forward of ``batch``, described with :meth:`geometry` over rows of ``pool``: packed raw
+        logits ``[L, vocab]`` (``batch.logit_sizes`` a row, before any segment's ``finish``) in the model's
+        dtype. Writes the batch's new keys and values into their slots; touches no request."""
+        raise NotImplementedError(f"the {self.info.family} adapter has no batched forward")
 
     def prepare(self, pool: Any) -> int:
         """Make the forward ready for an engine's ``pool`` before its first step (the lean forward on

@@ -19,7 +19,9 @@ import torch
 
 from ..layouts import layout, specs
 from .base import ModelAdapter, ModelInfo
+from .describe import Geometry, per_row
 from .fastpath import FastDecoder
+from .forward_batch import ForwardBatch
 from .kv_pool import KVPool, KVState
 from .segment import Predraft, Segment
 
@@ -72,22 +74,19 @@ class HFAdapter(ModelAdapter):
     def prepare(self, pool: Any) -> int:
         return self.fast.capture(pool) if self.fast is not None and isinstance(pool, KVPool) else 0
 
+    def geometry(self, pool: Any) -> Geometry | None:
+        return self.fast.geometry() if self.fast is not None and isinstance(pool, KVPool) else None
+
+    def forward(self, pool: Any, batch: ForwardBatch) -> torch.Tensor:
+        return self.fast.forward_batch(pool, batch)
+
     def run(self, segments: Sequence[Segment]) -> list[torch.Tensor]:
         live = [s for s in segments if s.n]
-        raw: dict[int, torch.Tensor] = {}
         if live and isinstance(live[0].state.cache, KVPool):
-            for s, lg in zip(live, self.fast.forward(live[0].state.cache, live), strict=True):
-                raw[id(s)] = lg
+            raw = self.fast.forward(live[0].state.cache, live)
         else:
-            for s in live:
-                raw[id(s)] = self._native_forward(s)
-        out = []
-        for s in segments:
-            rows = raw.get(id(s))
-            if rows is None:  # an empty segment: no logits (made only here, not for every row)
-                rows = torch.zeros(0, self.info.vocab_size, dtype=torch.float32, device=self.device)
-            out.append(s.finish(rows) if s.finish is not None else rows)
-        return out
+            raw = [self._native_forward(s) for s in live]
+        return per_row(segments, raw, self.info.vocab_size, self.device)
 
     @torch.inference_mode()
     def _native_forward(self, seg: Segment) -> torch.Tensor:

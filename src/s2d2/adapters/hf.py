@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from ..layouts import layout, specs
+from ..layouts import family
 from .base import ModelAdapter, ModelInfo
 from .describe import Geometry, per_row
 from .fastpath import FastDecoder
@@ -58,8 +58,9 @@ class HFAdapter(ModelAdapter):
     @property
     def caches_partial_blocks(self) -> bool:  # type: ignore[override]
         """A pool row keeps whatever a forward wrote past its length, so the engine can decide after the
-        forward how much to keep; transformers' cache is cropped in the forward, so it cannot."""
-        return self.fast is not None
+        forward how much to keep; transformers' cache is cropped in the forward, so it cannot; a shifted
+        family's block is never cached in parts (slot 0 is predicted before the block)."""
+        return self.fast is not None and not self.info.shifted
 
     # ------------------------------------------------------------------ plumbing
     def new_pool(
@@ -142,23 +143,15 @@ class HFAdapter(ModelAdapter):
         return self.run_and_keep([seg])[0]
 
     # ------------------------------------------------------------------ protocol
+    # Each segment is a layout of :mod:`s2d2.layouts.family` (which reads this family's traits) bound to
+    # the row's cache state: no family builds a mask or a layout of its own.
     def prefill_segment(self, state: KVState, ids: torch.Tensor, *, block_size: int, causal: bool) -> Segment:
-        """The prompt's tokens written (:func:`~s2d2.layouts.layout.prefill`). With the family's
-        ``prefill_bias`` trait (:class:`~.base.ModelInfo`) and a block-causal cache, the prefill mask is
-        added to the scores as 1.0/0.0 and nothing is masked (this segment takes the grouped forward)."""
-        seg = Segment.of(state, layout.prefill(state.length, ids, block_size=block_size, causal=causal))
-        if self.info.prefill_bias and not causal:
-            seg.bias = seg.dense.to(torch.float32)
-            seg.context_bias = 1.0
-            seg.mask = specs.full(seg.n)
-        return seg
+        lay = family.prefill(self.info, state.length, ids, block_size=block_size, causal=causal)
+        return Segment.of(state, lay)
 
     def commit_segment(self, state: KVState, ids: torch.Tensor, *, block_size: int, causal: bool) -> Segment:
-        """Committed output is written as the prefill is, except that a prefill bias never applies: it
-        is cached as a draft's pending tokens were."""
-        if not self.info.prefill_bias:
-            return self.prefill_segment(state, ids, block_size=block_size, causal=causal)
-        return Segment.of(state, layout.prefill(state.length, ids, block_size=block_size, causal=causal))
+        lay = family.commit(self.info, state.length, ids, block_size=block_size, causal=causal)
+        return Segment.of(state, lay)
 
     def can_fold_prefill(self, causal: bool) -> bool:
         """A prefill bias (additive, nothing masked) differs from a draft's pending rows."""
@@ -177,11 +170,9 @@ class HFAdapter(ModelAdapter):
         extend: bool = False,
         lead: int | None = None,
     ) -> Segment:
-        """A draft of ``block`` (:func:`~s2d2.layouts.layout.draft`); its first ``cached`` slots are in the
-        cache already and are not fed (their logit rows are zeros, never read)."""
-        return Segment.of(state, layout.draft(
-            self.info.mask_token_id, state.length, pending, block, start=start, block_size=block_size,
-            causal=causal, cached=cached, extend=extend, lead=lead,
+        return Segment.of(state, family.draft(
+            self.info, state.length, pending, block, start=start, block_size=block_size, causal=causal,
+            cached=cached, extend=extend, lead=lead,
         ))  # fmt: skip
 
     def supports_lead(self, causal: bool) -> bool:
@@ -197,24 +188,15 @@ class HFAdapter(ModelAdapter):
         cached: int = 0,
         extend: bool = False,
     ) -> Segment:
-        """See :meth:`ModelAdapter.lead_segment` (:func:`~s2d2.layouts.layout.lead_only`): the lead's query
-        sees exactly what it sees in a draft forward, and the rows before it are the draft's pending and
-        committed rows, token-causal, so the kept keys are the draft forward's."""
-        assert not self.info.shifted, "a shifted model's slot 0 draft is already the AR prediction"
-        return Segment.of(state, layout.lead_only(
-            self.info.mask_token_id, state.length, pending, block, start=start, cached=cached, extend=extend,
-        ))  # fmt: skip
+        lay = family.lead(self.info, state.length, pending, block, start=start, cached=cached, extend=extend)
+        return Segment.of(state, lay)
 
     def verify_segment(
         self, state: KVState, filled: Sequence[int] | torch.Tensor, *, start: int, slots: list[int],
         cached: int = 0,
     ) -> Segment:  # fmt: skip
-        """The 2L verification of ``slots``: first half ``filled[cached : max(slots)]`` (the query for slot
-        s only needs first-half keys < s; slots before ``cached`` are in the cache)."""
-        return Segment.of(state, layout.two_halves(
-            self.info.mask_token_id, state.length, filled, start=start, slots=slots, cached=cached,
-            n_first=max(slots),
-        ))  # fmt: skip
+        lay = family.verify(self.info, state.length, filled, start=start, slots=slots, cached=cached)
+        return Segment.of(state, lay)
 
     def fused_verify_segment(
         self,
@@ -232,17 +214,14 @@ class HFAdapter(ModelAdapter):
 
         Logit rows: the ``len(slots)`` verification rows, then every row of each group in order.
         """
-        return Segment.of(state, layout.two_halves(
-            self.info.mask_token_id, state.length, filled, start=start, slots=slots, cached=cached,
-            n_first=max(slots) + 1, predrafts=predrafts,
+        return Segment.of(state, family.fused(
+            self.info, state.length, filled, start=start, slots=slots, predrafts=predrafts, cached=cached,
         ))  # fmt: skip
 
     def score_segment(
         self, state: KVState, prefix: torch.Tensor, branches: Sequence[torch.Tensor], *, score_from: int
     ) -> Segment:
-        """Same-position scoring (:func:`~s2d2.layouts.layout.score`): each scored token is read at a MASK
-        query at its own position behind the tokens before it; logit rows are the MASK rows."""
-        lay = layout.score(self.info.mask_token_id, state.length, prefix, branches, score_from=score_from)
+        lay = family.score(self.info, state.length, prefix, branches, score_from=score_from)
         return Segment.of(state, lay)
 
     # ------------------------------------------------------------------ helpers for subclasses

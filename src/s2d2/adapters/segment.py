@@ -19,11 +19,15 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from ..layouts.layout import Layout, last_rows
+from ..layouts import specs
+from ..layouts.layout import Layout, Realign, last_rows
 from ..layouts.mask_spec import MaskSpec, SpecCache, dense
 from .host_lists import long_tensor
 from .kv_pool import KVState
 
+#: ``state.extra`` key: ``(position, logits row [V] predicting the token at that position)``, what a
+#: shifted family's forward saves for the row's next one (:class:`~s2d2.layouts.layout.Realign`)
+NEXT_LOGITS = "shifted.next_logits"
 #: boolean masks' specs, converted once per mask object (callers that build masks memoise them)
 _SPECS = SpecCache()
 #: specs' boolean matrices (the fallback paths' only), made once per spec object
@@ -64,9 +68,16 @@ class Segment:
 
     @classmethod
     def of(cls, state: KVState, layout: Layout) -> Segment:
-        """The row ``state``'s segment of ``layout`` (its zero rows, if any, padded in by ``finish``)."""
+        """The row ``state``'s segment of ``layout``: its zero rows, if any, padded in by ``finish``, or
+        its raw rows re-aligned there (:func:`realigned`); a bias layout's float mask (:attr:`bias`)."""
         seg = cls(state, layout.ids, layout.pos, layout.spec, keep=layout.keep, logit_rows=layout.logit_rows)
-        if layout.zero_rows:
+        if layout.bias:  # the visibility as an additive 1.0/0.0 float mask; every key visible
+            seg.bias = seg.dense.to(torch.float32)
+            seg.context_bias = 1.0
+            seg.mask = specs.full(seg.n)
+        if layout.realign is not None:
+            seg.finish = realigned(state, layout.realign)
+        elif layout.zero_rows:
             zeros = layout.zero_rows
 
             def finish(out: torch.Tensor) -> torch.Tensor:
@@ -86,6 +97,43 @@ class Segment:
         if not isinstance(self.mask, MaskSpec):
             return self.mask
         return _DENSE.get(self.mask, dense)
+
+
+def realigned(state: KVState, r: Realign) -> Callable[[torch.Tensor], torch.Tensor]:
+    """The ``finish`` of a shifted family's segment: returns its raw rows re-aligned by ``r`` (one slice
+    where the map is a run of rows, behind the saved row or not; else one stack), reading the row's saved
+    prediction first and then saving the new one in ``state.extra`` (:data:`NEXT_LOGITS`)."""
+    rows, k = r.rows, len(r.rows)
+    lead = 1 if k and rows[0] == -1 else 0
+    first = rows[lead] if k > lead else 0
+    run = all(i == first + j for j, i in enumerate(rows[lead:]))
+
+    def finish(raw: torch.Tensor) -> torch.Tensor:
+        if run:
+            out = raw[first : first + k - lead]
+            if lead:
+                head = saved(state, r.at, raw)[None]
+                out = torch.cat([head, out]) if out.shape[0] else head
+        else:
+            out = torch.stack([saved(state, r.at, raw) if i < 0 else raw[i] for i in rows])
+        if r.save_row >= 0:
+            state.extra[NEXT_LOGITS] = (r.save_at, raw[r.save_row])
+        return out
+
+    return finish
+
+
+def saved(state: KVState, pos: int, raw: torch.Tensor) -> torch.Tensor:
+    """The prediction ``state`` saved for position ``pos`` (zeros, i.e. uniform, when ``pos == 0``)."""
+    got = state.extra.get(NEXT_LOGITS)
+    if got is not None and got[0] == pos:
+        return got[1]
+    if pos == 0:
+        return raw.new_zeros(raw.shape[-1])
+    raise RuntimeError(
+        f"no saved prediction for position {pos}: the cache must be written by this adapter's "
+        "prefill/commit/draft (or pass the last committed tokens as `pending`)"
+    )
 
 
 def packed(parts: Sequence[torch.Tensor | list[int]]) -> torch.Tensor:

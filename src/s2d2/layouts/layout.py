@@ -2,9 +2,9 @@
 
 A :class:`Layout` is one row's part of a batched forward, built from host integers: the visibility
 among its new tokens is a :class:`~.mask_spec.MaskSpec` (:mod:`.specs`), never an ``n x n`` boolean.
-Each function here lays out one kind of segment from what a family's traits say (its mask token; the
-shifted family's own kinds are :func:`shifted_verify` and :func:`shifted_score`); the adapters wrap
-layouts into :class:`~s2d2.adapters.segment.Segment` objects with the row's cache state.
+Each function here lays out one kind of segment from what a family's traits say (its mask token; a
+shifted family's layouts are these re-aligned, :mod:`.shifted`); the adapters wrap layouts into
+:class:`~s2d2.adapters.segment.Segment` objects with the row's cache state.
 """
 
 from __future__ import annotations
@@ -26,7 +26,9 @@ class Layout(NamedTuple):
     what each query sees among the ``n`` new keys (and the whole cache); ``keep``: how many leading new
     keys stay cached; ``logit_rows``: the rows (into the ``n``) whose logits the caller reads;
     ``zero_rows``: all-zero logit rows the caller puts before them (a partly cached block's cached
-    slots: never read)."""
+    slots: never read); ``realign``: a shifted family's map from the raw rows to the rows returned
+    (:class:`Realign`; None: the raw rows as they are); ``bias``: the visibility is added to the
+    scores as 1.0/0.0 (1.0 to the cache's) and nothing is masked (LLaDA2's official prefill)."""
 
     ids: torch.Tensor | list[int]
     pos: torch.Tensor | list[int]
@@ -34,6 +36,21 @@ class Layout(NamedTuple):
     keep: int
     logit_rows: torch.Tensor
     zero_rows: int = 0
+    realign: Realign | None = None
+    bias: bool = False
+
+
+class Realign(NamedTuple):
+    """How a shifted family's raw logit rows become the rows returned, as indices: returned row ``i`` is
+    raw row ``rows[i]`` (an index into ``logit_rows``) or, where ``rows[i] == -1``, the prediction the
+    row saved for position ``at`` (by an earlier forward); then, unless ``save_row == -1``, raw row
+    ``save_row`` is saved as the prediction for position ``save_at`` (the first one the forward leaves
+    uncached)."""
+
+    rows: tuple[int, ...]
+    at: int = -1
+    save_row: int = -1
+    save_at: int = -1
 
 
 class Group(Protocol):
@@ -170,34 +187,3 @@ def score(
         at += 2 * k - 1
     spec = specs.score(p, score_from, tuple(b.numel() for b in branches))
     return Layout(torch.cat(ids), torch.cat(pos), spec, p, torch.cat(rows))
-
-
-def shifted_verify(length: int, filled: Tokens, *, start: int, slots: Sequence[int]) -> Layout:
-    """A shifted family's verification: a plain token-causal forward over ``filled[:max(slots)]`` (slot
-    ``s`` is predicted by the row of slot ``s - 1``; slot 0 by the row before the block); read only,
-    logit rows: every fed row."""
-    assert length == start, "commit pending tokens (draft) before verifying"
-    top = max(slots)
-    return Layout(filled[:top], torch.arange(start, start + top), specs.causal(top), 0, last_rows(top, top))
-
-
-def shifted_score(
-    length: int, prefix: torch.Tensor, branches: Sequence[torch.Tensor], *, score_from: int
-) -> tuple[Layout, list[int]]:
-    """A shifted family's scoring: a plain causal forward over ``prefix`` (kept) and each branch but its
-    last token (:func:`~.specs.shifted_score`). Returns the layout, whose logit rows are the raw rows
-    read (sorted, the last prefix row among them), and ``need``: for each scored token in order, the raw
-    row (into the segment) that predicts it, ``-1`` for the prediction saved before the segment."""
-    start, p = length, prefix.numel()
-    ids, pos, sizes = [prefix], [torch.arange(start, start + p)], [b.numel() - 1 for b in branches]
-    need = list(range(score_from - 1, p - 1))
-    at = p
-    for b, f in zip(branches, sizes, strict=True):
-        ids.append(b[:-1])
-        pos.append(torch.arange(start + p, start + p + f))
-        need += [p - 1] + list(range(at, at + f))
-        at += f
-    read = sorted({r for r in need if r >= 0} | ({p - 1} if p else set()))
-    spec = specs.shifted_score(p, tuple(sizes))
-    rows = torch.tensor(read, dtype=torch.long)
-    return Layout(torch.cat(ids), torch.cat(pos), spec, p, rows), need

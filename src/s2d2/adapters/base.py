@@ -22,7 +22,8 @@ row and step, then runs all of them as ONE batched forward (:meth:`ModelAdapter.
 All logits come back aligned to block slots: row ``j`` is the model's prediction for the token at slot
 ``j``, whatever the family's convention (same-position or shifted).
 
-The attention masks segments carry are built in :mod:`.masks`; checkpoints are read by :mod:`.checkpoint`.
+Each segment is a layout of :mod:`s2d2.layouts` (its visibility as integers) bound to a row's cache
+state; checkpoints are read by :mod:`.checkpoint`.
 """
 
 from __future__ import annotations

@@ -105,8 +105,9 @@ def dense(spec: MaskSpec) -> torch.Tensor:
 
 
 class SpecCache:
-    """:func:`spec_of` once per mask object: the adapters memoise their masks (read-only tensors shared
-    by rows), so a step converts only masks it has not seen. Holds each mask it converted (so an id is
+    """:func:`spec_of` once per mask object, for callers that describe segments by boolean masks they
+    memoise (read-only tensors shared by rows; the layouts build specs directly), or any other conversion
+    once per object (``convert``). Holds each mask it converted (so an id is
     never reused while cached) and forgets everything past ``size`` entries."""
 
     def __init__(self, size: int = 8192):

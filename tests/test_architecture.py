@@ -27,6 +27,7 @@ LAYERS: dict[str, int] = {
     "s2d2.config": 1,
     "s2d2.decoding": 2,
     "s2d2.adapters": 2,
+    "s2d2.layouts": 2,
     "s2d2.constraints": 2,
     "s2d2.applicability": 2,
     "s2d2.model_source": 2,

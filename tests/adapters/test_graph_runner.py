@@ -12,9 +12,9 @@ import torch
 import s2d2
 from s2d2.adapters.forward_batch import FIELDS, BatchShape, build_batch, field_sizes, grid_queries
 from s2d2.adapters.graph_runner import bucket, load_shapes
-from s2d2.adapters.mask_spec import spec_of
 from s2d2.bench.suites import load_problems
 from s2d2.engine.llm_engine import LLMEngine
+from s2d2.layouts.mask_spec import spec_of
 
 
 @pytest.fixture(scope="module")

@@ -10,11 +10,11 @@ import pytest
 import torch
 
 import s2d2
-from s2d2.adapters import hf
+from s2d2.adapters import hf, masks
 from s2d2.adapters.kv_pool import PagesNotHeld, take_pages
-from s2d2.adapters.mask_spec import MaskDoesNotFit, SpecCache, dense, spec_of
 from s2d2.adapters.masks import context_mask, score_mask
 from s2d2.adapters.segment import Predraft, Segment
+from s2d2.layouts.mask_spec import MaskDoesNotFit, SpecCache, dense, spec_of
 
 
 def _every_mask():
@@ -22,17 +22,17 @@ def _every_mask():
         for committed in itertools.product((False, True), repeat=min(B, 4)):
             done = tuple(committed) + (False,) * (B - len(committed))
             for phase in (0, 1, B - 1):
-                yield hf._draft_mask(m, done if causal else (False,) * B, B, causal, phase)
+                yield masks.draft_block_mask(m, done if causal else (False,) * B, B, causal, phase)
             if causal and False in done:
-                yield hf._lead_mask(m, done, B, done.index(False))
+                yield masks.lead_mask(m, done, done.index(False))
     for n in (1, 2, 7, 16):
-        yield hf._causal_mask(n)
+        yield masks.causal_mask(n)
         pos = torch.arange(3, 3 + n)
         yield context_mask(pos, pos, 4, False)
     for n_first, slots in ((4, (1, 2, 3)), (8, (0, 3, 7)), (5, (2,)), (16, tuple(range(1, 16, 2)))):
-        yield hf._verify_mask(n_first, slots)
+        yield masks.verify2l_mask(0, n_first, list(slots))
         for groups in (((2, 1, False),), ((3, 2, True), (1, 4, False)), ((4, n_first, True),)):
-            yield hf._fused_mask(n_first, slots, groups)
+            yield masks.fused_mask(n_first, slots, groups)
     for p, frm, branches in ((4, 1, [2, 3]), (6, 0, [1]), (3, 2, [])):
         yield score_mask(p, frm, branches)
 
@@ -71,7 +71,7 @@ def mixed_segments(fast, pool) -> list:
         gen = torch.Generator().manual_seed(0)
         for r, st in enumerate(rows):
             ids = torch.randint(3, 300, (8 + 9 * r,), generator=gen).tolist()
-            seg = Segment(st, ids, list(range(len(ids))), hf._causal_mask(len(ids)), keep=len(ids),
+            seg = Segment(st, ids, list(range(len(ids))), masks.causal_mask(len(ids)), keep=len(ids),
                           logit_rows=Segment.last_rows(len(ids), 0))  # fmt: skip
             take_pages([seg])
             fast.forward(pool, [seg])
@@ -83,7 +83,7 @@ def mixed_segments(fast, pool) -> list:
         layout.draft(a, [5, mask_id, 7, mask_id]),
         layout.verify(b, [5, 6, 7, 8], [1, 2, 3]),
         layout.fused(c, [5, 6, 7, 8], [1, 3], [group]),
-        Segment(d, [11, 12, 13], [d.length, d.length + 1, d.length + 2], hf._causal_mask(3), keep=0,
+        Segment(d, [11, 12, 13], [d.length, d.length + 1, d.length + 2], masks.causal_mask(3), keep=0,
                 logit_rows=torch.arange(3)),
     ]  # fmt: skip
     take_pages(segments)  # the forward writes into pages its rows hold (the engine's scheduler takes them)
@@ -143,7 +143,7 @@ def test_the_forward_takes_no_page_and_advances_no_length(tiny, path):
     fast = tiny.adapter.fast
     pool = fast.new_pool(page_size=16)
     st = pool.new_state()
-    seg = Segment(st, [5, 6, 7], [0, 1, 2], hf._causal_mask(3), keep=3, logit_rows=torch.arange(3))
+    seg = Segment(st, [5, 6, 7], [0, 1, 2], masks.causal_mask(3), keep=3, logit_rows=torch.arange(3))
     with pytest.raises(PagesNotHeld, match="pages are taken before the forward"):
         getattr(fast, path)(pool, [seg])
     take_pages([seg])

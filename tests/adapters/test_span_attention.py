@@ -15,7 +15,7 @@ import torch
 from conftest import REPO
 from s2d2.adapters import span_attention as sa
 from s2d2.adapters.forward_batch import BatchShape, build_batch
-from s2d2.adapters.mask_spec import MaskSpec
+from s2d2.layouts.mask_spec import MaskSpec
 
 pytest.importorskip("triton")
 

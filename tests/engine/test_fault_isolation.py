@@ -119,16 +119,16 @@ def test_a_forward_that_fails_after_writing_caches_reruns_identically(native):
 
         m.adapter._native_forward = forward
     else:
-        real = m.adapter.fast.forward
+        real = m.adapter.fast.forward_batch
 
-        def forward(pool, segments):
-            out = real(pool, segments)  # every row's keys and values are written now
-            if any(marked(s, marker) for s in segments):
-                failures.append(segments)
+        def forward(pool, batch):  # the engine's one batch a step (packed ids and positions)
+            out = real(pool, batch)  # every row's keys and values are written now
+            if marked(batch, marker):
+                failures.append(batch)
                 raise RuntimeError("late failure")
             return out
 
-        m.adapter.fast.forward = forward
+        m.adapter.fast.forward_batch = forward
     outs = _decode(m.adapter, prompts[:2] + [_marked_prompt(m, marker)], [cfg] * 3)
     assert len(failures) >= 2 and outs[2].status == "failed"
     assert [o.token_ids for o in outs[:2]] == [o.token_ids for o in alone[:2]]

@@ -59,13 +59,13 @@ def group_mask(
     where: dict[int, int] = {}
     distinct: list[Segment] = []
     for seg in segments:
-        if where.setdefault(id(seg.mask), len(distinct)) == len(distinct):
+        if where.setdefault(id(seg.dense), len(distinct)) == len(distinct):
             distinct.append(seg)
     inner = torch.zeros(len(distinct), n_q, n_q, dtype=torch.bool)
     for u, seg in enumerate(distinct):
-        inner[u, : seg.n, : seg.n] = seg.mask
+        inner[u, : seg.n, : seg.n] = seg.dense
     if len(distinct) < R:
-        inner = inner[long_tensor([where[id(seg.mask)] for seg in segments])]
+        inner = inner[long_tensor([where[id(seg.dense)] for seg in segments])]
     k = torch.arange(n_k)[None, None, :]
     q = torch.arange(n_q)[None, :, None]
     rel = (k - lengths).clamp(0, n_q - 1).expand(R, n_q, n_k)
@@ -97,7 +97,7 @@ def one_row_mask(seg: Segment, n_k: int) -> torch.Tensor:
     length, n = seg.state.length, seg.n
     out = torch.full((1, 1, n, n_k), float("-inf"))
     out[..., :length] = 0.0
-    out[0, 0, :, length:length + n].masked_fill_(seg.mask, 0.0)
+    out[0, 0, :, length:length + n].masked_fill_(seg.dense, 0.0)
     return out
 
 

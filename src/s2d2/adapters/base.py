@@ -22,7 +22,8 @@ row and step, then runs all of them as ONE batched forward (:meth:`ModelAdapter.
 All logits come back aligned to block slots: row ``j`` is the model's prediction for the token at slot
 ``j``, whatever the family's convention (same-position or shifted).
 
-The attention masks segments carry are built in :mod:`.masks`; checkpoints are read by :mod:`.checkpoint`.
+Each segment is a layout of :mod:`s2d2.layouts` (its visibility as integers) bound to a row's cache
+state; checkpoints are read by :mod:`.checkpoint`.
 """
 
 from __future__ import annotations
@@ -34,6 +35,8 @@ from typing import Any
 
 import torch
 
+from .describe import Geometry
+from .forward_batch import ForwardBatch
 from .kv_pool import KVState, take_pages
 from .segment import Segment
 
@@ -54,6 +57,9 @@ class ModelInfo:
     shifted: bool = False
     pad_token_id: int | None = None
     bos_token_id: int | None = None
+    #: True when a block-causal prefill adds its mask to the scores as 1.0/0.0 and masks nothing (the
+    #: LLaDA2 official prefill; commits and a causal cache use the plain mask)
+    prefill_bias: bool = False
 
 
 class ModelAdapter(ABC):
@@ -139,6 +145,17 @@ class ModelAdapter(ABC):
         values (at ``[length, length + n)``, into pages the rows already hold): it advances no length and
         takes no page. The engine's step advances each row once, after the forward; callers outside the
         engine use :meth:`run_and_keep`."""
+
+    def geometry(self, pool: Any) -> Geometry | None:
+        """What describing a forward over rows of ``pool`` needs (:func:`~.describe.describe`), or None
+        when this adapter runs segments only its own way (:meth:`run`: transformers' own forward)."""
+        return None
+
+    def forward(self, pool: Any, batch: ForwardBatch) -> torch.Tensor:
+        """The forward of ``batch``, described with :meth:`geometry` over rows of ``pool``: packed raw
+        logits ``[L, vocab]`` (``batch.logit_sizes`` a row, before any segment's ``finish``) in the model's
+        dtype. Writes the batch's new keys and values into their slots; touches no request."""
+        raise NotImplementedError(f"the {self.info.family} adapter has no batched forward")
 
     def prepare(self, pool: Any) -> int:
         """Make the forward ready for an engine's ``pool`` before its first step (the lean forward on

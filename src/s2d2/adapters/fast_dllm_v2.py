@@ -7,8 +7,8 @@ has no mask id: it comes from the tokenizer (``|<MASK>|``, read from ``added_tok
 ``tokenizer.json``). ``bd_size`` is the block size the checkpoint was trained with.
 
 Logit convention (shifted): the hidden state at absolute position ``p`` scores the token at ``p + 1``. The
-adapter re-aligns rows to block slots, so row ``j`` of :meth:`draft` / :meth:`verify` is the model's
-prediction for slot ``j``:
+layouts re-align rows to block slots (the ``shifted`` trait: :mod:`s2d2.layouts.shifted`), so row ``j``
+of :meth:`draft` / :meth:`verify` is the model's prediction for slot ``j``:
 
 * slot ``j >= 1`` is read from the row of slot ``j - 1`` of the same forward;
 * slot 0 is predicted by the last position *before* the block. In :meth:`draft` with pending tokens that is
@@ -25,18 +25,17 @@ holds the AR predictive logits for slot ``j`` given ``filled[:j]``; slot 0 again
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from ..errors import ModelLoadError
+from ..layouts import layout
 from .base import ModelInfo
 from .checkpoint import find_mask_token, load_safetensors, matches_family, require_mask_token
 from .hf import HFAdapter
 from .kv_pool import KVState
-from .masks import token_causal
 from .sdar import eos_ids
 from .segment import Segment
 
@@ -64,8 +63,6 @@ _QWEN2_KEYS = (
     "pad_token_id",
     "attention_dropout",
 )
-#: ``state.extra`` key: ``(position, logits row [V] predicting the token at that position)``.
-NEXT_LOGITS = "fast_dllm_v2.next_logits"
 
 
 def detect(config: dict[str, Any]) -> bool:
@@ -98,136 +95,16 @@ def qwen2_config(config: dict[str, Any]) -> Any:
 
 
 class FastDLLMv2Adapter(HFAdapter):
-    """Fast-dLLM v2 on a native ``Qwen2ForCausalLM``: shifted logits re-aligned to block slots."""
+    """Fast-dLLM v2 on a native ``Qwen2ForCausalLM``. Its shifted logits are the ``shifted`` trait of its
+    :class:`~.base.ModelInfo`: the layouts re-align them to block slots (:mod:`s2d2.layouts.shifted`)."""
 
-    caches_partial_blocks = False
-
-    # ------------------------------------------------------------------ slot-0 bookkeeping
-    def _save_next(self, state: KVState, pos: int, row: torch.Tensor) -> None:
-        """Remember ``row`` as the prediction for position ``pos`` (the first one after what the forward
-        keeps: the row's next uncached position once the step has advanced it)."""
-        state.extra[NEXT_LOGITS] = (pos, row)
-
-    def _next_logits(self, state: KVState, pos: int) -> torch.Tensor:
-        """The saved prediction for position ``pos`` (zeros, i.e. uniform, when ``pos == 0``)."""
-        saved = state.extra.get(NEXT_LOGITS)
-        if saved is not None and saved[0] == pos:
-            return saved[1]
-        if pos == 0:
-            return torch.zeros(self.info.vocab_size, dtype=self.dtype, device=self.device)
-        raise RuntimeError(
-            f"no saved prediction for position {pos}: the cache must be written by this adapter's "
-            "prefill/commit/draft (or pass the last committed tokens as `pending`)"
-        )
-
-    # ------------------------------------------------------------------ protocol
     def _commit_forward(
         self, state: KVState, ids: torch.Tensor, *, block_size: int, causal: bool, n_logits: int
     ) -> torch.Tensor:
         """Write ``ids`` at ``state.length...`` and return the last ``n_logits`` raw (unshifted) rows."""
-        seg = HFAdapter.prefill_segment(self, state, ids, block_size=block_size, causal=causal)
-        seg.logit_rows = Segment.last_rows(seg.n, n_logits)
+        lay = layout.prefill(state.length, ids, block_size=block_size, causal=causal)
+        seg = Segment.of(state, lay._replace(logit_rows=Segment.last_rows(lay.keep, n_logits)))
         return self.run_and_keep([seg])[0]
-
-    def prefill_segment(self, state: KVState, ids: torch.Tensor, *, block_size: int, causal: bool) -> Segment:
-        """Also keeps the last row: the prediction for the first position after ``ids``."""
-        seg = super().prefill_segment(state, ids, block_size=block_size, causal=causal)
-        seg.logit_rows = Segment.last_rows(seg.n, 1)
-        after = state.length + seg.n
-
-        def finish(rows: torch.Tensor) -> torch.Tensor:
-            self._save_next(state, after, rows[-1])
-            return rows[:0]
-
-        seg.finish = finish
-        return seg
-
-    def draft_segment(
-        self,
-        state: KVState,
-        pending: torch.Tensor | Sequence[int],
-        block: torch.Tensor | Sequence[int],
-        *,
-        start: int,
-        block_size: int,
-        causal: bool,
-        cached: int = 0,
-        extend: bool = False,
-        lead: int | None = None,
-    ) -> Segment:
-        """As the same-position draft; a shifted block is never partly cached (slot 0's prediction comes
-        from the position before the block), so ``cached`` must be 0 and ``extend`` is ignored."""
-        assert cached == 0, "a shifted model's block is not cached in parts"
-        assert lead is None, "a shifted model's slot 0 draft is already the AR prediction"
-        m, n = len(pending), len(block)
-        seg = super().draft_segment(state, pending, block, start=start, block_size=block_size, causal=causal)
-        if m:
-            # rows: [last pending | block slots 0..n-1]; the last pending row predicts slot 0.
-            seg.logit_rows = Segment.last_rows(m + n, n + 1)
-
-            def finish(rows: torch.Tensor) -> torch.Tensor:
-                self._save_next(state, start, rows[0])
-                return rows[:n]
-
-        else:
-
-            def finish(rows: torch.Tensor) -> torch.Tensor:
-                return torch.cat([self._next_logits(state, start)[None], rows[: n - 1]])
-
-        seg.finish = finish
-        return seg
-
-    def verify_segment(
-        self, state: KVState, filled: Sequence[int] | torch.Tensor, *, start: int, slots: list[int],
-        cached: int = 0,
-    ) -> Segment:  # fmt: skip
-        assert cached == 0, "a shifted model's block is not cached in parts"
-        assert state.length == start, "commit pending tokens (draft) before verifying"
-        top = max(slots)  # slot s is predicted by the row of slot s-1: no need to feed filled[top:]
-        pos = torch.arange(start, start + top)
-        mask = token_causal(pos, pos)
-
-        def finish(rows: torch.Tensor) -> torch.Tensor:
-            return torch.stack([self._next_logits(state, start) if s == 0 else rows[s - 1] for s in slots])
-
-        return Segment(
-            state, filled[:top], pos, mask, keep=0, logit_rows=Segment.last_rows(top, top), finish=finish
-        )
-
-    def score_segment(
-        self, state: KVState, prefix: torch.Tensor, branches: Sequence[torch.Tensor], *, score_from: int
-    ) -> Segment:
-        """Shifted scoring: a plain causal forward over ``prefix`` and each branch but its last token; a
-        token is scored from the row before it (the first one from the saved row of the position before
-        the segment). The last prefix row is saved for the next segment of the row."""
-        start, p = state.length, prefix.numel()
-        ids, pos, sizes = [prefix], [torch.arange(start, start + p)], [b.numel() - 1 for b in branches]
-        need = list(range(score_from - 1, p - 1))  # raw rows of prefix[score_from:]; -1: the saved row
-        at = p
-        for b, f in zip(branches, sizes, strict=True):
-            ids.append(b[:-1])
-            pos.append(torch.arange(start + p, start + p + f))
-            need += [p - 1] + list(range(at, at + f))
-            at += f
-        mask = torch.zeros(at, at, dtype=torch.bool)
-        mask[:p, :p] = token_causal(pos[0], pos[0])
-        at = p
-        for f in sizes:
-            mask[at : at + f, :p] = True
-            mask[at : at + f, at : at + f] = token_causal(torch.arange(f), torch.arange(f))
-            at += f
-        read = sorted({r for r in need if r >= 0} | ({p - 1} if p else set()))
-        where = {r: i for i, r in enumerate(read)}
-
-        def finish(rows: torch.Tensor) -> torch.Tensor:
-            saved = self._next_logits(state, start) if -1 in need else None
-            out = [saved if r < 0 else rows[where[r]] for r in need]
-            if p:
-                self._save_next(state, start + p, rows[where[p - 1]])
-            return torch.stack(out) if out else rows[:0]
-
-        rows = torch.tensor(read, dtype=torch.long)
-        return Segment(state, torch.cat(ids), torch.cat(pos), mask, keep=p, logit_rows=rows, finish=finish)
 
 
 def load(

@@ -24,11 +24,11 @@ import torch
 import torch.nn.functional as F
 
 from .attention_groups import AttentionGroup, build_groups
-from .forward_batch import BatchShape, ForwardBatch, build_batch, field_sizes, grid_queries, shape_of
+from .describe import Geometry, describe
+from .forward_batch import BatchShape, ForwardBatch, field_sizes
 from .graph_runner import StaticRunner, load_shapes
 from .host_lists import long_tensor
 from .kv_pool import DEFAULT_PAGE_SIZE, KVPool, check_pages
-from .mask_spec import SpecCache
 from .paged_forward import (
     LayerWeights,
     layer_forward,
@@ -54,6 +54,11 @@ def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor
         return x * cos + _rotate_half(x) * sin
     rot, rest = x[..., :rd], x[..., rd:]
     return torch.cat([rot * cos + _rotate_half(rot) * sin, rest], dim=-1)
+
+
+def _eager(shape: BatchShape) -> None:
+    """No bucket: every batch runs eagerly at its own shape."""
+    return None
 
 
 class FastDecoder:
@@ -87,7 +92,6 @@ class FastDecoder:
             else:
                 warnings.warn(f"s2d2: the Triton span-attention kernel is not used ({problem}); SDPA instead",
                               stacklevel=2)  # fmt: skip
-        self.specs = SpecCache()
         with torch.no_grad():  # not inference tensors: the modules' own weights become views of these
             #: each layer's fused weights (:func:`~s2d2.adapters.paged_forward.layer_weights`)
             self.weights: list[LayerWeights] = [
@@ -193,38 +197,37 @@ class FastDecoder:
         wanted = load_shapes(self.static.max_tokens) if shapes is None else shapes
         return self.static.prepare(wanted, lambda s: field_sizes(s, self.n_heads), pool.page_size)
 
+    def geometry(self) -> Geometry:
+        """What describing a forward needs of this model (:func:`~.describe.describe`): its heads and the
+        bucket a batch runs at (a captured graph's shape; None: eagerly)."""
+        bucket = self.static.shape_for if self.static is not None else _eager
+        return Geometry(self.n_heads, self.n_kv, bucket)
+
     @torch.inference_mode()
     def forward(self, pool: KVPool, segments: Sequence[Segment]) -> list[torch.Tensor]:
         """Run every segment in one forward; return each one's raw logits ``[len(logit_rows), vocab]`` in
         the model's dtype.
 
-        Segments whose masks fit :mod:`~s2d2.adapters.mask_spec` (every mask but the LLaDA2 official
-        prefill's float bias) run as one :class:`ForwardBatch` through :meth:`run_batch`; the rest run
-        the grouped path (:meth:`grouped_forward`). The rows must hold pages for ``[0, length + n)``
+        Segments whose visibility is a :mod:`~s2d2.layouts.mask_spec` (every layout's; a boolean mask
+        that fits one; not the LLaDA2 official prefill's float bias) run as one :class:`ForwardBatch`
+        (:func:`~.describe.describe`) through :meth:`forward_batch`; the rest run the grouped path
+        (:meth:`grouped_forward`). The rows must hold pages for ``[0, length + n)``
         (:class:`~.kv_pool.PagesNotHeld` before anything runs); no page is taken and no length advanced.
         """
-        specs = [None if s.bias is not None or s.context_bias else self.specs.get(s.mask) for s in segments]
-        if any(sp is None for sp in specs):
+        batch = describe(segments, pool, self.geometry())
+        if batch is None:
             return self.grouped_forward(pool, segments)
-        check_pages(segments)
-        lengths = [s.state.length for s in segments]
-        pad = None
-        if self.static is not None:
-            n_logits = sum(s.logit_rows.numel() for s in segments)
-            pad = self.static.shape_for(shape_of(lengths, [s.n for s in segments], n_logits, pool.page_size))
-        # eager: rows of many queries (a prefill chunk) cut into short grid rows; padded: the bucket's grid
-        max_q = grid_queries([s.n for s in segments]) if pad is None else None
-        batch = build_batch(
-            lengths, [s.ids for s in segments], [s.pos for s in segments], specs,
-            [pool.table(s.state) for s in segments], [s.logit_rows for s in segments], pool.page_size,
-            self.n_heads, self.n_kv, pad=pad, max_q=max_q,
-        )  # fmt: skip
-        if pad is None:
-            logits = self.run_batch(pool, batch.to(self.device))
-        else:
-            self._pool = pool
-            logits = self.static.run(batch)
-        return list(logits.split(batch.logit_sizes))
+        return list(self.forward_batch(pool, batch).split(batch.logit_sizes))
+
+    @torch.inference_mode()
+    def forward_batch(self, pool: KVPool, batch: ForwardBatch) -> torch.Tensor:
+        """The forward of a host batch described by :func:`~.describe.describe` with :meth:`geometry`:
+        packed logits ``[L, vocab]`` in the model's dtype (a replayed graph at a bucket's shape, else
+        eagerly). Touches no request."""
+        if self.static is None or self.static.shape_for(batch.shape) != batch.shape:
+            return self.run_batch(pool, batch.to(self.device))
+        self._pool = pool
+        return self.static.run(batch)
 
     def run_batch(self, pool: KVPool, b: ForwardBatch) -> torch.Tensor:
         """The forward of a batch on the device: packed logits ``[L, vocab]`` of ``b.logit_index``, in the

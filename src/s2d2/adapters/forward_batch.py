@@ -3,7 +3,7 @@
 A :class:`ForwardBatch` is everything the paged forward (:mod:`~s2d2.adapters.paged_forward`) needs and
 nothing of a request: packed token ids and positions, each token's write slot in the paged pool (keys
 and values are written there before attention reads them in place), each row's page table, each query's
-visibility as a few integers (:mod:`~s2d2.adapters.mask_spec`: row-logical key bounds, not an ``n x n``
+visibility as a few integers (:mod:`~s2d2.layouts.mask_spec`: row-logical key bounds, not an ``n x n``
 mask), the query grid attention pads rows into, and the packed indices of the logit rows. It is built
 in numpy (no device work, no dispatched tensor ops) and goes to the device as ONE int64 tensor.
 
@@ -28,7 +28,7 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
-from .mask_spec import MaskSpec
+from ..layouts.mask_spec import MaskSpec
 
 #: the int64 fields of a batch, in blob order (each a flat array)
 FIELDS = ("ids", "pos", "slot", "pages", "q_index", "out_index", "hi", "win_lo", "win_hi", "self_key",

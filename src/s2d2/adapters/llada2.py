@@ -183,7 +183,8 @@ def _bad_prefill_mask(value: Any) -> ModelLoadError:
 
 
 class LLaDA2Adapter(HFAdapter):
-    """LLaDA2.x on a native ``Glm4MoeForCausalLM``; same-position, so only the prefill mask differs."""
+    """LLaDA2.x on a native ``Glm4MoeForCausalLM``; same-position, so only the prefill differs: the
+    official one is the ``prefill_bias`` trait of its :class:`~.base.ModelInfo`."""
 
     def __init__(
         self,
@@ -197,6 +198,8 @@ class LLaDA2Adapter(HFAdapter):
         if prefill_mask not in PREFILL_MASKS:
             raise _bad_prefill_mask(prefill_mask)
         self.prefill_mask = prefill_mask
+        #: the family trait the layouts read (:attr:`~.base.ModelInfo.prefill_bias`)
+        self.info.prefill_bias = prefill_mask == "official"
 
     def _prefill_forward(
         self, state: KVState, ids: torch.Tensor, *, block_size: int, causal: bool, n_logits: int
@@ -205,25 +208,6 @@ class LLaDA2Adapter(HFAdapter):
         seg = self.prefill_segment(state, ids, block_size=block_size, causal=causal)
         seg.logit_rows = Segment.last_rows(seg.n, n_logits)
         return self.run_and_keep([seg])[0]
-
-    def can_fold_prefill(self, causal: bool) -> bool:
-        """The official prefill mask is additive (nothing masked), unlike a draft's pending rows."""
-        return causal or self.prefill_mask != "official"
-
-    def prefill_segment(self, state: KVState, ids: torch.Tensor, *, block_size: int, causal: bool) -> Segment:
-        seg = super().prefill_segment(state, ids, block_size=block_size, causal=causal)
-        if self.prefill_mask == "official" and not causal:
-            # The official 1.0/0.0 float mask, added to the scores as is: nothing is masked.
-            seg.bias = seg.mask.to(torch.float32)
-            seg.context_bias = 1.0
-            seg.mask = torch.ones_like(seg.mask)
-        return seg
-
-
-    def commit_segment(self, state: KVState, ids: torch.Tensor, *, block_size: int, causal: bool) -> Segment:
-        """Committed output is cached as a draft's pending tokens were: the plain mask, never the
-        official prefill's."""
-        return HFAdapter.prefill_segment(self, state, ids, block_size=block_size, causal=causal)
 
 
 def load(

@@ -1,6 +1,11 @@
-"""Attention masks of the segments the families build: boolean ``[queries, keys]`` matrices, True = the
-query may see the key (block-causal and token-causal context, a draft forward, a 2L verification, scoring
-branches)."""
+"""Attention masks as boolean ``[queries, keys]`` matrices, True = the query may see the key
+(block-causal and token-causal context, a draft forward, the AR lead, a 2L and a fused verification,
+scoring branches).
+
+The forward never builds these: the layouts give each kind's visibility as integers
+(:mod:`s2d2.layouts.specs`). They stay as the oracle the tests check the layouts against, and for
+callers that describe a segment by a matrix (the transformers reference forward takes one made from a
+spec: :func:`~s2d2.layouts.mask_spec.dense`)."""
 
 from __future__ import annotations
 
@@ -89,4 +94,68 @@ def score_mask(n_prefix: int, score_from: int, branches: Sequence[int]) -> torch
         mask[at + b - 1 : at + 2 * b - 1, at : at + b - 1] = fed[None, :] < slots[:, None]
         mask[at + b - 1 : at + 2 * b - 1, at + b - 1 : at + 2 * b - 1] = torch.eye(b, dtype=torch.bool)
         at += 2 * b - 1
+    return mask
+
+
+def causal_mask(n: int) -> torch.Tensor:
+    """Token-causal ``[n, n]``."""
+    return torch.ones(n, n, dtype=torch.bool).tril_()
+
+
+def draft_block_mask(
+    m: int, committed: tuple[bool, ...], block_size: int, causal: bool, phase: int
+) -> torch.Tensor:
+    """:func:`draft_mask` among the new tokens of ``m`` pending tokens and fed block slots (``committed``:
+    one flag a slot) whose block starts at ``phase`` within its block."""
+    start = phase + block_size * (m // block_size + 1)
+    done = torch.tensor(committed, dtype=torch.bool)
+    return draft_mask(0, m, done, block_size=block_size, causal=causal, start=start)
+
+
+def lead_mask(m: int, committed: tuple[bool, ...], lead: int) -> torch.Tensor:
+    """A causal draft mask (queries ``[pending | fed block]``) plus one last row and key: the AR-mode
+    query of fed slot ``lead`` sees the pending tokens, the fed slots before it and itself."""
+    inner = draft_block_mask(m, committed, 1, True, 0)
+    n = inner.shape[0]
+    mask = torch.zeros(n + 1, n + 1, dtype=torch.bool)
+    mask[:n, :n] = inner
+    mask[n, : m + lead] = True
+    mask[n, n] = True
+    return mask
+
+
+def fused_mask(
+    n_first: int, slots: Sequence[int], groups: Sequence[tuple[int, int, bool]]
+) -> torch.Tensor:
+    """The 2L verification mask of ``slots`` among the new tokens, followed by pre-draft groups
+    (``(rows, visible first-half keys, head alone)`` each)."""
+    two_l = verify2l_mask(0, n_first, list(slots))
+    if not groups:
+        return two_l
+    head = n_first + len(slots)
+    n = head + sum(rows for rows, _, _ in groups)
+    mask = torch.zeros(n, n, dtype=torch.bool)
+    mask[:head, :head] = two_l
+    at = head
+    for rows, visible, head_alone in groups:
+        mask[at : at + rows, :visible] = True
+        mask[at : at + rows, at : at + rows] = True
+        if head_alone:
+            mask[at, at + 1 : at + rows] = False
+        at += rows
+    return mask
+
+
+def shifted_score_mask(n_prefix: int, fed: Sequence[int]) -> torch.Tensor:
+    """A shifted family's scoring mask: the prefix token-causal, then per branch its ``f`` fed tokens,
+    which see the whole prefix and the branch's tokens up to their own."""
+    p = n_prefix
+    n = p + sum(fed)
+    mask = torch.zeros(n, n, dtype=torch.bool)
+    mask[:p, :p] = causal_mask(p)
+    at = p
+    for f in fed:
+        mask[at : at + f, :p] = True
+        mask[at : at + f, at : at + f] = causal_mask(f)
+        at += f
     return mask

@@ -1,23 +1,37 @@
-"""One row's share of a batched forward: its new tokens, their positions and their attention mask.
+"""One row's share of a batched forward: its new tokens, their positions and what its queries see.
 
-Every model call of the decoding engine is a list of :class:`Segment` objects, one per running row, run
-as one batched forward (:meth:`s2d2.adapters.hf.HFAdapter.run`). A segment's queries always see the
-whole of its row's cache (``state.length`` keys); among its own new tokens they see what ``mask`` allows.
-The first ``keep`` new tokens' keys/values stay in the cache (the row's length advances by ``keep``); the
-rest are written but not kept, so a read-only forward (a draft block, a verification) costs no copy.
+A segment is a :class:`~s2d2.layouts.layout.Layout` (what the row feeds, built as integers) bound to
+the row's cache state. Every model call of the decoding engine is a list of :class:`Segment` objects,
+one per running row, run as one batched forward (:meth:`s2d2.adapters.hf.HFAdapter.run`). A segment's
+queries always see the whole of its row's cache (``state.length`` keys); among its own new tokens they
+see what ``mask`` allows (a :class:`~s2d2.layouts.mask_spec.MaskSpec`, as the layouts make it, or a
+boolean matrix). The first ``keep`` new tokens' keys/values stay in the cache (the row's length advances
+by ``keep``); the rest are written but not kept, so a read-only forward (a draft block, a verification)
+costs no copy.
 """
 
 from __future__ import annotations
 
-import functools
 import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 
+from ..layouts import specs
+from ..layouts.layout import Layout, Realign, last_rows
+from ..layouts.mask_spec import MaskSpec, SpecCache, dense
 from .host_lists import long_tensor
 from .kv_pool import KVState
+
+#: ``state.extra`` key: ``(position, logits row [V] predicting the token at that position)``, what a
+#: shifted family's forward saves for the row's next one (:class:`~s2d2.layouts.layout.Realign`)
+NEXT_LOGITS = "shifted.next_logits"
+#: boolean masks' specs, converted once per mask object (callers that build masks memoise them)
+_SPECS = SpecCache()
+#: specs' boolean matrices (the fallback paths' only), made once per spec object
+_DENSE = SpecCache()
 
 
 @dataclass
@@ -25,18 +39,20 @@ class Segment:
     """The new tokens of one row in one forward.
 
     ``ids`` and ``pos`` are ``[n]`` token ids and absolute positions, as long tensors or as int lists
-    (the lean forward packs every row's lists into one tensor a step, :func:`packed`); ``mask`` is the
-    boolean ``[n, n]`` mask among the new tokens (True = the query may see the key). ``bias`` (optional,
-    ``[n, n]`` float) is added to the scores of the visible new keys and ``context_bias`` to those of the
-    cached keys (the LLaDA2 official prefill). ``logit_rows`` are the indices (into the segment) whose
-    logits the caller needs; ``finish`` maps those raw rows ``[len(logit_rows), vocab]`` to what the
-    adapter returns (the shifted family re-aligns them); it runs after the row's length has advanced.
+    (the lean forward packs every row's lists into one tensor a step, :func:`packed`); ``mask`` is what
+    the queries see among the new tokens: a :class:`MaskSpec` (the layouts') or a boolean ``[n, n]``
+    matrix (True = the query may see the key; :attr:`spec` and :attr:`dense` give either form).
+    ``bias`` (optional, ``[n, n]`` float) is added to the scores of the visible new keys and
+    ``context_bias`` to those of the cached keys (the LLaDA2 official prefill). ``logit_rows`` are the
+    indices (into the segment) whose logits the caller needs; ``finish`` maps those raw rows
+    ``[len(logit_rows), vocab]`` to what the adapter returns (the shifted family re-aligns them); it runs
+    after the row's length has advanced.
     """
 
     state: KVState
     ids: torch.Tensor | list[int]
     pos: torch.Tensor | list[int]
-    mask: torch.Tensor
+    mask: torch.Tensor | MaskSpec
     keep: int
     logit_rows: torch.Tensor
     finish: Callable[[torch.Tensor], torch.Tensor] | None = None
@@ -47,11 +63,77 @@ class Segment:
         #: how many new tokens the segment feeds
         self.n = len(self.ids) if isinstance(self.ids, list) else int(self.ids.numel())
 
-    @staticmethod
-    @functools.lru_cache(maxsize=4096)
-    def last_rows(n: int, k: int) -> torch.Tensor:
-        """Indices of the last ``k`` of ``n`` rows (a shared tensor: never modify it in place)."""
-        return torch.arange(n - k, n, dtype=torch.long)
+    #: indices of the last ``k`` of ``n`` rows (a shared tensor: never modify it in place)
+    last_rows = staticmethod(last_rows)
+
+    @classmethod
+    def of(cls, state: KVState, layout: Layout) -> Segment:
+        """The row ``state``'s segment of ``layout``: its zero rows, if any, padded in by ``finish``, or
+        its raw rows re-aligned there (:func:`realigned`); a bias layout's float mask (:attr:`bias`)."""
+        seg = cls(state, layout.ids, layout.pos, layout.spec, keep=layout.keep, logit_rows=layout.logit_rows)
+        if layout.bias:  # the visibility as an additive 1.0/0.0 float mask; every key visible
+            seg.bias = seg.dense.to(torch.float32)
+            seg.context_bias = 1.0
+            seg.mask = specs.full(seg.n)
+        if layout.realign is not None:
+            seg.finish = realigned(state, layout.realign)
+        elif layout.zero_rows:
+            zeros = layout.zero_rows
+
+            def finish(out: torch.Tensor) -> torch.Tensor:
+                return F.pad(out, (0, 0, zeros, 0))  # zero rows for the cached slots: one op
+
+            seg.finish = finish
+        return seg
+
+    @property
+    def spec(self) -> MaskSpec | None:
+        """The visibility as a :class:`MaskSpec`, or None for a boolean mask that does not fit one."""
+        return self.mask if isinstance(self.mask, MaskSpec) else _SPECS.get(self.mask)
+
+    @property
+    def dense(self) -> torch.Tensor:
+        """The visibility as a boolean ``[n, n]`` matrix (for the grouped and the native forward)."""
+        if not isinstance(self.mask, MaskSpec):
+            return self.mask
+        return _DENSE.get(self.mask, dense)
+
+
+def realigned(state: KVState, r: Realign) -> Callable[[torch.Tensor], torch.Tensor]:
+    """The ``finish`` of a shifted family's segment: returns its raw rows re-aligned by ``r`` (one slice
+    where the map is a run of rows, behind the saved row or not; else one stack), reading the row's saved
+    prediction first and then saving the new one in ``state.extra`` (:data:`NEXT_LOGITS`)."""
+    rows, k = r.rows, len(r.rows)
+    lead = 1 if k and rows[0] == -1 else 0
+    first = rows[lead] if k > lead else 0
+    run = all(i == first + j for j, i in enumerate(rows[lead:]))
+
+    def finish(raw: torch.Tensor) -> torch.Tensor:
+        if run:
+            out = raw[first : first + k - lead]
+            if lead:
+                head = saved(state, r.at, raw)[None]
+                out = torch.cat([head, out]) if out.shape[0] else head
+        else:
+            out = torch.stack([saved(state, r.at, raw) if i < 0 else raw[i] for i in rows])
+        if r.save_row >= 0:
+            state.extra[NEXT_LOGITS] = (r.save_at, raw[r.save_row])
+        return out
+
+    return finish
+
+
+def saved(state: KVState, pos: int, raw: torch.Tensor) -> torch.Tensor:
+    """The prediction ``state`` saved for position ``pos`` (zeros, i.e. uniform, when ``pos == 0``)."""
+    got = state.extra.get(NEXT_LOGITS)
+    if got is not None and got[0] == pos:
+        return got[1]
+    if pos == 0:
+        return raw.new_zeros(raw.shape[-1])
+    raise RuntimeError(
+        f"no saved prediction for position {pos}: the cache must be written by this adapter's "
+        "prefill/commit/draft (or pass the last committed tokens as `pending`)"
+    )
 
 
 def packed(parts: Sequence[torch.Tensor | list[int]]) -> torch.Tensor:

@@ -81,8 +81,8 @@ def self_check(
 ) -> str | None:
     """Run the kernel once on a small random batch of this model's head shape and compare it with
     :func:`span_attention_reference`: None when it agrees, else why not (the caller then uses SDPA)."""
+    from ..layouts.mask_spec import spec_of
     from .forward_batch import build_batch
-    from .mask_spec import spec_of
 
     try:
         gen = torch.Generator().manual_seed(0)

@@ -2,8 +2,9 @@
 
 Each row contributes the segment of the forward it needs (``req.action``): a chunk of its prompt, its
 draft block (with the previous block's committed tokens folded in front), or its 2L verification. All
-segments run as ONE forward (:meth:`~s2d2.adapters.base.ModelAdapter.run`); the runner hands each row
-its own logits back and counts what the forward cost. Building a row's part writes nothing to the row
+segments run as ONE forward: the runner describes it as one host-side batch (:meth:`ModelRunner.forward`),
+the adapter returns packed logits, and the runner hands each row its own logits back and counts what the
+forward cost. Building a row's part writes nothing to the row
 (:class:`~.row_forward.RowForward` carries what the step applies after the forward), and the forward
 advances no length and takes no page: the step and the scheduler do (docs/ARCHITECTURE.md, "Who writes
 what").
@@ -18,6 +19,7 @@ import torch
 
 from ..adapters.attention_groups import split_by_length
 from ..adapters.base import ModelAdapter
+from ..adapters.describe import describe, per_row
 from ..adapters.segment import Segment
 from ..cost.step_cost import StepShape
 from .draft_step import VerifyMode
@@ -114,9 +116,27 @@ class ModelRunner:
     def run(self, rows: Sequence[Request], segments: Sequence[Segment]) -> list[torch.Tensor]:
         """One forward over ``segments`` (one per row of ``rows``); each row's logits, in order. Counts
         the forward and the query tokens fed (the engine's counters); touches no row."""
-        logits = self.adapter.run(segments)
+        logits = self.forward(segments)
         c = self.counters
         c.forwards += 1
         c.rows += len(rows)
         c.query_tokens += sum(s.n for s in segments)
         return logits
+
+    def forward(self, segments: Sequence[Segment]) -> list[torch.Tensor]:
+        """The step's forward: the runner describes it as ONE host-side batch (:func:`~s2d2.adapters.
+        describe.describe`: packed ids and positions, page tables, each query's visibility as integers,
+        the logit rows), the adapter runs that batch and returns packed logits ``[L, vocab]``, and the
+        runner splits them into each segment's rows (:func:`~s2d2.adapters.describe.per_row`). Segments
+        no batch describes (a float bias, transformers' own forward) run through ``adapter.run``, as do
+        all those of an object that only follows the protocol (not a :class:`ModelAdapter`: a wrapper
+        of one, which sees every forward as ``run``)."""
+        ad = self.adapter
+        live = [s for s in segments if s.n]
+        pool = live[0].state.cache if live else None
+        geometry = ad.geometry(pool) if live and isinstance(ad, ModelAdapter) else None
+        batch = describe(live, pool, geometry) if geometry is not None else None
+        if batch is None:
+            return ad.run(segments)
+        raw = ad.forward(pool, batch).split(batch.logit_sizes)
+        return per_row(segments, raw, ad.info.vocab_size, ad.device)

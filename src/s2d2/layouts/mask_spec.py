@@ -1,19 +1,22 @@
 """A segment's attention mask as a few integers a query: a prefix, at most one window, itself.
 
-Every mask the adapters build (:mod:`~s2d2.adapters.masks`, :mod:`~s2d2.adapters.hf`) lets query ``i``
-of a segment see, among the segment's new keys, a prefix ``[0, hi)``, at most one more window
+Every layout (:mod:`~s2d2.layouts.layout`; the boolean oracle :mod:`~s2d2.adapters.masks`) lets query
+``i`` of a segment see, among the segment's new keys, a prefix ``[0, hi)``, at most one more window
 ``[win_lo, win_hi)`` and, with ``self``, key ``i`` (drafts: a prefix; the AR lead: a prefix and itself;
 2L verification: ``[0, s)`` and itself; fused pre-draft groups: the visible first half and the group;
 scoring: the prefix, the branch's window and itself). :class:`MaskSpec` holds those four numbers a
 query as int tensors, so a forward's masks cost ``4 x tokens`` integers, not ``n x n`` booleans a row,
 and a kernel evaluates them in registers. :func:`spec_of` converts a boolean mask and raises
 :class:`MaskDoesNotFit` when one does not fit this form; :func:`dense` is its inverse (for tests and the
-reference path).
+reference path); :func:`canonical` gives the layouts' integer descriptions :func:`spec_of`'s exact form
+without any ``n x n`` matrix.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -68,6 +71,28 @@ def spec_of(mask: torch.Tensor) -> MaskSpec:
     return spec
 
 
+def canonical(hi: np.ndarray, win_lo: np.ndarray, win_hi: np.ndarray, self_: np.ndarray) -> MaskSpec:
+    """The :class:`MaskSpec` that :func:`spec_of` gives the mask in which query ``i`` sees keys ``[0, hi)``,
+    ``[win_lo, win_hi)`` (empty when ``win_lo >= win_hi``) and, where ``self_``, key ``i`` (each ``[n]``):
+    the leading run of visible keys as ``hi``, the other visible keys but ``i`` as the window, ``i`` alone
+    as ``self_``. Numpy on ``4 x n`` integers: no ``n x n`` mask is made."""
+    hi, lo, whi = (np.asarray(a, dtype=np.int64) for a in (hi, win_lo, win_hi))
+    own = np.asarray(self_, dtype=bool)
+    i = np.arange(hi.size, dtype=np.int64)
+    win = lo < whi
+    run = hi
+    for _ in range(2):  # the window and the query itself each join the leading run at most once
+        run = np.where(win & (lo <= run), np.maximum(run, whi), run)
+        run = np.where(own & (i == run), run + 1, run)
+    a = np.maximum(lo, run)  # the visible keys past the run but ``i``: [a, whi) less {i}
+    rest = win & (whi - a - ((a <= i) & (i < whi)) > 0)
+    first = np.where(rest, np.where(a == i, a + 1, a), run)
+    last = np.where(rest, np.where(whi - 1 == i, whi - 1, whi), run)
+    sees_self = own | (i < hi) | (win & (lo <= i) & (i < whi))
+    alone = sees_self & (i >= run) & ~((first <= i) & (i < last))
+    return MaskSpec(*(torch.from_numpy(np.ascontiguousarray(x)) for x in (run, first, last, alone)))
+
+
 def dense(spec: MaskSpec) -> torch.Tensor:
     """The boolean ``[n, n]`` mask of ``spec`` (the inverse of :func:`spec_of`)."""
     n = spec.n
@@ -80,24 +105,29 @@ def dense(spec: MaskSpec) -> torch.Tensor:
 
 
 class SpecCache:
-    """:func:`spec_of` once per mask object: the adapters memoise their masks (read-only tensors shared
-    by rows), so a step converts only masks it has not seen. Holds each mask it converted (so an id is
+    """:func:`spec_of` once per mask object, for callers that describe segments by boolean masks they
+    memoise (read-only tensors shared by rows; the layouts build specs directly), or any other conversion
+    once per object (``convert``). Holds each mask it converted (so an id is
     never reused while cached) and forgets everything past ``size`` entries."""
 
     def __init__(self, size: int = 8192):
         self.size = size
-        self._by_id: dict[int, tuple[torch.Tensor, MaskSpec | None]] = {}
+        self._by_id: dict[int, tuple[Any, Any]] = {}
 
-    def get(self, mask: torch.Tensor) -> MaskSpec | None:
-        """The mask's spec, or None when it does not fit (the caller takes the dense path)."""
+    def get(self, mask: Any, convert: Callable[[Any], Any] | None = None) -> Any:
+        """The mask's spec, or None when it does not fit (the caller takes the dense path); with
+        ``convert``, ``convert(mask)`` once per object instead (never None unless it returns None)."""
         hit = self._by_id.get(id(mask))
         if hit is not None and hit[0] is mask:
             return hit[1]
-        try:
-            spec: MaskSpec | None = spec_of(mask)
-        except MaskDoesNotFit:
-            spec = None
+        if convert is not None:
+            out = convert(mask)
+        else:
+            try:
+                out = spec_of(mask)
+            except MaskDoesNotFit:
+                out = None
         if len(self._by_id) >= self.size:
             self._by_id.clear()
-        self._by_id[id(mask)] = (mask, spec)
-        return spec
+        self._by_id[id(mask)] = (mask, out)
+        return out

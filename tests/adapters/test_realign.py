@@ -1,0 +1,32 @@
+"""A shifted family's logit rows re-aligned by an index map: returned rows are raw rows or the row's
+saved prediction, whatever the map's shape (a run, a run behind the saved row, anything else), and the
+saved prediction is read before the new one is saved; a missing one is a clear error."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from s2d2.adapters.kv_pool import KVState
+from s2d2.adapters.segment import NEXT_LOGITS, realigned
+from s2d2.layouts.layout import Realign
+
+
+@pytest.mark.parametrize("rows", [(0, 1, 2), (1, 2), (-1, 0, 1), (-1,), (2, 0), (-1, 3, 1), (0, -1), ()])
+def test_each_returned_row_is_the_raw_row_or_the_saved_one(rows):
+    raw = torch.arange(20.0).view(4, 5)
+    state = KVState(cache=None, length=7)
+    old = torch.full((5,), -1.0)
+    state.extra[NEXT_LOGITS] = (7, old)
+    out = realigned(state, Realign(rows, at=7, save_row=3, save_at=9))(raw)
+    want = [old if i < 0 else raw[i] for i in rows]
+    assert torch.equal(out, torch.stack(want) if want else raw[:0])
+    assert state.extra[NEXT_LOGITS][0] == 9 and torch.equal(state.extra[NEXT_LOGITS][1], raw[3])
+
+
+def test_no_saved_prediction_is_zeros_at_position_0_and_an_error_elsewhere():
+    raw = torch.ones(2, 3)
+    state = KVState(cache=None, length=0)
+    assert torch.equal(realigned(state, Realign((-1, 0), at=0))(raw), torch.tensor([[0.0] * 3, [1.0] * 3]))
+    with pytest.raises(RuntimeError, match="no saved prediction for position 4"):
+        realigned(state, Realign((-1, 0), at=4))(raw)

@@ -21,6 +21,8 @@ segment's new tokens in order. Query ``j`` of a row with ``length`` cached keys 
 
 from __future__ import annotations
 
+import itertools
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -115,8 +117,27 @@ def shape_of(lengths: Sequence[int], sizes: Sequence[int], n_logits: int, page_s
     return BatchShape(sum(sizes), len(sizes), max(sizes), width, n_logits)
 
 
-def _row_specs(spec: MaskSpec) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    return spec.hi.numpy(), spec.win_lo.numpy(), spec.win_hi.numpy(), spec.self_.numpy()
+def _flat(parts: Sequence[Sequence[int] | torch.Tensor | np.ndarray], count: int) -> np.ndarray:
+    """Rows' ids (or positions) end to end as one int64 array of ``count`` entries (lists read in one
+    pass; tensors and arrays as arrays)."""
+    if all(type(p) is list for p in parts):
+        return np.fromiter(itertools.chain.from_iterable(parts), dtype=np.int64, count=count)
+    return np.concatenate([_array(p) for p in parts]) if parts else np.zeros(0, dtype=np.int64)
+
+
+def _logit_index(logit_rows: Sequence[torch.Tensor | np.ndarray], starts: np.ndarray) -> np.ndarray:
+    """The packed indices of every row's logit rows (``logit_rows[r]`` index row ``r``'s new tokens,
+    which start at ``starts[r]``): one concatenation, the rows' offsets added in one pass."""
+    counts = [len(lr) for lr in logit_rows]
+    if all(isinstance(lr, torch.Tensor) for lr in logit_rows):
+        inner = torch.cat(list(logit_rows)).numpy().astype(np.int64, copy=False)
+    else:
+        inner = np.concatenate([_array(lr) for lr in logit_rows])
+    return inner + np.repeat(starts, counts)
+
+
+def _array(p: Sequence[int] | torch.Tensor | np.ndarray) -> np.ndarray:
+    return p.numpy().astype(np.int64, copy=False) if isinstance(p, torch.Tensor) else np.asarray(p, np.int64)
 
 
 def build_batch(
@@ -158,8 +179,9 @@ def build_batch(
     row = np.repeat(np.arange(R0), sizes)
     col = np.arange(T0) - starts[row]
     table = np.zeros((max(R0, 1), width), dtype=np.int64)
-    for r, t in enumerate(tables):
-        table[r, : min(len(t), width)] = t[:width]
+    flat = [t[:width] for t in tables]
+    table[np.repeat(np.arange(R0), [len(t) for t in flat]), _ranges([len(t) for t in flat])] = _flat(
+        [list(t) for t in flat], sum(len(t) for t in flat))
     pages = np.zeros((R, width), dtype=np.int64)
     pages[: owner.size] = table[owner]
     key = length[row] + col  # each new token's key (row-logical)
@@ -172,20 +194,19 @@ def build_batch(
     lo = np.zeros(R * n_q, dtype=np.int64)
     whi = np.zeros(R * n_q, dtype=np.int64)
     self_key = np.full(R * n_q, -1, dtype=np.int64)
-    s_hi, s_lo, s_whi, s_self = (np.concatenate(a) for a in zip(*map(_row_specs, specs), strict=True))
+    s_hi, s_lo, s_whi, s_self = np.concatenate([sp.host for sp in specs], axis=1) if R0 else np.zeros((4, 0))
     base = length[row]
     hi[grid] = base + s_hi
     lo[grid] = base + s_lo
     whi[grid] = base + s_whi
     self_key[grid] = np.where(s_self, key, -1)
-    logit_index = np.concatenate([starts[r] + np.asarray(lr, dtype=np.int64)
-                                  for r, lr in enumerate(logit_rows)])  # fmt: skip
+    logit_index = _logit_index(logit_rows, starts)
     grid = _padded(grid, T)
     q_gather, out_gather = head_gathers(R, n_q, q_index, grid, n_heads, n_kv)
     return ForwardBatch(
         R, T, n_q, width, page_size, [len(lr) for lr in logit_rows],
-        _padded(np.concatenate([np.asarray(i, dtype=np.int64) for i in ids]), T),
-        _padded(np.concatenate([np.asarray(p, dtype=np.int64) for p in pos]), T),
+        _padded(_flat(ids, T0), T),
+        _padded(_flat(pos, T0), T),
         _padded(slot, T), pages.reshape(-1), q_index, grid, hi, lo, whi, self_key, _padded(logit_index, L),
         q_gather, out_gather,
     )  # fmt: skip
@@ -200,13 +221,20 @@ def grid_queries(sizes: Sequence[int]) -> int:
     queries: the cut among the sizes minimising ``grid rows * (places a row + GRID_ROW_COST)`` (every grid
     row has the batch's widest page table, so keys scale both alike). Rows of one size keep one grid row
     each."""
-    n = np.asarray(sizes, dtype=np.int64)
-    best, best_cost = int(n.max()), None
-    for cut in np.unique(n):
-        cost = int((-(-n // cut)).sum()) * (int(cut) + GRID_ROW_COST)
+    counts = Counter(sizes)
+    best, best_cost = max(counts), None
+    for cut in sorted(counts):
+        cost = sum(-(-n // cut) * k for n, k in counts.items()) * (cut + GRID_ROW_COST)
         if best_cost is None or cost < best_cost:
-            best, best_cost = int(cut), cost
+            best, best_cost = cut, cost
     return best
+
+
+def _ranges(lengths: Sequence[int]) -> np.ndarray:
+    """``0 .. n - 1`` for each ``n`` of ``lengths``, end to end."""
+    n = np.asarray(lengths, dtype=np.int64)
+    total = int(n.sum())
+    return np.arange(total) - np.repeat(np.cumsum(n) - n, n)
 
 
 def _padded(a: np.ndarray, n: int) -> np.ndarray:

@@ -14,6 +14,7 @@ without any ``n x n`` matrix.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -39,6 +40,13 @@ class MaskSpec:
     @property
     def n(self) -> int:
         return int(self.hi.numel())
+
+    @functools.cached_property
+    def host(self) -> np.ndarray:
+        """The four fields as one int64 array ``[4, n]`` (``self_`` as 0/1), made once per spec (the
+        layouts memoise theirs): what a forward's batch description concatenates."""
+        return np.stack([self.hi.numpy(), self.win_lo.numpy(), self.win_hi.numpy(),
+                         self.self_.numpy()]).astype(np.int64)  # fmt: skip
 
 
 def spec_of(mask: torch.Tensor) -> MaskSpec:

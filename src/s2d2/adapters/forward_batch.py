@@ -125,10 +125,11 @@ def _flat(parts: Sequence[Sequence[int] | torch.Tensor | np.ndarray], count: int
     return np.concatenate([_array(p) for p in parts]) if parts else np.zeros(0, dtype=np.int64)
 
 
-def _logit_index(logit_rows: Sequence[torch.Tensor | np.ndarray], starts: np.ndarray) -> np.ndarray:
-    """The packed indices of every row's logit rows (``logit_rows[r]`` index row ``r``'s new tokens,
-    which start at ``starts[r]``): one concatenation, the rows' offsets added in one pass."""
-    counts = [len(lr) for lr in logit_rows]
+def _logit_index(
+    logit_rows: Sequence[torch.Tensor | np.ndarray], starts: np.ndarray, counts: list[int]
+) -> np.ndarray:
+    """The packed indices of every row's logit rows (``logit_rows[r]``, ``counts[r]`` of them, index row
+    ``r``'s new tokens, which start at ``starts[r]``): one concatenation, the offsets added in one pass."""
     if all(isinstance(lr, torch.Tensor) for lr in logit_rows):
         inner = torch.cat(list(logit_rows)).numpy().astype(np.int64, copy=False)
     else:
@@ -170,7 +171,8 @@ def build_batch(
     parts = -(-sizes // cut) if R0 else sizes  # grid rows a row takes
     owner = np.repeat(np.arange(R0), parts)  # each grid row's batch row
     width = max(-(-(int(lengths[r]) + int(sizes[r])) // page_size) for r in range(R0))
-    L0 = sum(len(lr) for lr in logit_rows)
+    counts = [len(lr) if type(lr) is list else lr.shape[0] for lr in logit_rows]
+    L0 = sum(counts)
     own = BatchShape(T0, int(owner.size), cut, width, L0)
     if pad is not None and not pad.holds(own):
         raise ValueError(f"a batch of shape {own} does not fit the padded shape {pad}")
@@ -200,11 +202,11 @@ def build_batch(
     lo[grid] = base + s_lo
     whi[grid] = base + s_whi
     self_key[grid] = np.where(s_self, key, -1)
-    logit_index = _logit_index(logit_rows, starts)
+    logit_index = _logit_index(logit_rows, starts, counts)
     grid = _padded(grid, T)
     q_gather, out_gather = head_gathers(R, n_q, q_index, grid, n_heads, n_kv)
     return ForwardBatch(
-        R, T, n_q, width, page_size, [len(lr) for lr in logit_rows],
+        R, T, n_q, width, page_size, counts,
         _padded(_flat(ids, T0), T),
         _padded(_flat(pos, T0), T),
         _padded(slot, T), pages.reshape(-1), q_index, grid, hi, lo, whi, self_key, _padded(logit_index, L),

@@ -120,23 +120,9 @@ def test_the_lane_equals_the_general_step_on_every_family(family, monkeypatch):
         return apply_lane(rows, *args)
 
     monkeypatch.setattr(ar_lane, "apply_lane", counted)
-    gen = torch.Generator().manual_seed(3)
-    prompts = []
-    while len(prompts) < 6:
-        n = int(torch.randint(3, 40, (1,), generator=gen))
-        p = torch.randint(0, model.info.vocab_size, (n,), generator=gen)
-        if not bool((p == model.info.mask_token_id).any()):
-            prompts.append(p.tolist())
+    prompts = random_prompts(model, seed=3)
     cfgs = [model.make_config(decoder="ar", max_new_tokens=12, ignore_eos=i % 2 == 0) for i in range(6)]
-    outs = {}
-    for lanes in (True, False):
-        engine = LLMEngine(model.adapter, max_num_seqs=4, kv_budget_tokens=128, prefill_chunk=16)
-        engine.lanes = lanes
-        got = engine.generate(prompts, cfgs)
-        outs[lanes] = [
-            (o.token_ids, o.status, {k: v for k, v in dataclasses.asdict(o.stats).items() if k not in TIMES})
-            for o in got
-        ]
+    outs = lanes_on_and_off(model, prompts, cfgs, kv_budget_tokens=128)
     assert outs[True] == outs[False]
     assert all(status == "finished" for _, status, _ in outs[True])
     assert sum(laned) > 30  # the lane ran
@@ -160,3 +146,31 @@ def test_when_the_batched_queries_fail_the_lane_rows_run_alone(tiny, monkeypatch
     outs = LLMEngine(tiny.adapter, max_num_seqs=4).generate(prompts, [cfg] * 4)
     assert failures and [o.token_ids for o in outs] == [o.token_ids for o in undisturbed]
     assert [o.stats.nfe for o in outs] == [o.stats.nfe for o in undisturbed]
+
+
+def random_prompts(model, seed: int, count: int = 6) -> list[list[int]]:
+    """``count`` random prompts of 3-39 tokens without the mask token: some fold into the first draft,
+    some need a prefill."""
+    gen = torch.Generator().manual_seed(seed)
+    prompts = []
+    while len(prompts) < count:
+        n = int(torch.randint(3, 40, (1,), generator=gen))
+        p = torch.randint(0, model.info.vocab_size, (n,), generator=gen)
+        if not bool((p == model.info.mask_token_id).any()):
+            prompts.append(p.tolist())
+    return prompts
+
+
+def lanes_on_and_off(model, prompts, cfgs, kv_budget_tokens: int) -> dict[bool, list]:
+    """Each request's tokens, status and statistics (timings left out), decoded with the lanes on and
+    off, 4 rows at a time under ``kv_budget_tokens`` (a budget that preempts)."""
+    outs = {}
+    for lanes in (True, False):
+        engine = LLMEngine(model.adapter, max_num_seqs=4, kv_budget_tokens=kv_budget_tokens, prefill_chunk=16)
+        engine.lanes = lanes
+        got = engine.generate(prompts, cfgs)
+        outs[lanes] = [
+            (o.token_ids, o.status, {k: v for k, v in dataclasses.asdict(o.stats).items() if k not in TIMES})
+            for o in got
+        ]
+    return outs

@@ -7,11 +7,8 @@ after every step every row and every output are the same in both.
 
 from __future__ import annotations
 
-import dataclasses
-
 import pytest
-import torch
-from test_ar_lane import TIMES, snapshot
+from test_ar_lane import lanes_on_and_off, random_prompts, snapshot
 
 import s2d2
 from conftest import load_or_skip
@@ -98,13 +95,7 @@ def test_the_lossless_lane_equals_the_general_step_on_every_family(family, monke
     prompts whose lengths fold into the first draft or need a prefill, under a budget that preempts."""
     model = load_or_skip(family)
     seen = _count_lane_rows(monkeypatch)
-    gen = torch.Generator().manual_seed(5)
-    prompts = []
-    while len(prompts) < 6:
-        n = int(torch.randint(3, 40, (1,), generator=gen))
-        p = torch.randint(0, model.info.vocab_size, (n,), generator=gen)
-        if not bool((p == model.info.mask_token_id).any()):
-            prompts.append(p.tolist())
+    prompts = random_prompts(model, seed=5)
     bs = model.info.default_block_size
     cfgs = [
         model.make_config(
@@ -117,15 +108,7 @@ def test_the_lossless_lane_equals_the_general_step_on_every_family(family, monke
         )
         for i in range(6)
     ]
-    outs = {}
-    for lanes in (True, False):
-        engine = LLMEngine(model.adapter, max_num_seqs=4, kv_budget_tokens=160, prefill_chunk=16)
-        engine.lanes = lanes
-        got = engine.generate(prompts, cfgs)
-        outs[lanes] = [
-            (o.token_ids, o.status, {k: v for k, v in dataclasses.asdict(o.stats).items() if k not in TIMES})
-            for o in got
-        ]
+    outs = lanes_on_and_off(model, prompts, cfgs, kv_budget_tokens=160)
     assert outs[True] == outs[False]
     assert all(status == "finished" for _, status, _ in outs[True])
     assert len(seen) > 20  # the lane ran

@@ -70,17 +70,7 @@ def test_the_lane_writes_rows_as_the_general_step_does(tiny, monkeypatch):
 
     monkeypatch.setattr(ar_lane, "apply_lane", counted)
     fast, general = _engine(tiny, True), _engine(tiny, False)
-    done: dict[str, dict] = {"fast": {}, "general": {}}
-    steps = 0
-    while fast.has_unfinished() or general.has_unfinished():
-        for name, engine in (("fast", fast), ("general", general)):
-            for out in engine.step():
-                if out.finished:
-                    o = out.output
-                    done[name][out.request_id] = (o.token_ids, o.status, o.stats.finish_reason)
-        rows = {r.request_id: snapshot(r) for r in fast.scheduler.running}
-        assert rows == {r.request_id: snapshot(r) for r in general.scheduler.running}, f"step {steps}"
-        steps += 1
+    done = in_lockstep(fast, general)
     assert done["fast"] == done["general"] and len(done["fast"]) == 10
     assert {"finished"} == {status for _, status, _ in done["fast"].values()}
     assert "stop" in {done["fast"][i][2] for i in (1, 8)}  # a lane row met its stop token
@@ -174,3 +164,21 @@ def lanes_on_and_off(model, prompts, cfgs, kv_budget_tokens: int) -> dict[bool, 
             for o in got
         ]
     return outs
+
+
+def in_lockstep(fast: LLMEngine, general: LLMEngine) -> dict[str, dict]:
+    """Step both engines (lanes on, lanes off) together to the end, asserting after every step that each
+    running row's snapshot is the same in both; each finished request's tokens, status and finish
+    reason, per engine."""
+    done: dict[str, dict] = {"fast": {}, "general": {}}
+    steps = 0
+    while fast.has_unfinished() or general.has_unfinished():
+        for name, engine in (("fast", fast), ("general", general)):
+            for out in engine.step():
+                if out.finished:
+                    o = out.output
+                    done[name][out.request_id] = (o.token_ids, o.status, o.stats.finish_reason)
+        rows = {r.request_id: snapshot(r) for r in fast.scheduler.running}
+        assert rows == {r.request_id: snapshot(r) for r in general.scheduler.running}, f"step {steps}"
+        steps += 1
+    return done

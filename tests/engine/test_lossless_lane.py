@@ -8,7 +8,7 @@ after every step every row and every output are the same in both.
 from __future__ import annotations
 
 import pytest
-from test_ar_lane import lanes_on_and_off, random_prompts, snapshot
+from test_ar_lane import in_lockstep, lanes_on_and_off, random_prompts
 
 import s2d2
 from conftest import load_or_skip
@@ -67,17 +67,7 @@ def _count_lane_rows(monkeypatch) -> list:
 def test_the_lossless_lane_writes_rows_as_the_general_step_does(tiny, monkeypatch):
     seen = _count_lane_rows(monkeypatch)
     fast, general = _engine(tiny, True), _engine(tiny, False)
-    done: dict[str, dict] = {"fast": {}, "general": {}}
-    steps = 0
-    while fast.has_unfinished() or general.has_unfinished():
-        for name, engine in (("fast", fast), ("general", general)):
-            for out in engine.step():
-                if out.finished:
-                    o = out.output
-                    done[name][out.request_id] = (o.token_ids, o.status, o.stats.finish_reason)
-        rows = {r.request_id: snapshot(r) for r in fast.scheduler.running}
-        assert rows == {r.request_id: snapshot(r) for r in general.scheduler.running}, f"step {steps}"
-        steps += 1
+    done = in_lockstep(fast, general)
     assert done["fast"] == done["general"] and len(done["fast"]) == 12
     assert {"finished"} == {status for _, status, _ in done["fast"].values()}
     assert fast.stats()["preemptions"] > 0 and fast.stats()["preemptions"] == general.stats()["preemptions"]

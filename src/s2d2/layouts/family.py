@@ -34,7 +34,7 @@ def prefill(t: Traits, length: int, ids: torch.Tensor, *, block_size: int, causa
     lay = layout.prefill(length, ids, block_size=block_size, causal=causal)
     if t.shifted:
         lay = shifted.prefill(lay, length)
-    return lay._replace(bias=True) if getattr(t, "prefill_bias", False) and not causal else lay
+    return lay._replace(bias=True) if t.prefill_bias and not causal else lay
 
 
 def commit(t: Traits, length: int, ids: torch.Tensor, *, block_size: int, causal: bool) -> Layout:

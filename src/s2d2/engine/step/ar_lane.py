@@ -19,7 +19,7 @@ common path (prompt positions left to prefill, a next block that is not one mask
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import torch
 
@@ -28,7 +28,7 @@ from ..row_forward import RowForward
 from .device import DeviceOps
 from .host import _close_block, _finish, _open_block, advance
 from .lane_math import GreedyDrafts
-from .row_queries import RowWork, queries
+from .row_queries import Fail, RowWork, each_alone, queries_alone
 
 
 def lane_eligible(req: Request) -> bool:
@@ -59,63 +59,46 @@ def in_lane(req: Request, forward: RowForward) -> bool:
 
 
 class Lane:
-    """The lane's rows of one step, in order, with their parts of the forward and their logits."""
+    """The lane's rows of one step, in order: ``(request, its part of the forward, its logits)``."""
 
     def __init__(self) -> None:
-        self.rows: list[Request] = []
-        self.parts: list[RowForward] = []
-        self.logits: list[torch.Tensor] = []
+        self.taken: list[tuple[Request, RowForward, torch.Tensor]] = []
         self.drafts: GreedyDrafts | None = None
 
     def take(self, req: Request, logits: torch.Tensor, forward: RowForward) -> bool:
         """Take ``req`` into the lane if this step of it is the lane's (:func:`in_lane`)."""
         if not in_lane(req, forward):
             return False
-        self.rows.append(req)
-        self.parts.append(forward)
-        self.logits.append(logits)
+        self.taken.append((req, forward, logits))
         return True
 
     def checks(self, dev: DeviceOps) -> list[GreedyDrafts]:
         """The lane's one registration of every row's draft (none without rows)."""
-        if not self.rows:
+        if not self.taken:
             return []
-        self.drafts = GreedyDrafts(
-            dev, [(r, dev.mark(lg)) for r, lg in zip(self.rows, self.logits, strict=True)]
-        )
+        self.drafts = GreedyDrafts(dev, [(r, dev.mark(lg)) for r, _, lg in self.taken])
         return [self.drafts]
 
-    def apply(self, fail: Callable[[Request, BaseException], None]) -> None:
+    def apply(self, fail: Fail) -> None:
         """Commit every lane row's draft (the registration is read): :func:`apply_lane`."""
         if self.drafts is not None:
-            apply_lane(self.rows, self.parts, [d[0] for d in self.drafts.drafts], fail)
+            rows = [r for r, _, _ in self.taken]
+            apply_lane(rows, [f for _, f, _ in self.taken], [d[0] for d in self.drafts.drafts], fail)
 
-    def as_rows(self, dev: DeviceOps, fail: Callable[[Request, BaseException], None]) -> list[RowWork]:
-        """The lane's rows handed back to the general step (their queries, each row's own), the lane
-        emptied: where the step's batched queries failed, each row's are run alone."""
-        works = []
-        for req, logits, forward in zip(self.rows, self.logits, self.parts, strict=True):
-            try:
-                works.append(queries(dev, req, dev.mark(logits), forward))
-            except Exception as exc:  # one request's failure must not stop its batch-mates
-                fail(req, exc)
-        self.rows, self.parts, self.logits, self.drafts = [], [], [], None
+    def as_rows(self, dev: DeviceOps, fail: Fail) -> list[RowWork]:
+        """The lane's rows handed back to the general step (:func:`~.row_queries.queries_alone`), the
+        lane emptied: where the step's batched queries failed, each row's are run alone."""
+        works = queries_alone(dev, self.taken, fail)
+        self.taken, self.drafts = [], None
         return works
 
 
 def apply_lane(
-    rows: Sequence[Request],
-    parts: Sequence[RowForward],
-    drafts: Sequence[int],
-    fail: Callable[[Request, BaseException], None],
+    rows: Sequence[Request], parts: Sequence[RowForward], drafts: Sequence[int], fail: Fail
 ) -> None:
     """Commit each lane row's draft ``drafts[i]`` and find its next forward (an error fails its row
     alone)."""
-    for req, fwd, tok in zip(rows, parts, drafts, strict=True):
-        try:
-            _commit(req, fwd, tok)
-        except Exception as exc:  # one request's failure must not stop its batch-mates
-            fail(req, exc)
+    each_alone(list(zip(rows, parts, drafts, strict=True)), _commit, fail)
 
 
 def _commit(req: Request, fwd: RowForward, tok: int) -> None:

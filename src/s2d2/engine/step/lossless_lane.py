@@ -20,8 +20,6 @@ loop are the general step's own functions (:func:`~.host._draft_step`, :func:`~.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import torch
 
 from ..draft_step import SlotDrafts, VerifyMode
@@ -30,7 +28,7 @@ from ..row_forward import RowForward
 from .device import DeviceOps
 from .host import _draft_step, _finish_step, _take_extension, accept_span, advance
 from .lane_math import GreedyDrafts, StrictCheck
-from .row_queries import RowWork, queries
+from .row_queries import Fail, RowWork, each_alone, queries_alone
 
 
 def lossless_eligible(req: Request) -> bool:
@@ -105,38 +103,30 @@ class LosslessLane:
         mask_id = self.verifying[0][0].info.mask_token_id
         return StrictCheck(mask_id, [dev.mark(lg) for _, _, lg in self.verifying], drafts, sizes)
 
-    def apply(self, fail: Callable[[Request, BaseException], None]) -> None:
+    def apply(self, fail: Fail) -> None:
         """Every lane row's step from its filled results (an error fails its row alone)."""
         if self.draft is not None:
             g = self.draft
-            for (req, fwd, _), drafts, conf in zip(self.drafting, g.drafts, g.conf, strict=True):
-                try:
-                    _drafted(req, fwd, SlotDrafts(req.cursor.candidates, drafts, conf))
-                except Exception as exc:  # one request's failure must not stop its batch-mates
-                    fail(req, exc)
+            drafted = zip(self.drafting, g.drafts, g.conf, strict=True)
+            each_alone([(req, fwd, d, c) for (req, fwd, _), d, c in drafted], _drafted, fail)
         if self.check is not None:
             ch = self.check
-            for (req, fwd, _), n_acc, corr in zip(self.verifying, ch.n_accepted, ch.corrections, strict=True):
-                try:
-                    _verified(req, fwd, n_acc, None if corr < 0 else corr)
-                except Exception as exc:  # one request's failure must not stop its batch-mates
-                    fail(req, exc)
+            checked = zip(self.verifying, ch.n_accepted, ch.corrections, strict=True)
+            rows = [(req, fwd, n_acc, None if corr < 0 else corr) for (req, fwd, _), n_acc, corr in checked]
+            each_alone(rows, _verified, fail)
 
-    def as_rows(self, dev: DeviceOps, fail: Callable[[Request, BaseException], None]) -> list[RowWork]:
-        """The lane's rows handed back to the general step (each row's own queries), the lane emptied:
-        where the step's batched queries failed, each row's are run alone."""
-        works = []
-        for req, forward, logits in self.drafting + self.verifying:
-            try:
-                works.append(queries(dev, req, dev.mark(logits), forward))
-            except Exception as exc:  # one request's failure must not stop its batch-mates
-                fail(req, exc)
+    def as_rows(self, dev: DeviceOps, fail: Fail) -> list[RowWork]:
+        """The lane's rows handed back to the general step (:func:`~.row_queries.queries_alone`), the
+        lane emptied: where the step's batched queries failed, each row's are run alone."""
+        works = queries_alone(dev, self.drafting + self.verifying, fail)
         self.drafting, self.verifying, self.draft, self.check = [], [], None, None
         return works
 
 
-def _drafted(req: Request, fwd: RowForward, values: SlotDrafts) -> None:
-    """:func:`~.host.apply` of a lane row's draft forward: the draft step (routed to verification)."""
+def _drafted(req: Request, fwd: RowForward, drafts: list[int], conf: list[float]) -> None:
+    """:func:`~.host.apply` of a lane row's draft forward (its candidates' greedy ``drafts`` and their
+    ``conf``): the draft step (routed to verification)."""
+    values = SlotDrafts(req.cursor.candidates, drafts, conf)
     stats = req.stats
     stats.query_tokens += fwd.segment.n
     stats.nfe_draft += 1

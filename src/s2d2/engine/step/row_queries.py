@@ -8,6 +8,7 @@ filled queries.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -127,3 +128,26 @@ def queries(dev: DeviceOps, req: Request, logits: torch.Tensor, forward: RowForw
         if context:
             _with_context(req, work.lead, [forward.lead], cur.ids)
     return work
+
+
+#: how a step fails one request alone (the engine's ``_fail``)
+Fail = Callable[[Request, BaseException], None]
+
+
+def each_alone(rows: Sequence[tuple], step: Callable[..., None], fail: Fail) -> None:
+    """``step(req, *rest)`` for each ``(req, *rest)`` of ``rows``: an error fails its request alone."""
+    for req, *rest in rows:
+        try:
+            step(req, *rest)
+        except Exception as exc:  # one request's failure must not stop its batch-mates
+            fail(req, exc)
+
+
+def queries_alone(
+    dev: DeviceOps, taken: Sequence[tuple[Request, RowForward, torch.Tensor]], fail: Fail
+) -> list[RowWork]:
+    """Each lane row ``(req, forward, logits)`` handed back to the general step: its own
+    :func:`queries` (a row whose queries cannot be made fails alone)."""
+    works: list[RowWork] = []
+    each_alone(taken, lambda req, fwd, lg: works.append(queries(dev, req, dev.mark(lg), fwd)), fail)
+    return works

@@ -181,9 +181,9 @@ def build_batch(
     row = np.repeat(np.arange(R0), sizes)
     col = np.arange(T0) - starts[row]
     table = np.zeros((max(R0, 1), width), dtype=np.int64)
-    flat = [t[:width] for t in tables]
-    table[np.repeat(np.arange(R0), [len(t) for t in flat]), _ranges([len(t) for t in flat])] = _flat(
-        [list(t) for t in flat], sum(len(t) for t in flat))
+    held = [t[:width] for t in tables]
+    n_held = [len(t) for t in held]
+    table[np.repeat(np.arange(R0), n_held), _ranges(n_held)] = _flat(held, sum(n_held))
     pages = np.zeros((R, width), dtype=np.int64)
     pages[: owner.size] = table[owner]
     key = length[row] + col  # each new token's key (row-logical)

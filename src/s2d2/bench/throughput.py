@@ -195,18 +195,24 @@ def _streamed(
     engine: LLMEngine, prompts: list[list[int]], cfg: Any, t0: float, arrivals: Sequence[float] | None = None
 ) -> tuple[list, list[float | None]]:
     """Decode on a streaming engine, request ``i`` added once ``arrivals[i]`` seconds have passed since
-    ``t0`` (all at once without ``arrivals``); the outputs and, in request order, each request's seconds
-    from its arrival to its first final token (None for one that produced no token). While the engine
-    has nothing to do and arrivals remain, it sleeps until the next one."""
+    ``t0`` (all at once without ``arrivals``; requests that arrive together are shaped for the load they
+    make together, as :meth:`~s2d2.engine.llm_engine.LLMEngine.generate` does); the outputs and, in
+    request order, each request's seconds from its arrival to its first final token (None for one that
+    produced no token). While the engine has nothing to do and arrivals remain, it sleeps until the next
+    one."""
     arrivals = list(arrivals) if arrivals is not None else [0.0] * len(prompts)
     outs: dict[int, Any] = {}
     first: dict[int, float] = {}
     added = 0
     while added < len(prompts) or engine.has_unfinished():
         now = time.perf_counter() - t0
-        while added < len(prompts) and now >= arrivals[added]:
-            engine.add_request(prompts[added], cfg, added)
-            added += 1
+        due = added
+        while due < len(prompts) and now >= arrivals[due]:
+            due += 1
+        rows = engine.num_running + engine.num_waiting + (due - added)  # those arriving together know it
+        for i in range(added, due):
+            engine.add_request(prompts[i], cfg, i, expected_rows=rows)
+        added = due
         if not engine.has_unfinished():
             time.sleep(max(0.0, arrivals[added] - (time.perf_counter() - t0)))
             continue

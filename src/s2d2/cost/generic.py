@@ -23,5 +23,8 @@ GENERIC_COST = FittedCost(tuple(float(c) for c in _DATA["coef"]), {"model": _DAT
 HOST_MS_PER_GROUP: float = float(_DATA["host_ms_per_group"])
 #: Host milliseconds per row of a step outside the forward, charged with a measured profile.
 HOST_MS_PER_ROW: float = float(_DATA["host_ms_per_row"])
+#: Host milliseconds per row of an AR step outside the forward (no draft or verification to register),
+#: charged with a measured profile.
+HOST_MS_PER_AR_ROW: float = float(_DATA.get("host_ms_per_ar_row", HOST_MS_PER_ROW))
 #: Host milliseconds of a step outside the forward whatever its rows, charged with a measured profile.
 HOST_MS_PER_STEP: float = float(_DATA.get("host_ms_per_step", 0.0))

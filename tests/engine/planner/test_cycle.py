@@ -10,7 +10,7 @@ import s2d2
 from conftest import REPO
 from s2d2.bench.suites import load_problems
 from s2d2.config import DecodeConfig
-from s2d2.cost.generic import GENERIC_COST, HOST_MS_PER_ROW, HOST_MS_PER_STEP
+from s2d2.cost.generic import GENERIC_COST, HOST_MS_PER_AR_ROW, HOST_MS_PER_ROW, HOST_MS_PER_STEP
 from s2d2.cost.host_timed import HostTimedCost
 from s2d2.cost.step_cost import FittedCost, roofline
 from s2d2.engine.llm_engine import LLMEngine
@@ -31,6 +31,10 @@ def test_the_chain_counts_cycles():
     assert acceptance(4) > acceptance(8) > acceptance(16)
 
 
+#: the built-in profile with this host's time, as the step planner prices with it
+CPU = HostTimedCost(GENERIC_COST, HOST_MS_PER_ROW, HOST_MS_PER_STEP, HOST_MS_PER_AR_ROW)
+
+
 def _rank(cost, rows: int) -> list[int]:
     p = prices(cost, rows, (4, 8, 16), 72)
     return sorted(p, key=p.get)
@@ -45,14 +49,17 @@ def test_the_acceptance_reproduces_the_measured_tokens_a_cycle():
 
 
 def test_the_ranking_of_the_measured_sizes():
-    # the built-in model on this CPU, plain lossless and AR, three quiet runs of issue 50's command
+    # the built-in model on this CPU, plain lossless and AR, quiet runs of issue 50's command
     # (BENCHMARKS.md): B16 first at one row; B8 > B4 > B16 > AR at 4 rows; B8 and B4 within noise at 16;
-    # B4 > B8 > AR > B16 at 64. Inputs: the built-in profile, its host time and the acceptance figures.
-    cpu = HostTimedCost(GENERIC_COST, HOST_MS_PER_ROW, HOST_MS_PER_STEP)
-    assert _rank(cpu, 1)[:3] == [16, 8, 4]
-    assert _rank(cpu, 4) == [8, 4, 16, AR]
-    assert set(_rank(cpu, 16)[:2]) == {4, 8}
-    assert _rank(cpu, 64) == [4, 8, AR, 16]
+    # AR > B4 > B8 > B16 at 64 (since the grid cut made AR's forwards cheaper). Inputs: the built-in
+    # profile, its host time (an AR step's a row apart) and the acceptance figures.
+    assert _rank(CPU, 1)[:3] == [16, 8, 4]
+    assert _rank(CPU, 4) == [8, 4, 16, AR]
+    assert set(_rank(CPU, 16)[:2]) == {4, 8}
+    assert _rank(CPU, 64) == [AR, 4, 8, 16]
+    # with every row's host time alike, AR would rank third there
+    alike = HostTimedCost(GENERIC_COST, HOST_MS_PER_ROW, HOST_MS_PER_STEP)
+    assert _rank(alike, 64) == [4, 8, AR, 16]
     # the SDAR-8B shape on the H200 roofline: B16 at 1-8 rows, B4 at 32, AR past the ridge
     h200 = roofline("roofline:h200", SDAR_8B)
     assert _rank(h200, 1) == [16, 8, 4, AR]
@@ -65,16 +72,15 @@ def test_the_ranking_of_the_measured_sizes():
 
 def test_the_admission_choice_on_the_built_in_cpu_profile():
     # what a plan=auto request of the bench's shape (a 40-token prompt, 64 new tokens) decodes as, on
-    # the built-in profile with this host's time: the best measured plain configuration from 4 rows; at
-    # one row planned at B8 (plain B8 priced within regime.PLAN_GAIN of plain B16; planned B8 and plain
-    # B16 measured alike)
-    cpu = HostTimedCost(GENERIC_COST, HOST_MS_PER_ROW, HOST_MS_PER_STEP)
+    # the built-in profile with this host's time: the best measured plain configuration from 4 rows (AR
+    # at 64); at one row planned at B8 (plain B8 priced within regime.PLAN_GAIN of plain B16; planned B8
+    # and plain B16 measured alike)
     cfg = DecodeConfig.build(preset="lossless-auto", block_size=8, max_new_tokens=64)
     decided = {}
     for rows in (1, 4, 64):
-        d = Regime(cpu, True, GENERIC_COST).decide(cfg, (4, 8, 16), 40, rows)
+        d = Regime(CPU, True, GENERIC_COST).decide(cfg, (4, 8, 16), 40, rows)
         decided[rows] = (d.mode, d.block_size)
-    assert decided == {1: ("planned", 8), 4: ("fixed", 8), 64: ("fixed", 4)}
+    assert decided == {1: ("planned", 8), 4: ("fixed", 8), 64: ("ar", 1)}
 
 
 def test_a_choice_within_the_margin_does_not_flap():

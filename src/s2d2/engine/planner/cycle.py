@@ -28,6 +28,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import cache
 
+from ...cost.host_timed import HostTimedCost
 from ...cost.step_cost import StepCost
 from .block_size import forward_ms
 
@@ -97,13 +98,15 @@ def fused_block_ms(
 
 def prices(cost: StepCost, rows: int, sizes: Sequence[int], context: int) -> dict[int, float]:
     """Predicted ms per committed token of a row, at ``rows`` rows alike with ``context`` cached
-    positions: AR (key :data:`AR`) and plain lossless at each of ``sizes``."""
+    positions: AR (key :data:`AR`; with this host's time, an AR step's, :meth:`HostTimedCost.for_ar`)
+    and plain lossless at each of ``sizes``."""
     rows, context = max(1, rows), max(0, context)
 
     def price(q: float) -> float:
         return forward_ms(cost, rows, q, context)
 
-    out = {AR: price(2) / rows}
+    ar_cost = cost.for_ar() if isinstance(cost, HostTimedCost) else cost
+    out = {AR: forward_ms(ar_cost, rows, 2, context) / rows}
     for b in sizes:
         out[b] = block_ms(price, b, acceptance(b)) / (b * rows)
     return out

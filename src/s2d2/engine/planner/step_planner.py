@@ -46,7 +46,13 @@ from typing import Any
 
 import numpy as np
 
-from ...cost.generic import GENERIC_COST, HOST_MS_PER_GROUP, HOST_MS_PER_ROW, HOST_MS_PER_STEP
+from ...cost.generic import (
+    GENERIC_COST,
+    HOST_MS_PER_AR_ROW,
+    HOST_MS_PER_GROUP,
+    HOST_MS_PER_ROW,
+    HOST_MS_PER_STEP,
+)
 from ...cost.host_timed import HostTimedCost
 from ...cost.step_cost import FittedCost, StepCost
 from ..draft_step import Plan, VerifyMode
@@ -120,8 +126,10 @@ class StepPlanner:
         measured = isinstance(self.cost, FittedCost)  # a profile of this host: its host time counts too
         self.host_ms_per_group = HOST_MS_PER_GROUP if measured else 0.0
         #: what the choices are priced with: the profile, plus :data:`HOST_MS_PER_STEP` and
-        #: :data:`HOST_MS_PER_ROW` a row where the profile was measured on this host (:mod:`.host_timed`)
-        self.host_time = HostTimedCost(self.cost, HOST_MS_PER_ROW, HOST_MS_PER_STEP) if measured else None
+        #: :data:`HOST_MS_PER_ROW` a row (:data:`HOST_MS_PER_AR_ROW` for an AR step) where the profile
+        #: was measured on this host (:mod:`.host_timed`)
+        host = HostTimedCost(self.cost, HOST_MS_PER_ROW, HOST_MS_PER_STEP, HOST_MS_PER_AR_ROW)
+        self.host_time = host if measured else None
         self.decide = self.host_time if self.host_time is not None else self.cost
         #: whether rows about to draft are also checked as a whole step (:mod:`.drafting_choice`): for a
         #: profile with a ridge (a roofline's compute and memory bounds); a fitted profile is linear in a

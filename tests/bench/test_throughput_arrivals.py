@@ -46,6 +46,26 @@ def test_streamed_waits_for_arrivals_and_times_ttft_from_them(tiny):
     assert [o.token_ids for o in again] == [o.token_ids for o in outs]
 
 
+def test_requests_arriving_together_are_shaped_for_their_joint_load(tiny, monkeypatch):
+    # a plan=auto request's decoding is chosen for the rows it will share steps with: every request of
+    # a burst knows the others (as generate does), a later arrival the rows then running and waiting
+    prompts = [tiny.encode(p["question"]) for p in load_problems("tiny-gsm", "test", 5)]
+    cfg = tiny.make_config(decoder="ar", max_new_tokens=4)
+    engine = LLMEngine(tiny.adapter, max_num_seqs=8, stream=True)
+    seen = []
+    add = engine.add_request
+
+    def spy(prompt, config, rid, **kw):
+        seen.append((rid, kw.get("expected_rows"), engine.num_running + engine.num_waiting))
+        return add(prompt, config, rid, **kw)
+
+    monkeypatch.setattr(engine, "add_request", spy)
+    throughput._streamed(engine, prompts, cfg, time.perf_counter(), [0.0, 0.0, 0.0, 0.0, 0.3])
+    burst, late = seen[:4], seen[4]
+    assert [rows for _, rows, _ in burst] == [4, 4, 4, 4]
+    assert late[0] == 4 and late[1] == late[2] + 1  # the rows still there, and itself
+
+
 def test_run_throughput_with_a_rate_streams_the_same_arrivals_in_every_cell(tiny, monkeypatch):
     seen = []
     streamed = throughput._streamed

@@ -7,6 +7,7 @@ import torch
 
 from s2d2 import DecodeConfig
 from s2d2.engine.llm_engine import decode
+from s2d2.layouts import family
 
 
 def _ids(tokens):
@@ -14,48 +15,39 @@ def _ids(tokens):
 
 
 class Spy:
-    """Wraps an adapter and records every segment the engine asks for (one per row and forward)."""
+    """Records every segment the engine lays out for ``adapter``'s rows (one per row and forward), from
+    the layouts the runner asks :mod:`s2d2.layouts.family` for."""
 
-    def __init__(self, adapter):
-        self.inner = adapter
+    def __init__(self, adapter, monkeypatch):
+        self.adapter = adapter
         self.info = adapter.info
-        self.device = adapter.device
-        self.caches_partial_blocks = adapter.caches_partial_blocks
         self.calls: list[tuple] = []
+        prefill, draft, verify = family.prefill, family.draft, family.verify
 
-    def new_pool(self, **kw):
-        return self.inner.new_pool(**kw)
+        def prefill_spy(t, length, ids, **kw):
+            self.calls.append(("prefill", ids.tolist(), length))
+            return prefill(t, length, ids, **kw)
 
-    def prepare(self, pool):
-        return self.inner.prepare(pool)
+        def draft_spy(t, length, pending, block, **kw):
+            self.calls.append(("draft", _ids(pending), _ids(block), kw["start"], length))
+            return draft(t, length, pending, block, **kw)
 
-    def can_fold_prefill(self, causal):
-        return self.inner.can_fold_prefill(causal)
+        def verify_spy(t, length, filled, **kw):
+            self.calls.append(("verify", list(filled), kw["slots"]))
+            return verify(t, length, filled, **kw)
 
-    def prefill_segment(self, state, ids, **kw):
-        self.calls.append(("prefill", ids.tolist(), state.length))
-        return self.inner.prefill_segment(state, ids, **kw)
-
-    def draft_segment(self, state, pending, block, **kw):
-        self.calls.append(("draft", _ids(pending), _ids(block), kw["start"], state.length))
-        return self.inner.draft_segment(state, pending, block, **kw)
-
-    def verify_segment(self, state, filled, **kw):
-        self.calls.append(("verify", list(filled), kw["slots"]))
-        return self.inner.verify_segment(state, filled, **kw)
-
-    def run(self, segments):
-        return self.inner.run(segments)
+        for name, spy in (("prefill", prefill_spy), ("draft", draft_spy), ("verify", verify_spy)):
+            monkeypatch.setattr(family, name, spy)
 
 
-def test_prompt_not_multiple_of_block(random_sdar):
+def test_prompt_not_multiple_of_block(random_sdar, monkeypatch):
     """The prompt's whole blocks ride in the first draft forward (written to the cache there, no prefill
     forward of their own); its remainder is committed context of the first block."""
-    spy = Spy(random_sdar.adapter)
+    spy = Spy(random_sdar.adapter, monkeypatch)
     M = spy.info.mask_token_id
     prompt = list(range(10))  # 10 = 2 blocks of 4 + 2
     out = decode(
-        spy,
+        random_sdar.adapter,
         prompt,
         DecodeConfig.build(decoder="static", block_size=4, steps=4, max_new_tokens=6, ignore_eos=True),
     )
@@ -70,14 +62,14 @@ def test_prompt_not_multiple_of_block(random_sdar):
     assert out.stats.nfe_prefill == 0 and out.stats.nfe_commit == 0
 
 
-def test_long_prompts_prefill_in_chunks_then_fold(random_sdar):
+def test_long_prompts_prefill_in_chunks_then_fold(random_sdar, monkeypatch):
     """Past ``prefill_chunk`` positions the prompt is prefilled in whole-block chunks; the rest folds."""
     from s2d2.engine.llm_engine import LLMEngine
 
-    spy = Spy(random_sdar.adapter)
+    spy = Spy(random_sdar.adapter, monkeypatch)
     prompt = list(range(1, 31))  # AR: block size 1, so all 30 positions are whole blocks
     cfg = DecodeConfig.build(decoder="ar", max_new_tokens=3, ignore_eos=True)
-    out = LLMEngine(spy, max_num_seqs=1, prefill_chunk=10).generate([prompt], [cfg])[0]
+    out = LLMEngine(random_sdar.adapter, max_num_seqs=1, prefill_chunk=10).generate([prompt], [cfg])[0]
     prefills = [c for c in spy.calls if c[0] == "prefill"]
     assert [(len(c[1]), c[2]) for c in prefills] == [(10, 0), (10, 10)]  # B=1: chunks of 10
     assert spy.calls[2][0] == "draft" and len(spy.calls[2][1]) == 10 and spy.calls[2][4] == 20
@@ -204,12 +196,12 @@ def test_always_verify_fewer_forwards_than_steps_times_two(random_sdar):
     assert s.steps <= s.generated_tokens
 
 
-def test_sub_blocks_restrict_candidates(random_sdar):
-    spy = Spy(random_sdar.adapter)
+def test_sub_blocks_restrict_candidates(random_sdar, monkeypatch):
+    spy = Spy(random_sdar.adapter, monkeypatch)
     cfg = DecodeConfig.build(
         decoder="dynamic", block_size=8, sub_block_size=4, threshold=0.01, max_new_tokens=8, ignore_eos=True
     )
-    decode(spy, [1, 2, 3, 4, 5, 6, 7, 8], cfg)
+    decode(random_sdar.adapter, [1, 2, 3, 4, 5, 6, 7, 8], cfg)
     M = spy.info.mask_token_id
     drafts = [c for c in spy.calls if c[0] == "draft"]
     # tau tiny -> each sub-block is committed in one step: 2 drafts, the second sees sub-block 1 done
@@ -255,7 +247,10 @@ def test_mask_token_is_never_generated(random_sdar):
     adapter = random_sdar.adapter
     M = adapter.info.mask_token_id
 
-    class LovesMask(Spy):
+    class LovesMask:  # the adapter's protocol, every forward through run
+        info, device, caches_partial_blocks = adapter.info, adapter.device, adapter.caches_partial_blocks
+        new_pool, prepare, can_fold_prefill = adapter.new_pool, adapter.prepare, adapter.can_fold_prefill
+
         def run(self, segments):
             out = [lg.clone() for lg in adapter.run(segments)]
             for lg in out:
@@ -269,6 +264,6 @@ def test_mask_token_is_never_generated(random_sdar):
         dict(decoder="s2d2", block_size=4, temperature=1.0, acceptance="probabilistic", seed=0),
     ):
         out = decode(
-            LovesMask(adapter), [1, 2, 3], DecodeConfig.build(max_new_tokens=9, ignore_eos=True, **kw)
+            LovesMask(), [1, 2, 3], DecodeConfig.build(max_new_tokens=9, ignore_eos=True, **kw)
         )
         assert len(out.token_ids) == 9 and M not in out.token_ids

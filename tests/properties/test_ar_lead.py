@@ -17,6 +17,7 @@ import torch
 
 from conftest import load_or_skip
 from s2d2.engine.llm_engine import LLMEngine
+from s2d2.layouts import family
 
 #: the lead is the per-step planner's: planned whatever the load (the choice by load is test_plan_regime's)
 pytestmark = pytest.mark.usefixtures("step_by_step_planning")
@@ -169,13 +170,13 @@ def test_ar_only_steps_after_a_correction_take_the_lead_alone(model, monkeypatch
     kw = {"max_new_tokens": 20, "ignore_eos": True}
     ar = model.generate_batch(prompts, decoder="ar", causal_cache=True, **kw)
     leads = []
-    real = type(model.adapter).lead_segment
+    real = family.lead
 
-    def counting(self, *args, **kwargs):
+    def counting(*args, **kwargs):
         leads.append(1)
-        return real(self, *args, **kwargs)
+        return real(*args, **kwargs)
 
-    monkeypatch.setattr(type(model.adapter), "lead_segment", counting)
+    monkeypatch.setattr(family, "lead", counting)  # the layout the engine asks for a lead alone
     engine = LLMEngine(model.adapter, max_num_seqs=2)
     engine.planner.force = lambda req, columns: 1 if columns == [0, 1] else 0
     cfg = model.make_config(preset="lossless-auto", block_size=4, plan_block_sizes=(), **kw)

@@ -22,6 +22,7 @@ from ..adapters.base import ModelAdapter
 from ..adapters.describe import describe, per_row
 from ..adapters.segment import Segment
 from ..cost.step_cost import StepShape
+from ..layouts import family
 from .draft_step import VerifyMode
 from .request import Action, Request
 from .request_limits import prefill_positions
@@ -59,9 +60,10 @@ class ModelRunner:
         return StepShape.of([s.n for s in segments], lengths, split_by_length(segments))
 
     def layout(self, req: Request) -> RowForward:
-        """``req``'s part of the next forward (host tensors; the adapter moves them to its device). Reads
-        the row and writes nothing to it."""
-        cache, action = req.cache, req.action
+        """``req``'s part of the next forward (host tensors; the adapter moves them to its device), laid
+        out by :mod:`s2d2.layouts.family` from the model's traits (``adapter.info``) and bound to the row's
+        cache state. Reads the row and writes nothing to it."""
+        cache, action, info = req.cache, req.action, self.adapter.info
         if cache.restore_to is not None and cache.recompute_left > 0:
             return RowForward(self.recompute_segment(req))
         if action is Action.DRAFT or action is Action.POST or action is Action.LEAD:
@@ -71,34 +73,38 @@ class ModelRunner:
             c, ext = cache.block_cached, cache.partial
             if action is Action.LEAD:
                 lead = cur.candidates[0]
-                seg = self.adapter.lead_segment(st, pending, cur.ids, start=cur.start, cached=c, extend=ext)
+                lay = family.lead(info, st.length, pending, cur.ids, start=cur.start, cached=c, extend=ext)
             else:
                 lead = req.draft_lead() if req.ar_lead else None
-                seg = self.adapter.draft_segment(
-                    st, pending, cur.ids, start=cur.start, block_size=cfg.block_size, causal=cfg.causal_cache,
-                    cached=c, extend=ext, lead=lead,
+                lay = family.draft(
+                    info, st.length, pending, cur.ids, start=cur.start, block_size=cfg.block_size,
+                    causal=cfg.causal_cache, cached=c, extend=ext, lead=lead,
                 )  # fmt: skip
+            seg = Segment.of(st, lay)
             return RowForward(seg, lead, seg.keep - len(pending))
         if action is Action.PREFILL:
             cfg, st = req.config, cache.state
             B = cfg.block_size
             chunk = prefill_positions(self.prefill_chunk, B)
             ids = torch.tensor(req.tokens[st.length : min(cache.prompt_blocks, st.length + chunk)])
-            return RowForward(self.adapter.prefill_segment(st, ids, block_size=B, causal=cfg.causal_cache))
+            lay = family.prefill(info, st.length, ids, block_size=B, causal=cfg.causal_cache)
+            return RowForward(Segment.of(st, lay))
         return RowForward(self._verify_segment(req))
 
     def _verify_segment(self, req: Request) -> Segment:
-        cur, cache, ad = req.cursor, req.cache, self.adapter
+        cur, cache, info = req.cursor, req.cache, self.adapter.info
         st = cache.state
         if req.action == Action.VERIFY:
             p, c = req.pending, cache.block_cached
-            filled = p.filled  # token ids (a list; adapters take lists or host tensors)
+            filled = p.filled  # token ids (a list; the layouts take lists or host tensors)
             if p.mode == VerifyMode.FUSED:
                 groups = predraft_inputs(req, p.groups)
-                return ad.fused_verify_segment(
-                    st, filled, start=cur.start, slots=p.span_slots, predrafts=groups, cached=c
+                lay = family.fused(
+                    info, st.length, filled, start=cur.start, slots=p.span_slots, predrafts=groups, cached=c
                 )
-            return ad.verify_segment(st, filled, start=cur.start, slots=p.span_slots, cached=c)
+            else:
+                lay = family.verify(info, st.length, filled, start=cur.start, slots=p.span_slots, cached=c)
+            return Segment.of(st, lay)
         raise RuntimeError(f"request {req.request_id!r} needs no forward")
 
     def recompute_segment(self, req: Request) -> Segment:
@@ -107,11 +113,11 @@ class ModelRunner:
         st, cfg, cache = req.state, req.config, req.cache
         B = cfg.block_size
         end = min(cache.restore_to, st.length + prefill_positions(self.prefill_chunk, B))
-        make = self.adapter.commit_segment
+        make = family.commit
         if st.length < cache.prompt_blocks:
-            end, make = min(end, cache.prompt_blocks), self.adapter.prefill_segment
+            end, make = min(end, cache.prompt_blocks), family.prefill
         ids = torch.tensor(req.cached_tokens(end)[st.length :], dtype=torch.long)
-        return make(st, ids, block_size=B, causal=cfg.causal_cache)
+        return Segment.of(st, make(self.adapter.info, st.length, ids, block_size=B, causal=cfg.causal_cache))
 
     def run(self, rows: Sequence[Request], segments: Sequence[Segment]) -> list[torch.Tensor]:
         """One forward over ``segments`` (one per row of ``rows``); each row's logits, in order. Counts

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 import s2d2
+from conftest import load_or_skip
 from s2d2.adapters.kv_pool import KVPool, KVState
 from s2d2.bench.suites import load_problems
 from s2d2.engine import llm_engine
@@ -114,3 +115,27 @@ def test_each_phase_writes_only_its_own_fields(tiny, monkeypatch):
     assert writers["advance"] and all(c[0] in step or c[:2] == adopt for c in writers["advance"])
     # pages are taken by the scheduler alone (at admission, and before each forward)
     assert writers["ensure"] and all(c[0].startswith("s2d2.engine.scheduler.") for c in writers["ensure"])
+
+
+def test_a_shifted_familys_saved_prediction_is_kept_by_the_step_not_the_forward(monkeypatch):
+    # Fast-dLLM v2 predicts the next position: each forward computes the prediction its row's next one
+    # reads (KVState.extra); the forward returns it (Segment.saves) and the step keeps it
+    model = load_or_skip("fast_dllm_v2")
+    engine = LLMEngine(model.adapter, max_num_seqs=3)
+    changed, kept = [], []
+    run = engine.runner.run
+
+    def forward(rows, segments):
+        before = [dict(s.state.extra) for s in segments]
+        out = run(rows, segments)
+        changed.extend(b != s.state.extra for b, s in zip(before, segments, strict=True))
+        kept.extend(s.saves is not None for s in segments)
+        return out
+
+    monkeypatch.setattr(engine.runner, "run", forward)
+    prompts = [[3, 5, 7, 11, 13], [2, 4, 6], [9, 8, 7, 6, 5, 4, 3]]
+    cfg = model.make_config(preset="lossless", block_size=4, max_new_tokens=12, ignore_eos=True)
+    outs = engine.generate(prompts, [cfg] * 3)
+    ref = [model.generate(p, decoder="ar", max_new_tokens=12, ignore_eos=True).token_ids for p in prompts]
+    assert [o.token_ids for o in outs] == ref  # lossless: the saved predictions were read where due
+    assert kept and any(kept) and not any(changed)

@@ -166,11 +166,13 @@ class ModelAdapter(ABC):
     def run_and_keep(self, segments: Sequence[Segment]) -> list[torch.Tensor]:
         """:meth:`run` for callers outside the engine (scoring, one row alone, diagnostics): pages for
         each segment are taken first (:func:`~.kv_pool.take_pages`), and after the forward each row keeps
-        its segment's ``keep`` new positions."""
+        its segment's ``keep`` new positions and the prediction the forward saved for it, if any
+        (:meth:`~.segment.Segment.keep_prediction`)."""
         take_pages(segments)
         out = self.run(segments)
         for s in segments:
             s.state.advance(s.keep)
+            s.keep_prediction()
         return out
 
     #: whether a block's committed prefix may be cached before the block is complete (causal cache)

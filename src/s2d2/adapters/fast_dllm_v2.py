@@ -13,11 +13,12 @@ of :meth:`draft` / :meth:`verify` is the model's prediction for slot ``j``:
 * slot ``j >= 1`` is read from the row of slot ``j - 1`` of the same forward;
 * slot 0 is predicted by the last position *before* the block. In :meth:`draft` with pending tokens that is
   the last pending row (one extra logits row of the same forward). Otherwise it is the row saved in
-  ``state.extra`` by the forward that wrote position ``start - 1`` (prefill, commit or a draft's pending
-  tokens). This is the true AR prediction; the reference code's ``_shift_logits_right`` instead puts raw
-  row 0 (the prediction for slot 1) at slot 0 as a never-used placeholder, because it always fills slot 0 by
-  an AR step after finishing the previous block. With an empty cache (block at position 0) there is no
-  prediction for slot 0 and its row is all zeros (a uniform distribution).
+  ``state.extra`` from the forward that wrote position ``start - 1`` (prefill, commit or a draft's pending
+  tokens; the forward returns it in ``Segment.saves`` and the row's writer keeps it). This is the true AR
+  prediction; the reference code's ``_shift_logits_right`` instead puts raw row 0 (the prediction for
+  slot 1) at slot 0 as a never-used placeholder, because it always fills slot 0 by an AR step after
+  finishing the previous block. With an empty cache (block at position 0) there is no prediction for
+  slot 0 and its row is all zeros (a uniform distribution).
 
 :meth:`verify` is a plain token-causal forward over the draft-filled block (read only): row ``j - 1``
 holds the AR predictive logits for slot ``j`` given ``filled[:j]``; slot 0 again uses the saved row.

@@ -58,6 +58,10 @@ class Segment:
     finish: Callable[[torch.Tensor], torch.Tensor] | None = None
     bias: torch.Tensor | None = None
     context_bias: float = 0.0
+    #: what the forward computed for the row to save (a shifted family's ``(position, logits row [V])``,
+    #: set by ``finish``): part of the forward's output, kept in the row's state by whoever advances the
+    #: row (:meth:`keep_prediction`), never by the forward
+    saves: tuple[int, torch.Tensor] | None = None
 
     def __post_init__(self) -> None:
         #: how many new tokens the segment feeds
@@ -76,7 +80,7 @@ class Segment:
             seg.context_bias = 1.0
             seg.mask = specs.full(seg.n)
         if layout.realign is not None:
-            seg.finish = realigned(state, layout.realign)
+            seg.finish = realigned(seg, layout.realign)
         elif layout.zero_rows:
             zeros = layout.zero_rows
 
@@ -85,6 +89,12 @@ class Segment:
 
             seg.finish = finish
         return seg
+
+    def keep_prediction(self) -> None:
+        """Keep the prediction the forward computed for the row (:attr:`saves`, if any) in its state, for
+        the row's next forward to read (:data:`NEXT_LOGITS`): the writer's call, after the forward."""
+        if self.saves is not None:
+            self.state.extra[NEXT_LOGITS] = self.saves
 
     @property
     def spec(self) -> MaskSpec | None:
@@ -99,11 +109,12 @@ class Segment:
         return _DENSE.get(self.mask, dense)
 
 
-def realigned(state: KVState, r: Realign) -> Callable[[torch.Tensor], torch.Tensor]:
-    """The ``finish`` of a shifted family's segment: returns its raw rows re-aligned by ``r`` (one slice
-    where the map is a run of rows, behind the saved row or not; else one stack), reading the row's saved
-    prediction first and then saving the new one in ``state.extra`` (:data:`NEXT_LOGITS`)."""
-    rows, k = r.rows, len(r.rows)
+def realigned(seg: Segment, r: Realign) -> Callable[[torch.Tensor], torch.Tensor]:
+    """The ``finish`` of a shifted family's segment ``seg``: returns its raw rows re-aligned by ``r`` (one
+    slice where the map is a run of rows, behind the saved row or not; else one stack), reading the
+    row's saved prediction from its state; the new prediction to save goes to ``seg.saves`` (the row's
+    state is not written here: :meth:`Segment.keep_prediction`)."""
+    rows, k, state = r.rows, len(r.rows), seg.state
     lead = 1 if k and rows[0] == -1 else 0
     first = rows[lead] if k > lead else 0
     run = all(i == first + j for j, i in enumerate(rows[lead:]))
@@ -117,7 +128,7 @@ def realigned(state: KVState, r: Realign) -> Callable[[torch.Tensor], torch.Tens
         else:
             out = torch.stack([saved(state, r.at, raw) if i < 0 else raw[i] for i in rows])
         if r.save_row >= 0:
-            state.extra[NEXT_LOGITS] = (r.save_at, raw[r.save_row])
+            seg.saves = (r.save_at, raw[r.save_row])
         return out
 
     return finish

@@ -118,6 +118,9 @@ class LLMEngine:
             adapter.prepare(self.pool)
         self.prefix_cache = prefix_cache
         self.runner = ModelRunner(adapter, prefill_chunk=min(prefill_chunk, limit))
+        #: whether forwards save a prediction for the row's next one (a shifted family), which the step
+        #: keeps in the row's state after the forward
+        self._saves = adapter.info.shifted
         self.scheduler = Scheduler(
             self.pool,
             max_num_seqs=max_num_seqs,
@@ -270,6 +273,9 @@ class LLMEngine:
                 by_row = {id(r): f for r, f in zip(rows, parts, strict=True)}
                 parts = [by_row[id(r)] for r in ran]
             rows = ran
+            if self._saves:  # a shifted family: each row keeps the prediction its forward saved for it
+                for f in parts:
+                    f.segment.keep_prediction()
             with self.device.phase():
                 self._postprocess(rows, logits, parts)
             self.scheduler.publish(rows)

@@ -76,7 +76,7 @@ class Lane:
         """The lane's one registration of every row's draft (none without rows)."""
         if not self.taken:
             return []
-        self.drafts = GreedyDrafts(dev, [(r, dev.mark(lg)) for r, _, lg in self.taken])
+        self.drafts = GreedyDrafts(dev, [(r, dev.mark(lg)) for r, _, lg in self.taken], conf=False)
         return [self.drafts]
 
     def apply(self, fail: Fail) -> None:

@@ -27,25 +27,34 @@ class GreedyDrafts:
     sampling transforms and part of rows the float32 math takes at once (:func:`~.logits_view.chunk_rows`),
     one registration."""
 
-    def __init__(self, dev: DeviceOps, rows: Sequence[tuple[Request, torch.Tensor]]) -> None:
+    def __init__(
+        self, dev: DeviceOps, rows: Sequence[tuple[Request, torch.Tensor]], conf: bool = True
+    ) -> None:
         self.mask_id = rows[0][0].info.mask_token_id
         limit = chunk_rows(rows[0][1].shape[-1])
+        #: whether the probabilities are registered too (the AR lane reads the tokens only)
+        self.with_conf = conf
         #: per part: its transforms, the indices of its rows, their (logits, candidates), total candidates
         self.parts: list[list] = []
         open_: dict[tuple[float, int, float], list] = {}
+        sizes: list[int] = []
+        last_cfg, key = None, None
         for i, (req, logits) in enumerate(rows):
             c, cand = req.config, req.cursor.candidates
-            key = (c.temperature, c.top_k, c.top_p)
+            if c is not last_cfg:  # rows of one request config (the common case) make its key once
+                last_cfg, key = c, (c.temperature, c.top_k, c.top_p)
+            n = len(cand)
+            sizes.append(n)
             part = open_.get(key)
-            if part is None or part[3] + len(cand) > limit:
+            if part is None or part[3] + n > limit:
                 part = open_[key] = [key, [], [], 0]
                 self.parts.append(part)
             part[1].append(i)
             part[2].append((logits, cand))
-            part[3] += len(cand)
-        self.sizes = [len(req.cursor.candidates) for req, _ in rows]
+            part[3] += n
+        self.sizes = sizes
         self.keys: list[tuple[int, int]] = []
-        #: each row's drafted tokens and their probabilities (filled by :meth:`read`)
+        #: each row's drafted tokens and (with ``conf``) their probabilities (filled by :meth:`read`)
         self.drafts: list[list[int]] = [[] for _ in rows]
         self.conf: list[list[float]] = [[] for _ in rows]
 
@@ -53,16 +62,23 @@ class GreedyDrafts:
         self.keys = []
         for key, _, rows, _ in self.parts:
             _, masked = without_mask_token(_candidate_rows(dev, rows), self.mask_id, False, in_place)
-            drafts, conf = F.greedy_pick(F.probs_from_logits(masked, *key))
-            self.keys.append((fetch.add(drafts), fetch.add(conf)))
+            probs = F.probs_from_logits(masked, *key)
+            if self.with_conf:
+                drafts, conf = F.greedy_pick(probs)
+                self.keys.append((fetch.add(drafts), fetch.add(conf)))
+            else:
+                self.keys.append((fetch.add(F.argmax(probs)), -1))
 
     def read(self, fetch: Fetch) -> None:
+        sizes, out_d, out_c = self.sizes, self.drafts, self.conf
         for (_, members, _, _), (kd, kc) in zip(self.parts, self.keys, strict=True):
-            drafts, conf, at = fetch.get(kd), fetch.get(kc), 0
+            drafts, at = fetch.ints(kd), 0  # the part's tokens as ints at once, then each row's slice
+            conf = fetch.get(kc) if kc >= 0 else None
             for i in members:
-                n = self.sizes[i]
-                self.drafts[i] = [int(t) for t in drafts[at : at + n]]
-                self.conf[i] = conf[at : at + n]
+                n = sizes[i]
+                out_d[i] = drafts[at : at + n]
+                if conf is not None:
+                    out_c[i] = conf[at : at + n]
                 at += n
 
 

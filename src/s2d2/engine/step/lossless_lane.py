@@ -107,13 +107,13 @@ class LosslessLane:
         """Every lane row's step from its filled results (an error fails its row alone)."""
         if self.draft is not None:
             g = self.draft
-            drafted = zip(self.drafting, g.drafts, g.conf, strict=True)
-            each_alone([(req, fwd, d, c) for (req, fwd, _), d, c in drafted], _drafted, fail)
+            reqs, fwds, _ = zip(*self.drafting, strict=True)
+            each_alone(zip(reqs, fwds, g.drafts, g.conf, strict=True), _drafted, fail)
         if self.check is not None:
             ch = self.check
-            checked = zip(self.verifying, ch.n_accepted, ch.corrections, strict=True)
-            rows = [(req, fwd, n_acc, None if corr < 0 else corr) for (req, fwd, _), n_acc, corr in checked]
-            each_alone(rows, _verified, fail)
+            reqs, fwds, _ = zip(*self.verifying, strict=True)
+            corrections = [None if corr < 0 else corr for corr in ch.corrections]
+            each_alone(zip(reqs, fwds, ch.n_accepted, corrections, strict=True), _verified, fail)
 
     def as_rows(self, dev: DeviceOps, fail: Fail) -> list[RowWork]:
         """The lane's rows handed back to the general step (:func:`~.row_queries.queries_alone`), the

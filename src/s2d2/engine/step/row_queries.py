@@ -8,7 +8,7 @@ filled queries.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -134,13 +134,14 @@ def queries(dev: DeviceOps, req: Request, logits: torch.Tensor, forward: RowForw
 Fail = Callable[[Request, BaseException], None]
 
 
-def each_alone(rows: Sequence[tuple], step: Callable[..., None], fail: Fail) -> None:
-    """``step(req, *rest)`` for each ``(req, *rest)`` of ``rows``: an error fails its request alone."""
-    for req, *rest in rows:
+def each_alone(rows: Iterable[tuple], step: Callable[..., None], fail: Fail) -> None:
+    """``step(req, *rest)`` for each ``(req, *rest)`` of ``rows`` (any iterable: a zip of columns is
+    read as it goes): an error fails its request alone."""
+    for row in rows:
         try:
-            step(req, *rest)
+            step(*row)
         except Exception as exc:  # one request's failure must not stop its batch-mates
-            fail(req, exc)
+            fail(row[0], exc)
 
 
 def queries_alone(

@@ -76,7 +76,8 @@ class Lane:
         """The lane's one registration of every row's draft (none without rows)."""
         if not self.taken:
             return []
-        self.drafts = GreedyDrafts(dev, [(r, dev.mark(lg)) for r, _, lg in self.taken], conf=False)
+        rows = [(r, dev.mark(lg), f.segment.zero_rows) for r, f, lg in self.taken]
+        self.drafts = GreedyDrafts(dev, rows, conf=False)
         return [self.drafts]
 
     def apply(self, fail: Fail) -> None:

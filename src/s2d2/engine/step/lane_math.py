@@ -23,12 +23,13 @@ from .row_queries import _rows
 
 
 class GreedyDrafts:
-    """The greedy drafts of rows ``(request, logits)`` at each request's candidates (its cursor's): per
+    """The greedy drafts of rows ``(request, logits, zero_rows)`` at each request's candidates (its
+    cursor's; candidate slot ``c`` is row ``c - zero_rows`` of ``logits``, the runner's raw rows): per
     sampling transforms and part of rows the float32 math takes at once (:func:`~.logits_view.chunk_rows`),
     one registration."""
 
     def __init__(
-        self, dev: DeviceOps, rows: Sequence[tuple[Request, torch.Tensor]], conf: bool = True
+        self, dev: DeviceOps, rows: Sequence[tuple[Request, torch.Tensor, int]], conf: bool = True
     ) -> None:
         self.mask_id = rows[0][0].info.mask_token_id
         limit = chunk_rows(rows[0][1].shape[-1])
@@ -39,7 +40,7 @@ class GreedyDrafts:
         open_: dict[tuple[float, int, float], list] = {}
         sizes: list[int] = []
         last_cfg, key = None, None
-        for i, (req, logits) in enumerate(rows):
+        for i, (req, logits, zero) in enumerate(rows):
             c, cand = req.config, req.cursor.candidates
             if c is not last_cfg:  # rows of one request config (the common case) make its key once
                 last_cfg, key = c, (c.temperature, c.top_k, c.top_p)
@@ -50,7 +51,7 @@ class GreedyDrafts:
                 part = open_[key] = [key, [], [], 0]
                 self.parts.append(part)
             part[1].append(i)
-            part[2].append((logits, cand))
+            part[2].append((logits, cand, zero))
             part[3] += n
         self.sizes = sizes
         self.keys: list[tuple[int, int]] = []
@@ -113,19 +114,20 @@ class StrictCheck:
         self.n_accepted, self.corrections = acc, corr
 
 
-def _candidate_rows(dev: DeviceOps, rows: list[tuple[torch.Tensor, list[int]]]) -> list[torch.Tensor]:
-    """The logits at each row's candidates ``(logits, candidates)``, as tensors to stack: the rows' own
-    logits where every row's candidates are all of its rows (they may tile the forward's output,
-    :func:`~.logits_view.tiled`), else ONE gather where the rows lie in one storage (the forward's
-    output), else a view or gather a row."""
-    if all(len(cand) == lg.shape[0] for lg, cand in rows):
-        return [lg for lg, _ in rows]
-    base = _storage_rows([lg for lg, _ in rows])
+def _candidate_rows(dev: DeviceOps, rows: list[tuple[torch.Tensor, list[int], int]]) -> list[torch.Tensor]:
+    """The logits at each row's candidates ``(logits, candidates, zero_rows)`` (slot ``c`` at row ``c -
+    zero_rows``), as tensors to stack: the rows' own logits where every row's candidates are all of its
+    rows (they may tile the forward's output, :func:`~.logits_view.tiled`; a row's candidates are masked
+    slots of its fed part, so as many of them as rows are all of them), else ONE gather where the rows
+    lie in one storage (the forward's output), else a view or gather a row."""
+    if all(len(cand) == lg.shape[0] for lg, cand, _ in rows):
+        return [lg for lg, _, _ in rows]
+    base = _storage_rows([lg for lg, _, _ in rows])
     if base is None:
-        return [_rows(dev, lg, cand) for lg, cand in rows]
+        return [_rows(dev, lg, [c - z for c in cand] if z else cand) for lg, cand, z in rows]
     vocab, index = base.shape[-1], []
-    for lg, cand in rows:
-        at = lg.storage_offset() // vocab
+    for lg, cand, z in rows:
+        at = lg.storage_offset() // vocab - z
         index += [at + c for c in cand]
     return [base.index_select(0, dev.tensor(index))]
 

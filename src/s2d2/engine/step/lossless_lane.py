@@ -90,7 +90,7 @@ class LosslessLane:
         return [c for c in (self.draft, self.check) if c is not None]
 
     def _drafts(self, dev: DeviceOps) -> GreedyDrafts:
-        return GreedyDrafts(dev, [(req, dev.mark(logits)) for req, _, logits in self.drafting])
+        return GreedyDrafts(dev, [(req, dev.mark(lg), f.segment.zero_rows) for req, f, lg in self.drafting])
 
     def _check(self, dev: DeviceOps) -> StrictCheck:
         drafts: list[int] = []

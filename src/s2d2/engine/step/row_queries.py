@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from ...adapters.segment import with_zero_rows
 from ..draft_step import SlotDrafts
 from ..request import Action, Request
 from ..row_forward import RowForward
@@ -147,8 +148,12 @@ def each_alone(rows: Iterable[tuple], step: Callable[..., None], fail: Fail) -> 
 def queries_alone(
     dev: DeviceOps, taken: Sequence[tuple[Request, RowForward, torch.Tensor]], fail: Fail
 ) -> list[RowWork]:
-    """Each lane row ``(req, forward, logits)`` handed back to the general step: its own
-    :func:`queries` (a row whose queries cannot be made fails alone)."""
+    """Each lane row ``(req, forward, logits)`` (the raw rows: no zero rows) handed back to the general
+    step: its own :func:`queries` (a row whose queries cannot be made fails alone)."""
     works: list[RowWork] = []
-    each_alone(taken, lambda req, fwd, lg: works.append(queries(dev, req, dev.mark(lg), fwd)), fail)
+
+    def one(req: Request, fwd: RowForward, lg: torch.Tensor) -> None:
+        works.append(queries(dev, req, dev.mark(with_zero_rows(lg, fwd.segment.zero_rows)), fwd))
+
+    each_alone(taken, one, fail)
     return works

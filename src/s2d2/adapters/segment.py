@@ -65,7 +65,8 @@ class Segment:
 
     def __post_init__(self) -> None:
         #: how many new tokens the segment feeds
-        self.n = len(self.ids) if isinstance(self.ids, list) else int(self.ids.numel())
+        ids = self.ids
+        self.n = len(ids) if type(ids) is list or isinstance(ids, list) else int(ids.numel())
 
     #: indices of the last ``k`` of ``n`` rows (a shared tensor: never modify it in place)
     last_rows = staticmethod(last_rows)

@@ -18,7 +18,7 @@ import torch
 
 from .forward_batch import BatchShape, ForwardBatch, build_batch, grid_queries, shape_of
 from .kv_pool import check_pages
-from .segment import Segment
+from .segment import Segment, with_zero_rows
 
 
 class Geometry(NamedTuple):
@@ -53,13 +53,18 @@ def describe(segments: Sequence[Segment], pool: Any, geometry: Geometry) -> Forw
 
 
 def per_row(
-    segments: Sequence[Segment], raw: Sequence[torch.Tensor], vocab: int, device: torch.device
-) -> list[torch.Tensor]:
+    segments: Sequence[Segment], raw: Sequence[torch.Tensor], vocab: int, device: torch.device,
+    zero_rows: bool = True,
+) -> list[torch.Tensor]:  # fmt: skip
     """Each segment's logits: ``raw`` holds the raw rows of the non-empty segments in order (an empty
-    segment gets ``[0, vocab]``), each mapped by the segment's ``finish`` where it has one."""
+    segment gets ``[0, vocab]``), each mapped by the segment's ``finish`` where it has one and, with
+    ``zero_rows``, given its :attr:`~.segment.Segment.zero_rows` (without: the raw rows, views of the
+    forward's output)."""
     rows = iter(raw)
     out = []
     for s in segments:
         got = next(rows) if s.n else torch.zeros(0, vocab, dtype=torch.float32, device=device)
-        out.append(s.finish(got) if s.finish is not None else got)
+        if s.finish is not None:
+            got = s.finish(got)
+        out.append(with_zero_rows(got, s.zero_rows) if zero_rows and s.zero_rows else got)
     return out

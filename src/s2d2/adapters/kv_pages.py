@@ -44,7 +44,11 @@ from dataclasses import dataclass, field
 
 def _chain(parent: bytes, token_ids: Sequence[int], start: int, size: int) -> bytes:
     """The digest of the page holding ``token_ids[start:start + size]`` after ``parent``."""
-    tokens = array("q", [int(t) for t in token_ids[start:start + size]])  # tensors/numpy hash like lists
+    page = token_ids[start:start + size]
+    try:  # ints, and integer tensors/numpy arrays, straight into the array: they hash like lists
+        tokens = array("q", page)
+    except TypeError:
+        tokens = array("q", [int(t) for t in page])
     return hashlib.blake2b(parent + tokens.tobytes(), digest_size=16).digest()
 
 
@@ -265,11 +269,14 @@ class PagePool:
             state.cache_key = self._root_keys[chain[0].parent]
         return len(pages) * self.page_size
 
-    def publish(self, row: Hashable, cache_key: Hashable, token_ids: Sequence[int]) -> int:
+    def publish(
+        self, row: Hashable, cache_key: Hashable, token_ids: Sequence[int], n_tokens: int | None = None
+    ) -> int:
         """Register ``row``'s full pages of committed tokens for reuse; returns how many were new.
 
-        ``token_ids`` are the row's committed tokens from position 0, whose keys and values are final
-        in its pages; each call must extend the previous one's tokens (chained pages are not re-read).
+        ``token_ids`` are the row's committed tokens from position 0 (its first ``n_tokens``, when given:
+        the rest is not read), whose keys and values are final in its pages; each call must extend the
+        previous one's tokens (chained pages are not re-read).
         A page whose digest a referenced page already holds stays a private copy (and is indexed by a
         later call once that page is unreferenced or evicted); an unreferenced holder is replaced and
         freed. Raises ValueError if ``cache_key`` differs from the one the row adopted or published under.
@@ -285,7 +292,8 @@ class PagePool:
         copies = [i for i in state.copies if not self._index_as(state, i)]
         new = len(state.copies) - len(copies)
         ps = self.page_size
-        for i in range(len(state.digests), min(len(token_ids) // ps, len(state.pages), state.length // ps)):
+        n = len(token_ids) if n_tokens is None else min(n_tokens, len(token_ids))
+        for i in range(len(state.digests), min(n // ps, len(state.pages), state.length // ps)):
             state.digests.append(_chain(state.digests[i - 1] if i else self._roots[cache_key], token_ids,
                                         i * ps, ps))
             if self._index_as(state, i):

@@ -46,7 +46,10 @@ class Segment:
     ``context_bias`` to those of the cached keys (the LLaDA2 official prefill). ``logit_rows`` are the
     indices (into the segment) whose logits the caller needs; ``finish`` maps those raw rows
     ``[len(logit_rows), vocab]`` to what the adapter returns (the shifted family re-aligns them); it runs
-    after the row's length has advanced.
+    after the row's length has advanced. ``zero_rows``: all-zero rows the adapter puts before the logit
+    rows (a partly cached block's cached slots, never read: :func:`with_zero_rows`), so that row ``i`` of
+    what it returns is block slot ``i``; the engine's runner leaves them out and its step reads the raw
+    rows at slot minus ``zero_rows``.
     """
 
     state: KVState
@@ -58,6 +61,7 @@ class Segment:
     finish: Callable[[torch.Tensor], torch.Tensor] | None = None
     bias: torch.Tensor | None = None
     context_bias: float = 0.0
+    zero_rows: int = 0
     #: what the forward computed for the row to save (a shifted family's ``(position, logits row [V])``,
     #: set by ``finish``): part of the forward's output, kept in the row's state by whoever advances the
     #: row (:meth:`keep_prediction`), never by the forward
@@ -65,29 +69,24 @@ class Segment:
 
     def __post_init__(self) -> None:
         #: how many new tokens the segment feeds
-        self.n = len(self.ids) if isinstance(self.ids, list) else int(self.ids.numel())
+        ids = self.ids
+        self.n = len(ids) if type(ids) is list or isinstance(ids, list) else int(ids.numel())
 
     #: indices of the last ``k`` of ``n`` rows (a shared tensor: never modify it in place)
     last_rows = staticmethod(last_rows)
 
     @classmethod
     def of(cls, state: KVState, layout: Layout) -> Segment:
-        """The row ``state``'s segment of ``layout``: its zero rows, if any, padded in by ``finish``, or
-        its raw rows re-aligned there (:func:`realigned`); a bias layout's float mask (:attr:`bias`)."""
-        seg = cls(state, layout.ids, layout.pos, layout.spec, keep=layout.keep, logit_rows=layout.logit_rows)
+        """The row ``state``'s segment of ``layout``: its zero rows, if any (:attr:`zero_rows`), or its
+        raw rows re-aligned by ``finish`` (:func:`realigned`); a bias layout's float mask (:attr:`bias`)."""
+        seg = cls(state, layout.ids, layout.pos, layout.spec, keep=layout.keep, logit_rows=layout.logit_rows,
+                  zero_rows=layout.zero_rows)  # fmt: skip
         if layout.bias:  # the visibility as an additive 1.0/0.0 float mask; every key visible
             seg.bias = seg.dense.to(torch.float32)
             seg.context_bias = 1.0
             seg.mask = specs.full(seg.n)
         if layout.realign is not None:
             seg.finish = realigned(seg, layout.realign)
-        elif layout.zero_rows:
-            zeros = layout.zero_rows
-
-            def finish(out: torch.Tensor) -> torch.Tensor:
-                return F.pad(out, (0, 0, zeros, 0))  # zero rows for the cached slots: one op
-
-            seg.finish = finish
         return seg
 
     def keep_prediction(self) -> None:
@@ -107,6 +106,11 @@ class Segment:
         if not isinstance(self.mask, MaskSpec):
             return self.mask
         return _DENSE.get(self.mask, dense)
+
+
+def with_zero_rows(logits: torch.Tensor, zero_rows: int) -> torch.Tensor:
+    """``logits`` ``[k, vocab]`` with ``zero_rows`` all-zero rows before them (one op; none: as they are)."""
+    return F.pad(logits, (0, 0, zero_rows, 0)) if zero_rows else logits
 
 
 def realigned(seg: Segment, r: Realign) -> Callable[[torch.Tensor], torch.Tensor]:

@@ -17,6 +17,7 @@ import torch
 
 from ..adapters.base import ModelAdapter
 from ..adapters.kv_pool import DEFAULT_PAGE_SIZE
+from ..adapters.segment import with_zero_rows
 from ..config import DecodeConfig
 from ..constraints.compiler import CompiledConstraint
 from ..cost.step_cost import StepCost, median_abs_error
@@ -309,9 +310,10 @@ class LLMEngine:
         self, rows: list[Request], logits: Sequence[torch.Tensor], parts: list[RowForward]
     ) -> None:
         """Every row's queries computed on the device at once (one transfer), then each row's bookkeeping;
-        an error fails its request alone. Rows rewriting a preempted cache only keep what they wrote.
-        Common AR and lossless steps take their lanes (:mod:`.step.lanes`: batched queries, a lean
-        commit each) unless :attr:`lanes` is off."""
+        an error fails its request alone. ``logits``: the runner's, without zero rows (the general step's
+        queries read block slots as rows: they are given theirs; the lanes read the raw rows). Rows
+        rewriting a preempted cache only keep what they wrote. Common AR and lossless steps take their
+        lanes (:mod:`.step.lanes`: batched queries, a lean commit each) unless :attr:`lanes` is off."""
         works: list[RowWork] = []
         edits: list[DraftQuery] = []
         drafts: list[DraftQuery] = []
@@ -324,7 +326,7 @@ class LLMEngine:
                     continue
                 if self.lanes and lane.take(req, lg, fwd):
                     continue
-                w = queries(dev, req, dev.mark(lg), fwd)
+                w = queries(dev, req, dev.mark(with_zero_rows(lg, fwd.segment.zero_rows)), fwd)
                 if req.grammar is not None:
                     attach_masks(w)
             except Exception as exc:

@@ -120,29 +120,36 @@ class ModelRunner:
         return Segment.of(st, make(self.adapter.info, st.length, ids, block_size=B, causal=cfg.causal_cache))
 
     def run(self, rows: Sequence[Request], segments: Sequence[Segment]) -> list[torch.Tensor]:
-        """One forward over ``segments`` (one per row of ``rows``); each row's logits, in order. Counts
-        the forward and the query tokens fed (the engine's counters); touches no row."""
-        logits = self.forward(segments)
+        """One forward over ``segments`` (one per row of ``rows``); each row's logits, in order, without
+        its segment's zero rows (:meth:`forward` with ``zero_rows=False``: the step reads block slot ``i``
+        at raw row ``i - segment.zero_rows``). Counts the forward and the query tokens fed (the engine's
+        counters); touches no row."""
+        logits = self.forward(segments, False)
         c = self.counters
         c.forwards += 1
         c.rows += len(rows)
         c.query_tokens += sum(s.n for s in segments)
         return logits
 
-    def forward(self, segments: Sequence[Segment]) -> list[torch.Tensor]:
+    def forward(self, segments: Sequence[Segment], zero_rows: bool = True) -> list[torch.Tensor]:
         """The step's forward: the runner describes it as ONE host-side batch (:func:`~s2d2.adapters.
         describe.describe`: packed ids and positions, page tables, each query's visibility as integers,
         the logit rows), the adapter runs that batch and returns packed logits ``[L, vocab]``, and the
         runner splits them into each segment's rows (:func:`~s2d2.adapters.describe.per_row`). Segments
         no batch describes (a float bias, transformers' own forward) run through ``adapter.run``, as do
         all those of an object that only follows the protocol (not a :class:`ModelAdapter`: a wrapper
-        of one, which sees every forward as ``run``)."""
+        of one, which sees every forward as ``run``). Without ``zero_rows`` each row comes back without
+        its segment's :attr:`~s2d2.adapters.segment.Segment.zero_rows` (a partly cached block's draft:
+        its raw rows, views of the forward's output, no copy a row)."""
         ad = self.adapter
         live = [s for s in segments if s.n]
         pool = live[0].state.cache if live else None
         geometry = ad.geometry(pool) if live and isinstance(ad, ModelAdapter) else None
         batch = describe(live, pool, geometry) if geometry is not None else None
         if batch is None:
-            return ad.run(segments)
+            out = ad.run(segments)
+            if zero_rows:
+                return out
+            return [lg[s.zero_rows :] if s.zero_rows else lg for s, lg in zip(segments, out, strict=True)]
         raw = ad.forward(pool, batch).split(batch.logit_sizes)
-        return per_row(segments, raw, ad.info.vocab_size, ad.device)
+        return per_row(segments, raw, ad.info.vocab_size, ad.device, zero_rows)

@@ -209,15 +209,18 @@ class Scheduler:
         """Offer each row's newly cached full pages of committed positions to the prefix cache."""
         if not self.paged:
             return
-        ps = self.pool.page_size
+        ps, pages, running = self.pool.page_size, self.pool.pages, Status.RUNNING
         for req in rows:
             cache = req.cache
             state = cache.state
-            if cache.prefix_key is None or state is None or req.status is not Status.RUNNING:
+            if cache.prefix_key is None or state is None or req.status is not running:
                 continue
-            if state.length // ps > cache.published // ps:
-                self.pool.pages.publish(state.slot, cache.prefix_key, req.cached_tokens(state.length))
-                cache.published = state.length
+            length = state.length
+            if length // ps > cache.published // ps:
+                full = length // ps * ps  # only full pages are published: their tokens, no copy where closed
+                tokens = req.tokens if full <= req.cursor.start else req.cached_tokens(full)
+                pages.publish(state.slot, cache.prefix_key, tokens, full)
+                cache.published = length
 
     # ------------------------------------------------------------------ leaving
     def abort(self, request_id: Any) -> bool:

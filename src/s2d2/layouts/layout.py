@@ -159,13 +159,16 @@ def two_halves(
     assert length == start + cached, "commit pending tokens (draft) before verifying"
     n1, n2 = n_first - cached, len(slots)
     block = filled.tolist() if isinstance(filled, torch.Tensor) else filled
-    ids = [*block[cached:n_first], *[mask_id] * n2]
-    pos = [*range(start + cached, start + n_first), *[start + s for s in slots]]
+    ids = list(block[cached:n_first])
+    ids += [mask_id] * n2
+    pos = list(range(start + cached, start + n_first))
+    pos += [start + s for s in slots]
     for g in predrafts:
         ids += g.ids
         pos += g.pos
     n = len(ids)
-    spec = specs.two_halves(n1, tuple(s - cached for s in slots), tuple(g.key for g in predrafts))
+    key = tuple(slots) if not cached else tuple([s - cached for s in slots])
+    spec = specs.two_halves(n1, key, tuple([g.key for g in predrafts]) if predrafts else ())
     return Layout(ids, pos, spec, 0, last_rows(n, n - n1))
 
 

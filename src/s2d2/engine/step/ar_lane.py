@@ -76,14 +76,15 @@ class Lane:
         """The lane's one registration of every row's draft (none without rows)."""
         if not self.taken:
             return []
-        self.drafts = GreedyDrafts(dev, [(r, dev.mark(lg)) for r, _, lg in self.taken])
+        rows = [(r, dev.mark(lg), f.segment.zero_rows) for r, f, lg in self.taken]
+        self.drafts = GreedyDrafts(dev, rows, conf=False)
         return [self.drafts]
 
     def apply(self, fail: Fail) -> None:
         """Commit every lane row's draft (the registration is read): :func:`apply_lane`."""
         if self.drafts is not None:
-            rows = [r for r, _, _ in self.taken]
-            apply_lane(rows, [f for _, f, _ in self.taken], [d[0] for d in self.drafts.drafts], fail)
+            rows, parts, _ = zip(*self.taken, strict=True)
+            apply_lane(rows, parts, [d[0] for d in self.drafts.drafts], fail)
 
     def as_rows(self, dev: DeviceOps, fail: Fail) -> list[RowWork]:
         """The lane's rows handed back to the general step (:func:`~.row_queries.queries_alone`), the
@@ -98,7 +99,7 @@ def apply_lane(
 ) -> None:
     """Commit each lane row's draft ``drafts[i]`` and find its next forward (an error fails its row
     alone)."""
-    each_alone(list(zip(rows, parts, drafts, strict=True)), _commit, fail)
+    each_alone(zip(rows, parts, drafts, strict=True), _commit, fail)
 
 
 def _commit(req: Request, fwd: RowForward, tok: int) -> None:

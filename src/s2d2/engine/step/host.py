@@ -95,7 +95,10 @@ def advance(req: Request) -> None:
                 req.end = cur.start + stop
                 _close_block(req)
                 continue
-        cand = [i for i in range(hi) if ids[i] == mask_id] if mask_id in ids[:hi] else None
+        try:  # the masked slots below hi, from the first (the committed run before it is not walked)
+            cand = [i for i in range(ids.index(mask_id, 0, hi), hi) if ids[i] == mask_id]
+        except ValueError:
+            cand = None
         if not cand:
             if cfg.editing_threshold is not None and cfg.post_steps > 0:
                 cur.in_post, cur.post_left = True, cfg.post_steps  # edit-only passes, masks gone

@@ -18,51 +18,81 @@ import torch
 from ...decoding import functional as F
 from ..request import Request
 from .device import DeviceOps, Fetch
-from .logits_view import chunk_rows, without_mask_token
+from .logits_view import chunk_rows, tiled, without_mask_token
 from .row_queries import _rows
 
 
 class GreedyDrafts:
-    """The greedy drafts of rows ``(request, logits)`` at each request's candidates (its cursor's): per
+    """The greedy drafts of rows ``(request, logits, zero_rows)`` at each request's candidates (its
+    cursor's; candidate slot ``c`` is row ``c - zero_rows`` of ``logits``, the runner's raw rows): per
     sampling transforms and part of rows the float32 math takes at once (:func:`~.logits_view.chunk_rows`),
     one registration."""
 
-    def __init__(self, dev: DeviceOps, rows: Sequence[tuple[Request, torch.Tensor]]) -> None:
+    def __init__(
+        self, dev: DeviceOps, rows: Sequence[tuple[Request, torch.Tensor, int]], conf: bool = True
+    ) -> None:
         self.mask_id = rows[0][0].info.mask_token_id
         limit = chunk_rows(rows[0][1].shape[-1])
+        #: whether the probabilities are registered too (the AR lane reads the tokens only)
+        self.with_conf = conf
         #: per part: its transforms, the indices of its rows, their (logits, candidates), total candidates
         self.parts: list[list] = []
         open_: dict[tuple[float, int, float], list] = {}
-        for i, (req, logits) in enumerate(rows):
+        sizes: list[int] = []
+        last_cfg, key = None, None
+        for i, (req, logits, zero) in enumerate(rows):
             c, cand = req.config, req.cursor.candidates
-            key = (c.temperature, c.top_k, c.top_p)
+            if c is not last_cfg:  # rows of one request config (the common case) make its key once
+                last_cfg, key = c, (c.temperature, c.top_k, c.top_p)
+            n = len(cand)
+            sizes.append(n)
             part = open_.get(key)
-            if part is None or part[3] + len(cand) > limit:
+            if part is None or part[3] + n > limit:
                 part = open_[key] = [key, [], [], 0]
                 self.parts.append(part)
             part[1].append(i)
-            part[2].append((logits, cand))
-            part[3] += len(cand)
-        self.sizes = [len(req.cursor.candidates) for req, _ in rows]
+            part[2].append((logits, cand, zero))
+            part[3] += n
+        self.sizes = sizes
+        self.limit = limit
         self.keys: list[tuple[int, int]] = []
-        #: each row's drafted tokens and their probabilities (filled by :meth:`read`)
+        #: per part: None (its results are its rows' candidates, in order), else per row the number of
+        #: rows computed and its candidates' indices among them (:func:`_candidate_rows`)
+        self.picks: list[list[tuple[int, list[int]]] | None] = []
+        #: each row's drafted tokens and (with ``conf``) their probabilities (filled by :meth:`read`)
         self.drafts: list[list[int]] = [[] for _ in rows]
         self.conf: list[list[float]] = [[] for _ in rows]
 
     def register(self, dev: DeviceOps, fetch: Fetch, in_place: bool) -> None:
-        self.keys = []
+        self.keys, self.picks = [], []
         for key, _, rows, _ in self.parts:
-            _, masked = without_mask_token(_candidate_rows(dev, rows), self.mask_id, False, in_place)
-            drafts, conf = F.greedy_pick(F.probs_from_logits(masked, *key))
-            self.keys.append((fetch.add(drafts), fetch.add(conf)))
+            tensors, picks = _candidate_rows(dev, rows, self.limit)
+            self.picks.append(picks)
+            _, masked = without_mask_token(tensors, self.mask_id, False, in_place)
+            probs = F.probs_from_logits(masked, *key)
+            if self.with_conf:
+                drafts, conf = F.greedy_pick(probs)
+                self.keys.append((fetch.add(drafts), fetch.add(conf)))
+            else:
+                self.keys.append((fetch.add(F.argmax(probs)), -1))
 
     def read(self, fetch: Fetch) -> None:
-        for (_, members, _, _), (kd, kc) in zip(self.parts, self.keys, strict=True):
-            drafts, conf, at = fetch.get(kd), fetch.get(kc), 0
+        sizes, out_d, out_c = self.sizes, self.drafts, self.conf
+        for (_, members, _, _), (kd, kc), picks in zip(self.parts, self.keys, self.picks, strict=True):
+            drafts, at = fetch.ints(kd), 0  # the part's tokens as ints at once, then each row's slice
+            conf = fetch.get(kc) if kc >= 0 else None
+            if picks is not None:  # every row's rows were computed: its candidates' among them
+                for i, (n, idx) in zip(members, picks, strict=True):
+                    out_d[i] = [drafts[at + j] for j in idx]
+                    if conf is not None:
+                        out_c[i] = [conf[at + j] for j in idx]
+                    at += n
+                continue
             for i in members:
-                n = self.sizes[i]
-                self.drafts[i] = [int(t) for t in drafts[at : at + n]]
-                self.conf[i] = conf[at : at + n]
+                n = sizes[i]
+                out_d[i] = drafts[at : at + n]
+                if conf is not None:
+                    out_c[i] = conf[at : at + n]
                 at += n
 
 
@@ -97,21 +127,35 @@ class StrictCheck:
         self.n_accepted, self.corrections = acc, corr
 
 
-def _candidate_rows(dev: DeviceOps, rows: list[tuple[torch.Tensor, list[int]]]) -> list[torch.Tensor]:
-    """The logits at each row's candidates ``(logits, candidates)``, as tensors to stack: the rows' own
-    logits where every row's candidates are all of its rows (they may tile the forward's output,
-    :func:`~.logits_view.tiled`), else ONE gather where the rows lie in one storage (the forward's
-    output), else a view or gather a row."""
-    if all(len(cand) == lg.shape[0] for lg, cand in rows):
-        return [lg for lg, _ in rows]
-    base = _storage_rows([lg for lg, _ in rows])
+def _candidate_rows(
+    dev: DeviceOps, rows: list[tuple[torch.Tensor, list[int], int]], limit: int
+) -> tuple[list[torch.Tensor], list[tuple[int, list[int]]] | None]:
+    """The logits the drafts of rows ``(logits, candidates, zero_rows)`` are computed on (slot ``c`` at
+    row ``c - zero_rows``), as tensors to stack, and the picks (None: the computed rows are the
+    candidates, in order; else per row its computed rows and its candidates' indices among them):
+
+    - the rows' own logits where every row's candidates are all of its rows (they may tile the
+      forward's output, :func:`~.logits_view.tiled`; a row's candidates are masked slots of its fed
+      part, so as many of them as rows are all of them);
+    - the rows whole where they tile the forward's output and fit the float32 math (``limit`` rows):
+      a row's few committed rows besides its candidates cost less than gathering (each row's values
+      depend on that row alone, so the candidates' are the same);
+    - else ONE gather where the rows lie in one storage (the forward's output), else a view or gather
+      a row."""
+    if all(len(cand) == lg.shape[0] for lg, cand, _ in rows):
+        return [lg for lg, _, _ in rows], None
+    logits = [lg for lg, _, _ in rows]
+    whole = tiled(logits) if len(logits) > 1 else None
+    if whole is not None and whole.shape[0] <= limit:
+        return [whole], [(lg.shape[0], [c - z for c in cand]) for lg, cand, z in rows]
+    base = _storage_rows(logits)
     if base is None:
-        return [_rows(dev, lg, cand) for lg, cand in rows]
+        return [_rows(dev, lg, [c - z for c in cand] if z else cand) for lg, cand, z in rows], None
     vocab, index = base.shape[-1], []
-    for lg, cand in rows:
-        at = lg.storage_offset() // vocab
+    for lg, cand, z in rows:
+        at = lg.storage_offset() // vocab - z
         index += [at + c for c in cand]
-    return [base.index_select(0, dev.tensor(index))]
+    return [base.index_select(0, dev.tensor(index))], None
 
 
 def _storage_rows(rows: list[torch.Tensor]) -> torch.Tensor | None:

@@ -90,7 +90,7 @@ class LosslessLane:
         return [c for c in (self.draft, self.check) if c is not None]
 
     def _drafts(self, dev: DeviceOps) -> GreedyDrafts:
-        return GreedyDrafts(dev, [(req, dev.mark(logits)) for req, _, logits in self.drafting])
+        return GreedyDrafts(dev, [(req, dev.mark(lg), f.segment.zero_rows) for req, f, lg in self.drafting])
 
     def _check(self, dev: DeviceOps) -> StrictCheck:
         drafts: list[int] = []
@@ -107,13 +107,13 @@ class LosslessLane:
         """Every lane row's step from its filled results (an error fails its row alone)."""
         if self.draft is not None:
             g = self.draft
-            drafted = zip(self.drafting, g.drafts, g.conf, strict=True)
-            each_alone([(req, fwd, d, c) for (req, fwd, _), d, c in drafted], _drafted, fail)
+            reqs, fwds, _ = zip(*self.drafting, strict=True)
+            each_alone(zip(reqs, fwds, g.drafts, g.conf, strict=True), _drafted, fail)
         if self.check is not None:
             ch = self.check
-            checked = zip(self.verifying, ch.n_accepted, ch.corrections, strict=True)
-            rows = [(req, fwd, n_acc, None if corr < 0 else corr) for (req, fwd, _), n_acc, corr in checked]
-            each_alone(rows, _verified, fail)
+            reqs, fwds, _ = zip(*self.verifying, strict=True)
+            corrections = [None if corr < 0 else corr for corr in ch.corrections]
+            each_alone(zip(reqs, fwds, ch.n_accepted, corrections, strict=True), _verified, fail)
 
     def as_rows(self, dev: DeviceOps, fail: Fail) -> list[RowWork]:
         """The lane's rows handed back to the general step (:func:`~.row_queries.queries_alone`), the

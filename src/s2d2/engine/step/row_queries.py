@@ -8,11 +8,12 @@ filled queries.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 import torch
 
+from ...adapters.segment import with_zero_rows
 from ..draft_step import SlotDrafts
 from ..request import Action, Request
 from ..row_forward import RowForward
@@ -134,20 +135,25 @@ def queries(dev: DeviceOps, req: Request, logits: torch.Tensor, forward: RowForw
 Fail = Callable[[Request, BaseException], None]
 
 
-def each_alone(rows: Sequence[tuple], step: Callable[..., None], fail: Fail) -> None:
-    """``step(req, *rest)`` for each ``(req, *rest)`` of ``rows``: an error fails its request alone."""
-    for req, *rest in rows:
+def each_alone(rows: Iterable[tuple], step: Callable[..., None], fail: Fail) -> None:
+    """``step(req, *rest)`` for each ``(req, *rest)`` of ``rows`` (any iterable: a zip of columns is
+    read as it goes): an error fails its request alone."""
+    for row in rows:
         try:
-            step(req, *rest)
+            step(*row)
         except Exception as exc:  # one request's failure must not stop its batch-mates
-            fail(req, exc)
+            fail(row[0], exc)
 
 
 def queries_alone(
     dev: DeviceOps, taken: Sequence[tuple[Request, RowForward, torch.Tensor]], fail: Fail
 ) -> list[RowWork]:
-    """Each lane row ``(req, forward, logits)`` handed back to the general step: its own
-    :func:`queries` (a row whose queries cannot be made fails alone)."""
+    """Each lane row ``(req, forward, logits)`` (the raw rows: no zero rows) handed back to the general
+    step: its own :func:`queries` (a row whose queries cannot be made fails alone)."""
     works: list[RowWork] = []
-    each_alone(taken, lambda req, fwd, lg: works.append(queries(dev, req, dev.mark(lg), fwd)), fail)
+
+    def one(req: Request, fwd: RowForward, lg: torch.Tensor) -> None:
+        works.append(queries(dev, req, dev.mark(with_zero_rows(lg, fwd.segment.zero_rows)), fwd))
+
+    each_alone(taken, one, fail)
     return works

@@ -375,15 +375,29 @@ def train_tiny(
     run, 0 = the natural distribution; a resumed run keeps its own).
     """
     threads = ThreadChooser()
-    torch.set_flush_denormal(True)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     opts = RunOptions(minutes * 60.0, steps, block_mix, ar_first, lr, ema, hard_focus)
-    run = _TinyRun(out, seed, minutes, opts, resume, dev_size)
-    run.start(compile, progress, threads)
-    while not run.finished():
-        r = run.train_step()
-        run.log_step(r)
-        run.show_progress(r)
-        run.eval_or_ckpt(eval_every_minutes, eval_start_fraction, ckpt_every_minutes)
-    return run.finish()
+    with _denormals_flushed():
+        run = _TinyRun(out, seed, minutes, opts, resume, dev_size)
+        run.start(compile, progress, threads)
+        while not run.finished():
+            r = run.train_step()
+            run.log_step(r)
+            run.show_progress(r)
+            run.eval_or_ckpt(eval_every_minutes, eval_start_fraction, ckpt_every_minutes)
+        return run.finish()
+
+
+@contextlib.contextmanager
+def _denormals_flushed():
+    """Subnormal floats flushed to zero while training (faster CPU steps), and the process's own setting
+    back afterwards: the flag is the thread's floating-point state, which a library call must not leave
+    changed (a caller's later float code, e.g. a property test's subnormal floats, would see it)."""
+    tiny = float.fromhex("0x1p-1074")  # the smallest subnormal: zero when flushed
+    was = tiny * 1.0 == 0.0
+    torch.set_flush_denormal(True)
+    try:
+        yield
+    finally:
+        torch.set_flush_denormal(was)

@@ -72,9 +72,6 @@ def bench_batch_command(
     max_new_tokens: Annotated[int, typer.Option("--max-new-tokens", help="Most tokens per problem.")] = 64,
     repeats: Annotated[int, typer.Option(help="Repeats per cell (the table shows medians).")] = 1,
     threads: Annotated[int | None, typer.Option(help="torch CPU threads (default: torch's own).")] = None,
-    pin: Annotated[
-        bool, typer.Option(help="With --threads, run on that many fixed CPUs (less noise between cells).")
-    ] = True,
     json_out: Annotated[Path | None, typer.Option("--json", help="Also write the results here.")] = None,
     progress: ProgressOpt = True,
     device: DeviceOpt = None,
@@ -134,7 +131,6 @@ def bench_batch_command(
     import torch
 
     from ..bench import throughput, throughput_table
-    from ..bench.affinity import pinned
     from ..model import freeze_loaded_heap, load
 
     lims = _int_list(limits, "--limits")
@@ -150,29 +146,25 @@ def bench_batch_command(
         if threads < 1:
             raise S2D2Error(f"--threads must be >= 1, got {threads}")
         torch.set_num_threads(threads)
-    with pinned(threads if pin else None) as cpus:
-        m = load(model, device=device, dtype=dtype, revision=revision, enforce_eager=enforce_eager)
-        freeze_loaded_heap()
-        cost, label = _cost(m, cost_profile, simulate, shape)
-        results = throughput.run_throughput(
-            m,
-            n=n,
-            limits=lims,
-            configs=names,
-            max_new_tokens=max_new_tokens,
-            repeats=repeats,
-            progress=progress,
-            cost=cost,
-            simulate=label,
-            prefix_cache=caches,
-            kv_page_size=kv_page_size,
-            kv_budget_tokens=kv_budget_tokens,
-            shared_prefix=shared_prefix,
-            request_rate=request_rate,
-        )
-    results["pinned_cpus"] = cpus
+    m = load(model, device=device, dtype=dtype, revision=revision, enforce_eager=enforce_eager)
+    freeze_loaded_heap()
+    cost, label = _cost(m, cost_profile, simulate, shape)
+    results = throughput.run_throughput(
+        m,
+        n=n,
+        limits=lims,
+        configs=names,
+        max_new_tokens=max_new_tokens,
+        repeats=repeats,
+        progress=progress,
+        cost=cost,
+        simulate=label,
+        prefix_cache=caches,
+        kv_page_size=kv_page_size,
+        kv_budget_tokens=kv_budget_tokens,
+        shared_prefix=shared_prefix,
+        request_rate=request_rate,
+    )
     typer.echo(throughput_table.render(results))
-    if cpus is not None:
-        typer.echo(f"pinned to CPU {', '.join(map(str, cpus))} (--no-pin: wherever the scheduler puts it)")
     if json_out is not None:
         json_out.write_text(json.dumps(results, indent=1) + "\n")

@@ -46,10 +46,10 @@ class Segment:
     ``context_bias`` to those of the cached keys (the LLaDA2 official prefill). ``logit_rows`` are the
     indices (into the segment) whose logits the caller needs; ``finish`` maps those raw rows
     ``[len(logit_rows), vocab]`` to what the adapter returns (the shifted family re-aligns them); it runs
-    after the row's length has advanced. ``zero_rows``: all-zero rows the adapter puts before the logit
-    rows (a partly cached block's cached slots, never read: :func:`with_zero_rows`), so that row ``i`` of
-    what it returns is block slot ``i``; the engine's runner leaves them out and its step reads the raw
-    rows at slot minus ``zero_rows``.
+    as the logits come back, before the row's length advances, and writes nothing to the row.
+    ``zero_rows``: all-zero rows the adapter puts before the logit rows (a partly cached block's cached
+    slots, never read: :func:`with_zero_rows`), so that row ``i`` of what it returns is block slot ``i``;
+    the engine's runner leaves them out and its step reads the raw rows at slot minus ``zero_rows``.
     """
 
     state: KVState
@@ -69,8 +69,7 @@ class Segment:
 
     def __post_init__(self) -> None:
         #: how many new tokens the segment feeds
-        ids = self.ids
-        self.n = len(ids) if type(ids) is list or isinstance(ids, list) else int(ids.numel())
+        self.n = len(self.ids) if isinstance(self.ids, list) else int(self.ids.numel())
 
     #: indices of the last ``k`` of ``n`` rows (a shared tensor: never modify it in place)
     last_rows = staticmethod(last_rows)

@@ -17,7 +17,6 @@ import torch
 
 from ..adapters.base import ModelAdapter
 from ..adapters.kv_pool import DEFAULT_PAGE_SIZE
-from ..adapters.segment import with_zero_rows
 from ..config import DecodeConfig
 from ..constraints.compiler import CompiledConstraint
 from ..cost.step_cost import StepCost, median_abs_error
@@ -311,7 +310,7 @@ class LLMEngine:
     ) -> None:
         """Every row's queries computed on the device at once (one transfer), then each row's bookkeeping;
         an error fails its request alone. ``logits``: the runner's, without zero rows (the general step's
-        queries read block slots as rows: they are given theirs; the lanes read the raw rows). Rows
+        :func:`~.step.row_queries.queries` puts them back; the lanes read the raw rows). Rows
         rewriting a preempted cache only keep what they wrote. Common AR and lossless steps take their
         lanes (:mod:`.step.lanes`: batched queries, a lean commit each) unless :attr:`lanes` is off."""
         works: list[RowWork] = []
@@ -326,7 +325,7 @@ class LLMEngine:
                     continue
                 if self.lanes and lane.take(req, lg, fwd):
                     continue
-                w = queries(dev, req, dev.mark(with_zero_rows(lg, fwd.segment.zero_rows)), fwd)
+                w = queries(dev, req, lg, fwd)
                 if req.grammar is not None:
                     attach_masks(w)
             except Exception as exc:

@@ -77,9 +77,11 @@ def _with_context(req: Request, q: DraftQuery | VerifyQuery, slots: list[int], b
         q.context = req.generated_context(block_ids)
 
 
-def queries(dev: DeviceOps, req: Request, logits: torch.Tensor, forward: RowForward) -> RowWork:
+def queries(dev: DeviceOps, req: Request, raw: torch.Tensor, forward: RowForward) -> RowWork:
     """What ``req`` needs from the logits of its forward (``req.action``; ``forward``: the row's part of
-    it, as the runner built it)."""
+    it, as the runner built it). ``raw``: the runner's rows of it, without the segment's zero rows; they
+    are put back here, so that row ``i`` is block slot ``i``."""
+    logits = dev.mark(with_zero_rows(raw, forward.segment.zero_rows))
     action = req.action
     work = RowWork(req, action, forward)
     cfg, cur = req.config, req.cursor
@@ -151,9 +153,5 @@ def queries_alone(
     """Each lane row ``(req, forward, logits)`` (the raw rows: no zero rows) handed back to the general
     step: its own :func:`queries` (a row whose queries cannot be made fails alone)."""
     works: list[RowWork] = []
-
-    def one(req: Request, fwd: RowForward, lg: torch.Tensor) -> None:
-        works.append(queries(dev, req, dev.mark(with_zero_rows(lg, fwd.segment.zero_rows)), fwd))
-
-    each_alone(taken, one, fail)
+    each_alone(taken, lambda req, fwd, lg: works.append(queries(dev, req, lg, fwd)), fail)
     return works

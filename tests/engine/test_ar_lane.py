@@ -93,8 +93,8 @@ def test_the_lane_is_the_step_that_advances_cached_lengths(tiny, monkeypatch):
     engine = _engine(tiny, True)
     while engine.has_unfinished():
         engine.step()
-    lanes = {"_commit", "_drafted", "_verified"}  # the AR lane and the lossless lane
-    assert {"_commit", "_verified"} <= callers and callers <= lanes | {"apply", "recomputed", "adopt"}
+    lanes = {"_commit", "_steady_commit", "_drafted", "_verified"}  # the AR lane and the lossless lane
+    assert {"_steady_commit", "_verified"} <= callers and callers <= lanes | {"apply", "recomputed", "adopt"}
 
 
 @pytest.mark.parametrize("family", ["sdar", "fast_dllm_v2", "llada2"])

@@ -27,8 +27,8 @@ from ..request import Action, Request
 from ..row_forward import RowForward
 from .device import DeviceOps
 from .host import _close_block, _finish, _open_block, advance
-from .lane_math import GreedyDrafts
-from .row_queries import Fail, RowWork, each_alone, queries_alone
+from .lane_math import GreedyTokens
+from .row_queries import Fail, RowWork, queries_alone
 
 
 def lane_eligible(req: Request) -> bool:
@@ -63,7 +63,7 @@ class Lane:
 
     def __init__(self) -> None:
         self.taken: list[tuple[Request, RowForward, torch.Tensor]] = []
-        self.drafts: GreedyDrafts | None = None
+        self.drafts: GreedyTokens | None = None
 
     def take(self, req: Request, logits: torch.Tensor, forward: RowForward) -> bool:
         """Take ``req`` into the lane if this step of it is the lane's (:func:`in_lane`)."""
@@ -72,19 +72,19 @@ class Lane:
         self.taken.append((req, forward, logits))
         return True
 
-    def checks(self, dev: DeviceOps) -> list[GreedyDrafts]:
-        """The lane's one registration of every row's draft (none without rows)."""
+    def checks(self, dev: DeviceOps) -> list[GreedyTokens]:
+        """The lane's one registration of every row's token (none without rows)."""
         if not self.taken:
             return []
-        rows = [(r, dev.mark(lg), f.segment.zero_rows) for r, f, lg in self.taken]
-        self.drafts = GreedyDrafts(dev, rows, conf=False)
+        taken = self.taken
+        self.drafts = GreedyTokens([t[0] for t in taken], [dev.mark(t[2]) for t in taken])
         return [self.drafts]
 
     def apply(self, fail: Fail) -> None:
-        """Commit every lane row's draft (the registration is read): :func:`apply_lane`."""
+        """Commit every lane row's token (the registration is read): :func:`apply_lane`."""
         if self.drafts is not None:
             rows, parts, _ = zip(*self.taken, strict=True)
-            apply_lane(rows, parts, [d[0] for d in self.drafts.drafts], fail)
+            apply_lane(rows, parts, self.drafts.tokens, fail)
 
     def as_rows(self, dev: DeviceOps, fail: Fail) -> list[RowWork]:
         """The lane's rows handed back to the general step (:func:`~.row_queries.queries_alone`), the
@@ -97,9 +97,69 @@ class Lane:
 def apply_lane(
     rows: Sequence[Request], parts: Sequence[RowForward], drafts: Sequence[int], fail: Fail
 ) -> None:
-    """Commit each lane row's draft ``drafts[i]`` and find its next forward (an error fails its row
-    alone)."""
-    each_alone(zip(rows, parts, drafts, strict=True), _commit, fail)
+    """Commit each lane row's token ``drafts[i]`` and find its next forward (an error fails its row
+    alone). A row in the lane's steady state (:func:`steady`: its block one masked slot, one pending
+    token, nothing cached of the block) whose token ends nothing and whose next slot is masked takes
+    the steady step written out in one loop (:func:`_steady_commit`); any other row :func:`_commit`."""
+    mask_id = rows[0].info.mask_token_id if rows else 0
+    for req, fwd, tok in zip(rows, parts, drafts, strict=True):
+        try:
+            cur = req.cursor
+            start = cur.start
+            if (
+                fwd.segment.n == 2
+                and fwd.segment.keep == 1
+                and fwd.extension == 0
+                and start + 1 < req.limit
+                and tok not in req.stop_set
+                and req.end is None
+                and req.tokens[start + 1] == mask_id
+                and steady(req, mask_id)
+            ):
+                _steady_commit(req, cur, start, tok, mask_id)
+            else:
+                _commit(req, fwd, tok)
+        except Exception as exc:  # one request's failure must not stop its batch-mates
+            fail(req, exc)
+
+
+def steady(req: Request, mask_id: int) -> bool:
+    """Whether the lane row ``req`` (its forward built, not applied) is in the lane's steady state: its
+    open block is one masked slot past its prompt, drafted afresh (step 0 of unit 0), with one token
+    pending before it and nothing of the block cached; what :func:`_commit` leaves a row whose next block
+    it opens, unless a stop, the limit or a prefilled slot intervenes."""
+    cur, cache = req.cursor, req.cache
+    return (
+        cur.length == 1
+        and cur.ids[0] == mask_id
+        and cache.block_cached == 0
+        and cache.state.length + 1 == cur.start
+        and cur.first_generated == 0
+        and cur.step == 0
+        and cur.unit_id == 0
+        and not cur.in_post
+        and mask_id not in req.stop_set
+        and not req.info.shifted
+    )
+
+
+def _steady_commit(req: Request, cur, start: int, tok: int, mask_id: int) -> None:
+    """:func:`_commit` of a steady row whose token ``tok`` ends nothing and whose next slot is masked: the
+    token is committed at ``start``, the cached length grows by the pending token, the next block (one
+    masked slot) is opened and drafted. The block loop's fields (:func:`~.host._open_block`,
+    :func:`~.host.advance`) come back to the values they had (a steady row's), so only what moves is
+    written: the token, the block's start, its slot list and the counters."""
+    stats = req.stats
+    stats.query_tokens += 2
+    stats.nfe_draft += 1
+    stats.steps += 1
+    stats.blocks += 1
+    req.tokens[start] = tok
+    cur.start = start + 1
+    cur.ids = [mask_id]
+    cur.n_valid = 1
+    cur.candidates, cur.candidate_limit, cur.n_committed = [0], 1, 0
+    req.cache.state.advance(1)  # the step's one advance of the cached length: the pending token
 
 
 def _commit(req: Request, fwd: RowForward, tok: int) -> None:

@@ -96,6 +96,56 @@ class GreedyDrafts:
                 at += n
 
 
+class GreedyTokens:
+    """The AR lane's greedy tokens: rows ``logits`` (``[1, vocab]`` each, the runner's raw rows) of
+    requests ``reqs`` (greedy, block size 1), one token a row. The rows are read as ONE tensor (one
+    concatenation: on the host it costs less than checking that they tile a view) and, for each
+    request config's
+    sampling transforms, one registration: the same functions on the same values as
+    :class:`GreedyDrafts` (the distribution's argmax, so ties fall alike). :attr:`tokens` (a list of
+    ints, in row order) is filled by :meth:`read`."""
+
+    def __init__(self, reqs: Sequence[Request], logits: list[torch.Tensor]) -> None:
+        self.mask_id = reqs[0].info.mask_token_id
+        self.logits = logits
+        #: per part of rows with one key: (key, row indices or None for every row); one config: one part
+        self.parts: list[tuple[tuple[float, int, float], list[int] | None]] = []
+        first = reqs[0].config
+        if all(r.config is first for r in reqs):
+            self.parts.append(((first.temperature, first.top_k, first.top_p), None))
+        else:
+            by_key: dict[tuple[float, int, float], list[int]] = {}
+            for i, r in enumerate(reqs):
+                c = r.config
+                by_key.setdefault((c.temperature, c.top_k, c.top_p), []).append(i)
+            self.parts = list(by_key.items()) if len(by_key) > 1 else [(next(iter(by_key)), None)]
+        self.keys: list[int] = []
+        self.tokens: list[int] = []
+
+    def register(self, dev: DeviceOps, fetch: Fetch, in_place: bool) -> None:
+        rows = self.logits
+        # many rows: one copy (cheaper on the host than proving that they tile a view); one: in place
+        whole = torch.cat(rows) if len(rows) > 1 else (rows[0] if in_place else rows[0].clone())
+        whole[:, self.mask_id] = float("-inf")  # the step's own copy, or the forward's row
+        limit = chunk_rows(whole.shape[-1])
+        self.keys = []
+        for key, members in self.parts:
+            part = whole if members is None else whole.index_select(0, dev.tensor(members))
+            n = part.shape[0]
+            picks = [F.argmax(F.probs_from_logits(part[a : a + limit], *key)) for a in range(0, n, limit)]
+            self.keys.append(fetch.add(picks[0] if len(picks) == 1 else torch.cat(picks)))
+
+    def read(self, fetch: Fetch) -> None:
+        if len(self.parts) == 1:
+            self.tokens = fetch.ints(self.keys[0])
+            return
+        tokens = [0] * len(self.logits)
+        for (_, members), k in zip(self.parts, self.keys, strict=True):
+            for i, t in zip(members, fetch.ints(k), strict=True):
+                tokens[i] = t
+        self.tokens = tokens
+
+
 class StrictCheck:
     """The strict rule for verifying rows at once: ``argmax q`` of every span position (``logits``, a
     tensor per row, ``sizes[i]`` positions each) in one registration; each row's accepted length (the

@@ -28,13 +28,9 @@ class GreedyDrafts:
     sampling transforms and part of rows the float32 math takes at once (:func:`~.logits_view.chunk_rows`),
     one registration."""
 
-    def __init__(
-        self, dev: DeviceOps, rows: Sequence[tuple[Request, torch.Tensor, int]], conf: bool = True
-    ) -> None:
+    def __init__(self, dev: DeviceOps, rows: Sequence[tuple[Request, torch.Tensor, int]]) -> None:
         self.mask_id = rows[0][0].info.mask_token_id
         limit = chunk_rows(rows[0][1].shape[-1])
-        #: whether the probabilities are registered too (the AR lane reads the tokens only)
-        self.with_conf = conf
         #: per part: its transforms, the indices of its rows, their (logits, candidates), total candidates
         self.parts: list[list] = []
         open_: dict[tuple[float, int, float], list] = {}
@@ -59,7 +55,7 @@ class GreedyDrafts:
         #: per part: None (its results are its rows' candidates, in order), else per row the number of
         #: rows computed and its candidates' indices among them (:func:`_candidate_rows`)
         self.picks: list[list[tuple[int, list[int]]] | None] = []
-        #: each row's drafted tokens and (with ``conf``) their probabilities (filled by :meth:`read`)
+        #: each row's drafted tokens and their probabilities (filled by :meth:`read`)
         self.drafts: list[list[int]] = [[] for _ in rows]
         self.conf: list[list[float]] = [[] for _ in rows]
 
@@ -69,30 +65,24 @@ class GreedyDrafts:
             tensors, picks = _candidate_rows(dev, rows, self.limit)
             self.picks.append(picks)
             _, masked = without_mask_token(tensors, self.mask_id, False, in_place)
-            probs = F.probs_from_logits(masked, *key)
-            if self.with_conf:
-                drafts, conf = F.greedy_pick(probs)
-                self.keys.append((fetch.add(drafts), fetch.add(conf)))
-            else:
-                self.keys.append((fetch.add(F.argmax(probs)), -1))
+            drafts, conf = F.greedy_pick(F.probs_from_logits(masked, *key))
+            self.keys.append((fetch.add(drafts), fetch.add(conf)))
 
     def read(self, fetch: Fetch) -> None:
         sizes, out_d, out_c = self.sizes, self.drafts, self.conf
         for (_, members, _, _), (kd, kc), picks in zip(self.parts, self.keys, self.picks, strict=True):
             drafts, at = fetch.ints(kd), 0  # the part's tokens as ints at once, then each row's slice
-            conf = fetch.get(kc) if kc >= 0 else None
+            conf = fetch.get(kc)
             if picks is not None:  # every row's rows were computed: its candidates' among them
                 for i, (n, idx) in zip(members, picks, strict=True):
                     out_d[i] = [drafts[at + j] for j in idx]
-                    if conf is not None:
-                        out_c[i] = [conf[at + j] for j in idx]
+                    out_c[i] = [conf[at + j] for j in idx]
                     at += n
                 continue
             for i in members:
                 n = sizes[i]
                 out_d[i] = drafts[at : at + n]
-                if conf is not None:
-                    out_c[i] = conf[at : at + n]
+                out_c[i] = conf[at : at + n]
                 at += n
 
 

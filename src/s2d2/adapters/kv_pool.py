@@ -59,7 +59,7 @@ def host_reservation(tokens: int, position_bytes: int, device: torch.device) -> 
     return min(tokens, int(memory * HOST_RESERVATION_SHARE) // max(position_bytes, 1))
 
 
-@dataclass
+@dataclass(slots=True)
 class KVState:
     """One row's decoding state owned by an adapter: its cache, the cached length, family extras.
 

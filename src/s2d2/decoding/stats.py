@@ -27,7 +27,7 @@ class StepTrace:
     plan: dict[str, Any] | None = None
 
 
-@dataclass
+@dataclass(slots=True)
 class GenerationStats:
     """Counters of one generation. ``nfe`` counts the forwards of its decoding: prefill (fewer where a
     prefix came from the cache), draft, verify, commit; forwards that only recompute the cache after a

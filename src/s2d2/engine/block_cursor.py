@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 
-@dataclass
+@dataclass(slots=True)
 class BlockCursor:
     """The open block of one row (``ids`` is None between blocks).
 

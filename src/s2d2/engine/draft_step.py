@@ -47,7 +47,7 @@ class Plan:
     drafted: bool = True
 
 
-@dataclass
+@dataclass(slots=True)
 class SlotDrafts:
     """The drafter's proposal at some block slots: per slot, the drafted token, its probability
     (confidence), entropy (nats), acceptance estimate, raw log-probability and top alternatives.
@@ -98,7 +98,7 @@ class SlotDrafts:
         )
 
 
-@dataclass
+@dataclass(slots=True)
 class DraftStep:
     """A step in progress: its candidates' drafts, which are committed, and the span to verify.
 

@@ -90,7 +90,7 @@ def plans_automatically(cfg: DecodeConfig, info: ModelInfo) -> bool:
     return cfg.plan == "auto" and not info.shifted and not cfg.fusion_blockers()
 
 
-@dataclass
+@dataclass(slots=True)
 class CacheProgress:
     """How much of a row is in its key/value cache, and how the next forwards may extend it.
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
@@ -34,7 +34,7 @@ _SPECS = SpecCache()
 _DENSE = SpecCache()
 
 
-@dataclass
+@dataclass(slots=True)
 class Segment:
     """The new tokens of one row in one forward.
 
@@ -66,9 +66,10 @@ class Segment:
     #: set by ``finish``): part of the forward's output, kept in the row's state by whoever advances the
     #: row (:meth:`keep_prediction`), never by the forward
     saves: tuple[int, torch.Tensor] | None = None
+    #: how many new tokens the segment feeds (from ``ids``)
+    n: int = field(init=False, default=0)
 
     def __post_init__(self) -> None:
-        #: how many new tokens the segment feeds
         self.n = len(self.ids) if isinstance(self.ids, list) else int(self.ids.numel())
 
     #: indices of the last ``k`` of ``n`` rows (a shared tensor: never modify it in place)

@@ -49,6 +49,16 @@ def test_growth_at_page_boundaries():
     assert pool.pages_needed("r", 17) == 1 and pool.pages_needed("new", 17) == 5
 
 
+def test_held_tables_are_the_tables_without_copies():
+    pool = PagePool(8, page_size=4)
+    pool.ensure("a", 9)
+    pool.ensure("b", 2)
+    held = pool.held_tables(["b", "a", "unknown"])
+    assert held == [pool.table("b"), pool.table("a"), []]
+    pool.ensure("a", 13)  # the pool's own list: it shows the new page (callers read it at once)
+    assert held[1] == pool.table("a") and len(held[1]) == 4
+
+
 def test_a_growing_row_takes_the_page_after_its_last_one_where_it_can():
     pool = PagePool(8, page_size=4)
     assert pool.ensure("a", 8) == [0, 1]

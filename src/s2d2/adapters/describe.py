@@ -17,7 +17,7 @@ from typing import Any, NamedTuple
 import torch
 
 from .forward_batch import BatchShape, ForwardBatch, build_batch, grid_queries, shape_of
-from .kv_pool import check_pages
+from .kv_pool import STORAGE_PAGE_OFFSET, check_pages
 from .segment import Segment, with_zero_rows
 
 
@@ -47,8 +47,8 @@ def describe(segments: Sequence[Segment], pool: Any, geometry: Geometry) -> Forw
     max_q = grid_queries(sizes) if pad is None else None
     return build_batch(
         lengths, [s.ids for s in segments], [s.pos for s in segments], specs,
-        [pool.table(s.state) for s in segments], [s.logit_rows for s in segments], pool.page_size,
-        geometry.n_heads, geometry.n_kv, pad=pad, max_q=max_q,
+        pool.held_tables([s.state for s in segments]), [s.logit_rows for s in segments], pool.page_size,
+        geometry.n_heads, geometry.n_kv, pad=pad, max_q=max_q, page_offset=STORAGE_PAGE_OFFSET,
     )  # fmt: skip
 
 

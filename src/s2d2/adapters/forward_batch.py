@@ -22,6 +22,7 @@ segment's new tokens in order. Query ``j`` of a row with ``length`` cached keys 
 from __future__ import annotations
 
 import itertools
+import operator
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -32,6 +33,8 @@ import torch
 
 from ..layouts.mask_spec import MaskSpec
 
+#: the row types :func:`_flat` reads in one pass
+_LIST = {list}
 #: the int64 fields of a batch, in blob order (each a flat array)
 FIELDS = ("ids", "pos", "slot", "pages", "q_index", "out_index", "hi", "win_lo", "win_hi", "self_key",
           "logit_index", "q_gather", "out_gather")  # fmt: skip
@@ -113,14 +116,16 @@ def field_sizes(shape: BatchShape, n_heads: int) -> list[int]:
 
 def shape_of(lengths: Sequence[int], sizes: Sequence[int], n_logits: int, page_size: int) -> BatchShape:
     """The unpadded :class:`BatchShape` of rows with ``lengths`` cached keys feeding ``sizes`` tokens."""
-    width = max(-(-(a + n) // page_size) for a, n in zip(lengths, sizes, strict=True))
+    if len(lengths) != len(sizes):
+        raise ValueError(f"{len(lengths)} lengths for {len(sizes)} rows")
+    width = -(-max(map(operator.add, lengths, sizes)) // page_size)  # the longest row's pages
     return BatchShape(sum(sizes), len(sizes), max(sizes), width, n_logits)
 
 
 def _flat(parts: Sequence[Sequence[int] | torch.Tensor | np.ndarray], count: int) -> np.ndarray:
     """Rows' ids (or positions) end to end as one int64 array of ``count`` entries (lists read in one
     pass; tensors and arrays as arrays)."""
-    if all(type(p) is list for p in parts):
+    if set(map(type, parts)) <= _LIST:
         return np.fromiter(itertools.chain.from_iterable(parts), dtype=np.int64, count=count)
     return np.concatenate([_array(p) for p in parts]) if parts else np.zeros(0, dtype=np.int64)
 
@@ -130,7 +135,7 @@ def _logit_index(
 ) -> np.ndarray:
     """The packed indices of every row's logit rows (``logit_rows[r]``, ``counts[r]`` of them, index row
     ``r``'s new tokens, which start at ``starts[r]``): one concatenation, the offsets added in one pass."""
-    if all(isinstance(lr, torch.Tensor) for lr in logit_rows):
+    if all(map(isinstance, logit_rows, itertools.repeat(torch.Tensor))):
         inner = torch.cat(list(logit_rows)).numpy().astype(np.int64, copy=False)
     else:
         inner = np.concatenate([_array(lr) for lr in logit_rows])
@@ -153,6 +158,7 @@ def build_batch(
     n_kv: int = 1,
     pad: BatchShape | None = None,
     max_q: int | None = None,
+    page_offset: int = 0,
 ) -> ForwardBatch:
     """The batch of rows with ``lengths`` cached keys feeding ``ids`` at ``pos`` whose queries see what
     ``specs`` say among their new keys (and their whole cache); ``tables`` are the rows' page tables
@@ -160,9 +166,10 @@ def build_batch(
     ``n_kv``: the model's query and key/value heads (for the head gathers). With ``pad`` (at least the
     batch's own :class:`BatchShape`) every size is padded to it: padding tokens write their keys to
     slot 0 (the zero page's first slot: finite, never visible) and padding rows see the zero page.
-    ``max_q`` (>= 1): cut rows into grid rows of at most that many queries (see the module docstring)."""
+    ``max_q`` (>= 1): cut rows into grid rows of at most that many queries (see the module docstring).
+    ``page_offset`` is added to every entry of ``tables`` (tables in a page pool's numbering)."""
     R0 = len(lengths)
-    sizes = np.array([len(i) for i in ids], dtype=np.int64)
+    sizes = np.fromiter(map(len, ids), dtype=np.int64, count=R0)
     T0 = int(sizes.sum())
     starts = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
     cut = int(sizes.max()) if max_q is None or not R0 else min(int(max_q), int(sizes.max()))
@@ -170,20 +177,20 @@ def build_batch(
         raise ValueError(f"max_q must be >= 1, got {max_q}")
     parts = -(-sizes // cut) if R0 else sizes  # grid rows a row takes
     owner = np.repeat(np.arange(R0), parts)  # each grid row's batch row
-    width = max(-(-(int(lengths[r]) + int(sizes[r])) // page_size) for r in range(R0))
+    length = np.asarray(lengths, dtype=np.int64).reshape(R0)
+    width = int((-(-(length + sizes) // page_size)).max())
     counts = [len(lr) if type(lr) is list else lr.shape[0] for lr in logit_rows]
     L0 = sum(counts)
     own = BatchShape(T0, int(owner.size), cut, width, L0)
     if pad is not None and not pad.holds(own):
         raise ValueError(f"a batch of shape {own} does not fit the padded shape {pad}")
     T, R, n_q, width, L = pad if pad is not None else own
-    length = np.asarray(lengths, dtype=np.int64).reshape(R0)
     row = np.repeat(np.arange(R0), sizes)
     col = np.arange(T0) - starts[row]
     table = np.zeros((max(R0, 1), width), dtype=np.int64)
-    held = [t[:width] for t in tables]
-    n_held = [len(t) for t in held]
-    table[np.repeat(np.arange(R0), n_held), _ranges(n_held)] = _flat(held, sum(n_held))
+    held = [t if len(t) <= width else t[:width] for t in tables]
+    n_held = list(map(len, held))
+    table[np.repeat(np.arange(R0), n_held), _ranges(n_held)] = _flat(held, sum(n_held)) + page_offset
     pages = np.zeros((R, width), dtype=np.int64)
     pages[: owner.size] = table[owner]
     key = length[row] + col  # each new token's key (row-logical)

@@ -41,6 +41,9 @@ from collections import OrderedDict
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 
+#: the table of a row the pool does not know (:meth:`PagePool.held_tables`; never modified)
+_NO_PAGES: list[int] = []
+
 
 def _chain(parent: bytes, token_ids: Sequence[int], start: int, size: int) -> bytes:
     """The digest of the page holding ``token_ids[start:start + size]`` after ``parent``."""
@@ -152,6 +155,12 @@ class PagePool:
     def table(self, row: Hashable) -> list[int]:
         """A copy of ``row``'s page table (``[]`` for an unknown row)."""
         return list(self._rows[row].pages) if row in self._rows else []
+
+    def held_tables(self, rows: Sequence[Hashable]) -> list[list[int]]:
+        """Each of ``rows``' page table as the pool holds it (its own lists, no copies: read them within
+        the caller's step and never modify them; ``[]`` for an unknown row)."""
+        held, none = self._rows, _NO_PAGES
+        return [r.pages if (r := held.get(row)) is not None else none for row in rows]
 
     def pages_held(self, row: Hashable) -> int:
         """How many pages ``row``'s table holds (0 for an unknown row)."""

@@ -30,6 +30,8 @@ from .kv_pages import PagePool
 
 #: positions a page holds unless the engine says otherwise (divides every family's block size)
 DEFAULT_PAGE_SIZE = 16
+#: storage page of page-pool page ``p``: ``p + 1`` (storage page 0 is the zero page no row owns)
+STORAGE_PAGE_OFFSET = 1
 #: most of the host's memory an unbounded host pool reserves up front (:func:`host_reservation`)
 HOST_RESERVATION_SHARE = 0.25
 
@@ -180,7 +182,12 @@ class KVPool:
 
     def table(self, state: KVState) -> list[int]:
         """The row's storage pages in order (page ``i`` holds positions ``[i * page_size, ...)``)."""
-        return [p + 1 for p in self.pages.table(state.slot)]
+        return [p + STORAGE_PAGE_OFFSET for p in self.pages.table(state.slot)]
+
+    def held_tables(self, states: Sequence[KVState]) -> list[list[int]]:
+        """The rows' page tables as the page pool holds them (no copies: read them at once, never modify
+        them), in page-pool numbering: storage page = entry + :data:`STORAGE_PAGE_OFFSET`."""
+        return self.pages.held_tables([s.slot for s in states])
 
     def stats(self) -> dict[str, float]:
         """Page counters of the pool (:meth:`PagePool.stats`) and its size."""

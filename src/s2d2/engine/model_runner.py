@@ -28,9 +28,10 @@ from .draft_step import VerifyMode
 from .request import Action, Request
 from .request_limits import prefill_positions
 from .row_forward import RowForward
+from .step.ar_lane import steady
 from .step.fusion import predraft_inputs
 
-#: the steady AR draft's logit row (:meth:`ModelRunner._steady_ar`): the mask's, the last of two
+#: the steady AR draft's logit row (:func:`~.step.ar_lane.steady`): the mask's, the last of two
 _LAST_ROW = last_rows(2, 1)
 
 
@@ -68,10 +69,11 @@ class ModelRunner:
         out by :mod:`s2d2.layouts.family` from the model's traits (``adapter.info``) and bound to the row's
         cache state. Reads the row and writes nothing to it."""
         cache, action, info = req.cache, req.action, self.adapter.info
-        if req.lane == "ar" and action is Action.DRAFT:
-            steady = self._steady_ar(req)
-            if steady is not None:
-                return steady
+        if req.lane == "ar" and steady(req):  # the AR lane's common draft, written out
+            st, start, mask_id = cache.state, req.cursor.start, info.mask_token_id
+            spec = specs.draft(1, (False,), 1, req.config.causal_cache, 0)  # made once (memoised)
+            seg = Segment(st, [req.tokens[start - 1], mask_id], [start - 1, start], spec, 1, _LAST_ROW)
+            return RowForward(seg, steady=True)
         if cache.restore_to is not None and cache.recompute_left > 0:
             return RowForward(self.recompute_segment(req))
         if action is Action.DRAFT or action is Action.POST or action is Action.LEAD:
@@ -98,27 +100,6 @@ class ModelRunner:
             lay = family.prefill(info, st.length, ids, block_size=B, causal=cfg.causal_cache)
             return RowForward(Segment.of(st, lay))
         return RowForward(self._verify_segment(req))
-
-    def _steady_ar(self, req: Request) -> RowForward | None:
-        """The layout of an AR lane row's steady draft (its block one masked slot, one committed token
-        pending before it, nothing of the block cached, no lead; what :func:`~s2d2.layouts.family.draft`
-        lays out for it), written out: ids ``[token, mask]`` at ``[start - 1, start]``, the pending token
-        kept, the mask's row read. None for any other row (a shifted family's included)."""
-        cur, cache, info = req.cursor, req.cache, self.adapter.info
-        st, start, mask_id = cache.state, cur.start, info.mask_token_id
-        if (
-            cur.length != 1
-            or cur.ids[0] != mask_id
-            or cache.block_cached
-            or cache.restore_to is not None
-            or st.length + 1 != start
-            or req.ar_lead
-            or info.shifted
-        ):
-            return None
-        spec = specs.draft(1, (False,), 1, req.config.causal_cache, 0)  # made once (memoised)
-        seg = Segment(st, [req.tokens[start - 1], mask_id], [start - 1, start], spec, 1, _LAST_ROW)
-        return RowForward(seg)
 
     def _verify_segment(self, req: Request) -> Segment:
         cur, cache, info = req.cursor, req.cache, self.adapter.info

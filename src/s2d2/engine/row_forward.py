@@ -23,6 +23,8 @@ class RowForward(NamedTuple):
     segment: Segment
     lead: int | None = None
     extension: int = 0
+    #: the AR lane's steady draft (:func:`~.step.ar_lane.steady`), decided as the part was built
+    steady: bool = False
 
     @property
     def n(self) -> int:

@@ -3,10 +3,12 @@
 A row in the lane (:func:`in_lane`) decodes one token a block (block size 1) with plain greedy
 settings: no policy, logit adjustments, grammar, log-probabilities, trace, editing or AR lead. Its step
 is always the same: draft the one masked slot, commit the draft, close the block, open the next one
-(or finish). The lane computes every lane row's draft in ONE registration over their logits (a view
-where they tile the forward's output; :class:`~.lane_math.GreedyDrafts`), taken in the step's one
-transfer with every other query, and then does each row's bookkeeping without the general step's objects
-(:class:`~.row_queries.RowWork`, :class:`~..draft_step.DraftStep`, the block loop's walk).
+(or finish). The lane computes every lane row's token in ONE registration over their logits (one
+concatenation of their rows; :class:`~.lane_math.GreedyTokens`), taken in the step's one transfer with
+every other query, and then does each row's bookkeeping without the general step's objects
+(:class:`~.row_queries.RowWork`, :class:`~..draft_step.DraftStep`, the block loop's walk). Most of its
+steps are steady (:func:`steady`, decided once as the row's part of the forward is built): the layout is
+``[token, mask]`` and the commit writes only what moves (:func:`_steady_commit`).
 :class:`Lane` collects a step's lane rows; where the step's batched queries fail, it hands them back to
 the general step (:meth:`Lane.as_rows`), whose queries then run row by row.
 
@@ -67,7 +69,7 @@ class Lane:
 
     def take(self, req: Request, logits: torch.Tensor, forward: RowForward) -> bool:
         """Take ``req`` into the lane if this step of it is the lane's (:func:`in_lane`)."""
-        if not in_lane(req, forward):
+        if not (forward.steady or in_lane(req, forward)):
             return False
         self.taken.append((req, forward, logits))
         return True
@@ -98,65 +100,69 @@ def apply_lane(
     rows: Sequence[Request], parts: Sequence[RowForward], drafts: Sequence[int], fail: Fail
 ) -> None:
     """Commit each lane row's token ``drafts[i]`` and find its next forward (an error fails its row
-    alone). A row in the lane's steady state (:func:`steady`: its block one masked slot, one pending
-    token, nothing cached of the block) whose token ends nothing and whose next slot is masked takes
-    the steady step written out in one loop (:func:`_steady_commit`); any other row :func:`_commit`."""
-    mask_id = rows[0].info.mask_token_id if rows else 0
+    alone). A steady row (:func:`steady`, decided as its part was built: ``RowForward.steady``) whose
+    token ends nothing and whose next slot is masked takes the steady step written out
+    (:func:`_steady_commit`); any other row :func:`_commit`."""
     for req, fwd, tok in zip(rows, parts, drafts, strict=True):
         try:
-            cur = req.cursor
-            start = cur.start
+            start = req.cursor.start
             if (
-                fwd.segment.n == 2
-                and fwd.segment.keep == 1
-                and fwd.extension == 0
+                fwd.steady
                 and start + 1 < req.limit
                 and tok not in req.stop_set
                 and req.end is None
-                and req.tokens[start + 1] == mask_id
-                and steady(req, mask_id)
+                and req.tokens[start + 1] == req.info.mask_token_id
             ):
-                _steady_commit(req, cur, start, tok, mask_id)
+                _steady_commit(req, start, tok)
             else:
                 _commit(req, fwd, tok)
         except Exception as exc:  # one request's failure must not stop its batch-mates
             fail(req, exc)
 
 
-def steady(req: Request, mask_id: int) -> bool:
-    """Whether the lane row ``req`` (its forward built, not applied) is in the lane's steady state: its
-    open block is one masked slot past its prompt, drafted afresh (step 0 of unit 0), with one token
-    pending before it and nothing of the block cached; what :func:`_commit` leaves a row whose next block
-    it opens, unless a stop, the limit or a prefilled slot intervenes."""
-    cur, cache = req.cursor, req.cache
+def steady(req: Request) -> bool:
+    """Whether ``req``'s next forward is the AR lane's steady draft: a lane row (:func:`in_lane`'s
+    conditions) whose open block is one masked slot past its prompt, drafted afresh (step 0 of unit 0),
+    with one committed token pending before it and nothing of the block cached, on a family that is
+    not shifted; what :func:`_commit` leaves a row whose next block it opens. Its layout is
+    ``[token, mask]`` (:meth:`~..model_runner.ModelRunner.layout`) and its commit
+    :func:`_steady_commit`, unless a stop, the limit or a prefilled slot intervenes. Reads only."""
+    cur, cache, info = req.cursor, req.cache, req.info
+    mask_id = info.mask_token_id
     return (
-        cur.length == 1
+        req.lane == "ar"
+        and req.action is Action.DRAFT
+        and cur.length == 1
         and cur.ids[0] == mask_id
         and cache.block_cached == 0
+        and cache.restore_to is None
         and cache.state.length + 1 == cur.start
         and cur.first_generated == 0
         and cur.step == 0
         and cur.unit_id == 0
         and not cur.in_post
+        and not req.ar_lead
+        and req.predraft is None
+        and req.grammar is None
         and mask_id not in req.stop_set
-        and not req.info.shifted
+        and not info.shifted
     )
 
 
-def _steady_commit(req: Request, cur, start: int, tok: int, mask_id: int) -> None:
+def _steady_commit(req: Request, start: int, tok: int) -> None:
     """:func:`_commit` of a steady row whose token ``tok`` ends nothing and whose next slot is masked: the
     token is committed at ``start``, the cached length grows by the pending token, the next block (one
     masked slot) is opened and drafted. The block loop's fields (:func:`~.host._open_block`,
     :func:`~.host.advance`) come back to the values they had (a steady row's), so only what moves is
     written: the token, the block's start, its slot list and the counters."""
-    stats = req.stats
+    stats, cur = req.stats, req.cursor
     stats.query_tokens += 2
     stats.nfe_draft += 1
     stats.steps += 1
     stats.blocks += 1
     req.tokens[start] = tok
     cur.start = start + 1
-    cur.ids = [mask_id]
+    cur.ids = [req.info.mask_token_id]
     cur.n_valid = 1
     cur.candidates, cur.candidate_limit, cur.n_committed = [0], 1, 0
     req.cache.state.advance(1)  # the step's one advance of the cached length: the pending token

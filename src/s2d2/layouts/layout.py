@@ -70,6 +70,18 @@ def last_rows(n: int, k: int) -> torch.Tensor:
     return torch.arange(n - k, n, dtype=torch.long)
 
 
+@functools.lru_cache(maxsize=1024)
+def _run(k: int, n: int) -> tuple[bool, ...]:
+    """``n`` flags, the first ``k`` True (a block's committed slots before its masks)."""
+    return (True,) * k + (False,) * (n - k)
+
+
+@functools.lru_cache(maxsize=1024)
+def _consecutive(first: int, n: int) -> tuple[int, ...]:
+    """``(first, ..., first + n - 1)``."""
+    return tuple(range(first, first + n))
+
+
 def _ints(tokens: Tokens) -> list[int]:
     """Token ids as a host list: a list as it comes (never modified), else made once."""
     if type(tokens) is list:
@@ -105,8 +117,14 @@ def draft(
     fed = block[cached:] if type(block) is list else _ints(block)[cached:]
     m, n = len(pend), len(fed) + cached
     assert length + m == start + cached, "pending tokens must end where the block's uncached part starts"
-    first_mask = fed.index(mask_id) if mask_id in fed else len(fed)
-    committed = tuple([t != mask_id for t in fed]) if causal else (False,) * (n - cached)
+    nf = len(fed)
+    first_mask = fed.index(mask_id) if mask_id in fed else nf
+    if not causal:
+        committed = _run(0, nf)
+    elif fed.count(mask_id) == nf - first_mask:  # committed slots, then masks: the usual block
+        committed = _run(first_mask, nf)
+    else:
+        committed = tuple([t != mask_id for t in fed])
     if lead is not None:
         assert causal and lead == cached + first_mask < n, (
             "the lead slot is the block's first masked slot, after its cached part, on a causal cache"
@@ -162,12 +180,16 @@ def two_halves(
     ids = list(block[cached:n_first])
     ids += [mask_id] * n2
     pos = list(range(start + cached, start + n_first))
-    pos += [start + s for s in slots]
+    if n2 and slots[-1] - slots[0] == n2 - 1:  # consecutive slots (a span): ranges
+        pos += range(start + slots[0], start + slots[-1] + 1)
+        key = _consecutive(slots[0] - cached, n2)
+    else:
+        pos += [start + s for s in slots]
+        key = tuple(slots) if not cached else tuple([s - cached for s in slots])
     for g in predrafts:
         ids += g.ids
         pos += g.pos
     n = len(ids)
-    key = tuple(slots) if not cached else tuple([s - cached for s in slots])
     spec = specs.two_halves(n1, key, tuple([g.key for g in predrafts]) if predrafts else ())
     return Layout(ids, pos, spec, 0, last_rows(n, n - n1))
 

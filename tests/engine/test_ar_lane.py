@@ -17,7 +17,7 @@ import s2d2
 from conftest import load_or_skip
 from s2d2.adapters.kv_pool import KVState
 from s2d2.bench.suites import load_problems
-from s2d2.engine import llm_engine
+from s2d2.engine import llm_engine, model_runner
 from s2d2.engine.llm_engine import LLMEngine
 from s2d2.engine.request import Request
 from s2d2.engine.step import ar_lane
@@ -182,3 +182,34 @@ def in_lockstep(fast: LLMEngine, general: LLMEngine) -> dict[str, dict]:
         assert rows == {r.request_id: snapshot(r) for r in general.scheduler.running}, f"step {steps}"
         steps += 1
     return done
+
+
+@pytest.mark.parametrize("family", ["sdar", "llada2"])
+def test_a_steady_rows_layout_is_the_familys_draft(family, monkeypatch):
+    """The AR lane's steady draft, written out by the runner, equals what the family's layouts lay out for
+    the row (ids, positions, visibility, kept keys, logit rows), at every steady step of a batch."""
+    model = load_or_skip(family)
+    engine = LLMEngine(model.adapter, max_num_seqs=4)
+    runner, seen = engine.runner, []
+    layout = runner.layout
+
+    def checked(req):
+        got = layout(req)
+        if got.steady:  # the same row laid out by the family's layouts
+            model_runner.steady = lambda r: False
+            try:
+                want = layout(req)
+            finally:
+                model_runner.steady = ar_lane.steady
+            a, b = got.segment, want.segment
+            assert (list(a.ids), list(a.pos), a.keep, a.zero_rows, got.extension, got.lead) == (
+                list(b.ids), list(b.pos), b.keep, b.zero_rows, want.extension, want.lead
+            )
+            assert a.spec == b.spec and a.logit_rows.tolist() == b.logit_rows.tolist()
+            seen.append(req.request_id)
+        return got
+
+    monkeypatch.setattr(runner, "layout", checked)
+    cfgs = [model.make_config(decoder="ar", max_new_tokens=10, ignore_eos=True) for _ in range(4)]
+    outs = engine.generate(random_prompts(model, seed=5, count=4), cfgs)
+    assert all(o.status == "finished" for o in outs) and len(seen) > 20

@@ -163,17 +163,30 @@ class Scheduler:
     def allocate(self, rows: Sequence[Request], segments: Sequence[Segment]) -> tuple[list, list]:
         """Pages for every row's segment (``[0, length + n)``), oldest rows first; when pages run out the
         newest running row is preempted (it may be one of ``rows``). Returns the rows and segments that
-        run this step."""
+        run this step. The usual step is one pass: the few rows whose pages end take theirs, in order,
+        and only a step that runs out of pages walks the rows again (:meth:`_allocate_preempting`)."""
         if not self.paged:
             return list(rows), list(segments)
-        for req, seg in zip(rows, segments, strict=True):
-            state = req.cache.state
-            if state.length + seg.n > state.capacity:
-                break
-        else:  # every row's pages hold its segment already (the usual step)
-            return list(rows), list(segments)
-        kept: list[tuple[Request, Segment]] = []
-        for req, seg in zip(rows, segments, strict=True):
+        short = [
+            i for i, (req, seg) in enumerate(zip(rows, segments, strict=True))
+            if (st := req.cache.state).length + seg.n > st.capacity
+        ]  # fmt: skip
+        for i in short:
+            state = rows[i].cache.state
+            try:
+                self.pool.ensure(state, state.length + segments[i].n)
+            except OutOfPages:
+                return self._allocate_preempting(rows, segments, i)
+        return list(rows), list(segments)
+
+    def _allocate_preempting(
+        self, rows: Sequence[Request], segments: Sequence[Segment], first: int
+    ) -> tuple[list, list]:
+        """:meth:`allocate` from row ``first`` on, whose pages ran out (every row before it holds its
+        pages): preempt the newest running row until the row's pages are free, or it is the one
+        preempted; then the same for each later row."""
+        kept: list[tuple[Request, Segment]] = list(zip(rows[:first], segments[:first], strict=True))
+        for req, seg in zip(rows[first:], segments[first:], strict=True):
             if req.status is not Status.RUNNING:  # preempted for an older row's pages this step
                 continue
             state = req.cache.state

@@ -122,8 +122,11 @@ class GreedyTokens:
         for key, members in self.parts:
             part = whole if members is None else whole.index_select(0, dev.tensor(members))
             n = part.shape[0]
+            if n <= limit:  # the usual step: one part, no slice
+                self.keys.append(fetch.add(F.argmax(F.probs_from_logits(part, *key))))
+                continue
             picks = [F.argmax(F.probs_from_logits(part[a : a + limit], *key)) for a in range(0, n, limit)]
-            self.keys.append(fetch.add(picks[0] if len(picks) == 1 else torch.cat(picks)))
+            self.keys.append(fetch.add(torch.cat(picks)))
 
     def read(self, fetch: Fetch) -> None:
         if len(self.parts) == 1:

@@ -22,7 +22,8 @@ def probs_from_logits(
     Temperature 0 means greedy sampling; the distribution itself is then taken at temperature 1 (it
     still feeds confidence, entropy, estimators and the probabilistic acceptance rule).
     """
-    logits = logits.float()
+    if logits.dtype != torch.float32:  # (a float32 tensor as it is: no call)
+        logits = logits.float()
     if temperature > 0 and temperature != 1.0:
         logits = logits / temperature
     if top_k and top_k < logits.shape[-1]:

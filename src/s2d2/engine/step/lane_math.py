@@ -116,7 +116,7 @@ class GreedyTokens:
         rows = self.logits
         # many rows: one copy (cheaper on the host than proving that they tile a view); one: in place
         whole = torch.cat(rows) if len(rows) > 1 else (rows[0] if in_place else rows[0].clone())
-        whole[:, self.mask_id] = float("-inf")  # the step's own copy, or the forward's row
+        whole.select(1, self.mask_id).fill_(float("-inf"))  # the step's own copy, or the forward's row
         limit = chunk_rows(whole.shape[-1])
         self.keys = []
         for key, members in self.parts:

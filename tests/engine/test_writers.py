@@ -89,8 +89,8 @@ def test_each_phase_writes_only_its_own_fields(tiny, monkeypatch):
     monkeypatch.setattr(llm_engine, "apply_plans", watched("apply_plans", llm_engine.apply_plans))
     monkeypatch.setattr(engine.runner, "layout", watched("layout", engine.runner.layout))
     monkeypatch.setattr(engine.runner, "run", watched("forward", engine.runner.run))
-    writers = {"advance": [], "ensure": []}
-    advance, ensure = KVState.advance, KVPool.ensure
+    writers = {"advance": [], "ensure": [], "release": []}
+    advance, ensure, release = KVState.advance, KVPool.ensure, KVPool.release
 
     def spy_advance(self, n):
         writers["advance"].append(_callers())
@@ -100,8 +100,13 @@ def test_each_phase_writes_only_its_own_fields(tiny, monkeypatch):
         writers["ensure"].append(_callers())
         return ensure(self, state, length)
 
+    def spy_release(self, state):
+        writers["release"].append(_callers())
+        return release(self, state)
+
     monkeypatch.setattr(KVState, "advance", spy_advance)
     monkeypatch.setattr(KVPool, "ensure", spy_ensure)
+    monkeypatch.setattr(KVPool, "release", spy_release)
     prompts = [tiny.encode(p["question"]) for p in load_problems("tiny-gsm", "test", 12)]
     configs = [tiny.make_config(**CONFIGS[i % 6], max_new_tokens=24, trace=True) for i in range(12)]
     outs = engine.generate(prompts, configs)
@@ -113,8 +118,12 @@ def test_each_phase_writes_only_its_own_fields(tiny, monkeypatch):
     step = {"s2d2.engine.step.host.apply", "s2d2.engine.step.host.recomputed"}
     adopt = ["s2d2.adapters.kv_pool.adopt", "s2d2.engine.scheduler._take_pages"]
     assert writers["advance"] and all(c[0] in step or c[:2] == adopt for c in writers["advance"])
-    # pages are taken by the scheduler alone (at admission, and before each forward)
+    # pages are taken by the scheduler alone (at admission, and before each forward), and given back by it
+    # alone (retirement, preemption, an admission that did not fit)
     assert writers["ensure"] and all(c[0].startswith("s2d2.engine.scheduler.") for c in writers["ensure"])
+    released = {c[0] for c in writers["release"]}
+    assert {"s2d2.engine.scheduler.retire", "s2d2.engine.scheduler.preempt"} <= released
+    assert all(c.startswith("s2d2.engine.scheduler.") for c in released)
 
 
 def test_a_shifted_familys_saved_prediction_is_kept_by_the_step_not_the_forward(monkeypatch):

@@ -79,7 +79,9 @@ def test_each_phase_writes_only_its_own_fields(tiny, monkeypatch):
         def run(*args):
             before = _running(engine)
             out = fn(*args)
-            seen[name] |= _changed(before, _running(engine))
+            after = _running(engine)
+            assert before.keys() == after.keys(), f"{name} moved rows between queues"  # the scheduler's
+            seen[name] |= _changed(before, after)
             calls[name] += 1
             return out
 

@@ -44,6 +44,9 @@ def run_queries(
     tile them; the forward's logits are read by this step's queries alone). ``batched``: lanes' checks,
     registered after the queries."""
     fetch = Fetch()
+    if not (edits or drafts or verifies):  # the lanes' checks alone (the usual step of lane rows)
+        _run_batched(dev, fetch, batched)
+        return
     batches = (edits, drafts, verifies)
     _upload_grammar(dev, batches)
     in_place = not any(q.req.config.logprobs is not None for batch in batches for q in batch)
@@ -61,6 +64,17 @@ def run_queries(
     for group in pending:
         read_group(group, fetch)
     read_verifications(checks, fetch)
+    for b in batched:
+        b.read(fetch)
+
+
+def _run_batched(dev: DeviceOps, fetch: Fetch, batched: Sequence[BatchedCheck]) -> None:
+    """:func:`run_queries` of the lanes' checks alone: nothing asks for raw logits (masked in place)."""
+    for b in batched:
+        b.register(dev, fetch, True)
+    if not fetch.parts:
+        return
+    fetch.values = dev.to_host(fetch.parts)
     for b in batched:
         b.read(fetch)
 

@@ -11,10 +11,12 @@ The lane computes the drafts of all its drafting rows in one registration per pa
 the float32 math at once (:class:`~.lane_math.GreedyDrafts`) and the AR-mode argmax of every verifying
 row's span in ONE registration (:class:`~.lane_math.StrictCheck`), taken in the step's one transfer with
 every other query. Each row's bookkeeping then skips the general step's objects
-(:class:`~.row_queries.RowWork`, a query per row): the draft step, the span's acceptance and the block
-loop are the general step's own functions (:func:`~.host._draft_step`, :func:`~.host.accept_span`,
-:func:`~.host._finish_step`, :func:`~.host.advance`), so the lane writes exactly what
-:func:`~.host.apply` writes.
+(:class:`~.row_queries.RowWork`, a query per row): its common draft step (nothing committed first) and
+its common verification (the quota reached, nothing to top up) are written out, setting exactly the
+fields the general step's functions set for such a row (:func:`~.host._draft_step` with
+:func:`~.routing.route`, :func:`~.host.accept_span` with :func:`~.host._finish_step`); any other step, and
+the block loop after a verification, are those functions themselves (:func:`~.host.advance`), so the lane
+writes exactly what :func:`~.host.apply` writes.
 ``tests/engine/test_lossless_lane.py`` holds it to that.
 """
 
@@ -22,11 +24,13 @@ from __future__ import annotations
 
 import torch
 
-from ..draft_step import SlotDrafts, VerifyMode
+from ...decoding import functional as F
+from ..block_cursor import BlockCursor
+from ..draft_step import DraftStep, SlotDrafts, VerifyMode
 from ..request import Action, Request
 from ..row_forward import RowForward
 from .device import DeviceOps
-from .host import _draft_step, _finish_step, _take_extension, accept_span, advance
+from .host import _draft_step, _finish_step, accept_span, advance
 from .lane_math import GreedyDrafts, StrictCheck
 from .row_queries import Fail, RowWork, each_alone, queries_alone
 
@@ -125,25 +129,96 @@ class LosslessLane:
 
 def _drafted(req: Request, fwd: RowForward, drafts: list[int], conf: list[float]) -> None:
     """:func:`~.host.apply` of a lane row's draft forward (its candidates' greedy ``drafts`` and their
-    ``conf``): the draft step (routed to verification)."""
-    values = SlotDrafts(req.cursor.candidates, drafts, conf)
-    stats = req.stats
-    stats.query_tokens += fwd.segment.n
+    ``conf``): the draft step, routed to verification, then :func:`~.host.advance`. Where the forward
+    commits nothing first (not a shifted model's slot 0) it is written out (:func:`_routed`)."""
+    stats, cur, cache = req.stats, req.cursor, req.cache
+    seg, cand = fwd.segment, cur.candidates
+    stats.query_tokens += seg.n
     stats.nfe_draft += 1
-    _take_extension(req, fwd.extension)
-    _draft_step(req, values)
-    req.cache.state.advance(fwd.segment.keep)
-    advance(req)
+    cache.block_cached += fwd.extension  # :func:`~.host._take_extension`
+    values = SlotDrafts(cand, drafts, conf)
+    if req.info.shifted and cand[0] == 0:  # slot 0's draft is AR's token, committed first
+        _draft_step(req, values)
+        cache.state.advance(seg.keep)
+        advance(req)
+        return
+    _routed(req, cur, values)
+    st = cache.state
+    st.advance(seg.keep)
+    # :func:`~.host.advance` of a row with a verification pending: prefill first if the prompt needs it
+    if cache.prompt_blocks - st.length > cache.fold_limit:
+        req.action = Action.PREFILL
+    else:
+        req.action = Action.VERIFY
+
+
+def _routed(req: Request, cur: BlockCursor, values: SlotDrafts) -> None:
+    """:func:`~.host._draft_step` of a lane row that commits no first token: its step verifies the
+    candidates' first consecutive run (:func:`~.routing.route` with the fixed decision to verify, plain:
+    the lane's rows are not fused, traced or edited), the block filled with every draft as its input."""
+    req.stats.steps += 1
+    cand = values.slots
+    n = len(cand)
+    unit = req.unit
+    quota = 1 if unit == 1 else F.quota(cur.step, unit, req.config.num_steps)  # the rule is never "eb"
+    p = DraftStep(values, [False] * n, quota)
+    filled = list(cur.ids)
+    first = cand[0]
+    if cand[-1] - first == n - 1:  # consecutive (a block's usual candidates): one run, one slice
+        p.span_len = n
+        filled[first : first + n] = values.drafts
+    else:
+        span = 1
+        while span < n and cand[span] == first + span:
+            span += 1
+        p.span_len = span
+        for s, t in zip(cand, values.drafts, strict=True):
+            filled[s] = t
+    p.mode = VerifyMode.PLAIN
+    p.filled = filled
+    req.pending = p
 
 
 def _verified(req: Request, fwd: RowForward, n_acc: int, correction: int | None) -> None:
     """:func:`~.host.apply` of a lane row's verification forward: accept the span's first ``n_acc`` drafts
-    and the correction after them, finish the step, advance the cached length once."""
+    and the correction after them, finish the step, advance the cached length once. A step whose commits
+    reach its quota (no top-up by rule) and whose policy reads no features is written out
+    (:func:`_accepted`)."""
     stats = req.stats
-    stats.query_tokens += fwd.segment.n
+    seg = fwd.segment
+    stats.query_tokens += seg.n
     stats.nfe_verify += 1
     p, req.pending = req.pending, None
-    kept = accept_span(req, p, n_acc, correction)
-    _finish_step(req, p)
-    req.cache.state.advance(fwd.segment.keep + kept)
+    if p.features is None and n_acc + (correction is not None) >= p.quota:
+        kept = _accepted(req, p, n_acc, correction)
+        req.cursor.step += 1  # :func:`~.host._finish_step`: nothing to top up, no policy feedback
+    else:
+        kept = accept_span(req, p, n_acc, correction)
+        _finish_step(req, p)
+    req.cache.state.advance(seg.keep + kept)
     advance(req)
+
+
+def _accepted(req: Request, p: DraftStep, n_acc: int, correction: int | None) -> int:
+    """:func:`~.host.accept_span` of a lane row's plain verification (no plan), writing the block and the
+    counters only: the step ``p`` is done with (nothing reads its ``done`` or ``n_committed`` after a
+    step that needs no top-up). Returns the positions the row's cache keeps."""
+    ids, off, n = req.cursor.ids, p.span_offset, p.span_len
+    v = p.drafts
+    s0 = v.slots[off]  # the span's slots are consecutive (route measures it so)
+    if n_acc:
+        ids[s0 : s0 + n_acc] = v.drafts[off : off + n_acc]
+    if correction is not None:
+        ids[s0 + n_acc] = correction
+    st = req.stats
+    st.verify_steps += 1
+    st.drafted += n
+    st.accepted += n_acc
+    st.full_accepts += int(n_acc == n)
+    cache = req.cache
+    if not cache.partial:
+        return 0
+    cached = cache.block_cached
+    kept = min(s0 - cached + n_acc, s0 + n - 1 - cached)
+    cache.block_cached += kept
+    return kept

@@ -30,9 +30,9 @@ from ..draft_step import DraftStep, SlotDrafts, VerifyMode
 from ..request import Action, Request
 from ..row_forward import RowForward
 from .device import DeviceOps
-from .host import _draft_step, _finish_step, accept_span, advance
+from .host import _close_block, _draft_step, _finish_step, accept_span, advance
 from .lane_math import GreedyDrafts, StrictCheck
-from .row_queries import Fail, RowWork, each_alone, queries_alone
+from .row_queries import Fail, RowWork, queries_alone
 
 
 def lossless_eligible(req: Request) -> bool:
@@ -111,13 +111,18 @@ class LosslessLane:
         """Every lane row's step from its filled results (an error fails its row alone)."""
         if self.draft is not None:
             g = self.draft
-            reqs, fwds, _ = zip(*self.drafting, strict=True)
-            each_alone(zip(reqs, fwds, g.drafts, g.conf, strict=True), _drafted, fail)
+            for (req, fwd, _), drafts, conf in zip(self.drafting, g.drafts, g.conf, strict=True):
+                try:
+                    _drafted(req, fwd, drafts, conf)
+                except Exception as exc:  # one request's failure must not stop its batch-mates
+                    fail(req, exc)
         if self.check is not None:
             ch = self.check
-            reqs, fwds, _ = zip(*self.verifying, strict=True)
-            corrections = [None if corr < 0 else corr for corr in ch.corrections]
-            each_alone(zip(reqs, fwds, ch.n_accepted, corrections, strict=True), _verified, fail)
+            for (req, fwd, _), n_acc, corr in zip(self.verifying, ch.n_accepted, ch.corrections, strict=True):
+                try:
+                    _verified(req, fwd, n_acc, None if corr < 0 else corr)
+                except Exception as exc:
+                    fail(req, exc)
 
     def as_rows(self, dev: DeviceOps, fail: Fail) -> list[RowWork]:
         """The lane's rows handed back to the general step (:func:`~.row_queries.queries_alone`), the
@@ -181,21 +186,60 @@ def _routed(req: Request, cur: BlockCursor, values: SlotDrafts) -> None:
 
 def _verified(req: Request, fwd: RowForward, n_acc: int, correction: int | None) -> None:
     """:func:`~.host.apply` of a lane row's verification forward: accept the span's first ``n_acc`` drafts
-    and the correction after them, finish the step, advance the cached length once. A step whose commits
-    reach its quota (no top-up by rule) and whose policy reads no features is written out
-    (:func:`_accepted`)."""
+    and the correction after them, finish the step, advance the cached length once, then
+    :func:`~.host.advance`. A step whose commits reach its quota (no top-up by rule) and whose policy
+    reads no features is written out (:func:`_accepted`), and so is the block loop's walk where its
+    outcome is known (:func:`_walk`)."""
     stats = req.stats
     seg = fwd.segment
     stats.query_tokens += seg.n
     stats.nfe_verify += 1
     p, req.pending = req.pending, None
-    if p.features is None and n_acc + (correction is not None) >= p.quota:
+    committed = n_acc + (correction is not None)
+    if p.features is None and p.n_committed + committed >= p.quota:
         kept = _accepted(req, p, n_acc, correction)
         req.cursor.step += 1  # :func:`~.host._finish_step`: nothing to top up, no policy feedback
-    else:
-        kept = accept_span(req, p, n_acc, correction)
-        _finish_step(req, p)
+        req.cache.state.advance(seg.keep + kept)
+        _walk(req, p, committed)
+        return
+    kept = accept_span(req, p, n_acc, correction)
+    _finish_step(req, p)
     req.cache.state.advance(seg.keep + kept)
+    advance(req)
+
+
+def _walk(req: Request, p: DraftStep, k: int) -> None:
+    """:func:`~.host.advance` of a row whose verification (of step ``p``, from its first candidate,
+    nothing else committed in the step) committed the first ``k`` of the cursor's candidates.
+
+    Where the last walk's candidates were every masked slot of the block below its limit (no stop token
+    decided then, so the limit is the block's valid length; one unit for the whole block, so none were
+    left for a later unit) and the ``k`` committed tokens are neither stop nor mask tokens, the walk's
+    outcome is known: with candidates left, the block's next draft in the same unit (the candidates
+    after the committed ones, ``k`` more slots committed); with none, the block closes and the walk
+    goes on from there. Anything else (a prefill due, a pre-draft, a stop token) is the walk's own."""
+    cur, cache = req.cursor, req.cache
+    cand = cur.candidates
+    if (
+        p.span_offset
+        or cur.candidate_limit != cur.n_valid
+        or req.unit < cur.length
+        or req.predraft is not None
+        or cache.prompt_blocks - cache.state.length > cache.fold_limit
+    ):
+        advance(req)
+        return
+    s0 = cand[0]
+    done = cur.ids[s0 : s0 + k]  # the span's slots are consecutive from the first candidate
+    if req.info.mask_token_id in done or not req.stop_set.isdisjoint(done):
+        advance(req)
+        return
+    if k < len(cand):
+        cur.candidates = cand[k:]
+        cur.n_committed += k
+        req.action = Action.DRAFT
+        return
+    _close_block(req)  # every masked slot below the limit is decided (the lane's rows do not edit)
     advance(req)
 
 

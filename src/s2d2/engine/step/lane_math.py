@@ -18,7 +18,7 @@ import torch
 from ...decoding import functional as F
 from ..request import Request
 from .device import DeviceOps, Fetch
-from .logits_view import chunk_rows, tiled, without_mask_token
+from .logits_view import chunk_rows, without_mask_token
 from .row_queries import _rows
 
 
@@ -64,7 +64,7 @@ class GreedyDrafts:
         for key, _, rows, _ in self.parts:
             tensors, picks = _candidate_rows(dev, rows, self.limit)
             self.picks.append(picks)
-            _, masked = without_mask_token(tensors, self.mask_id, False, in_place)
+            masked = _masked(tensors, self.mask_id, in_place)
             drafts, conf = F.greedy_pick(F.probs_from_logits(masked, *key))
             self.keys.append((fetch.add(drafts), fetch.add(conf)))
 
@@ -152,8 +152,7 @@ class StrictCheck:
         self.corrections: list[int] = []
 
     def register(self, dev: DeviceOps, fetch: Fetch, in_place: bool) -> None:
-        _, masked = without_mask_token(self.logits, self.mask_id, False, in_place)
-        self.key = fetch.add(F.argmax(masked))
+        self.key = fetch.add(F.argmax(_masked(self.logits, self.mask_id, in_place)))
 
     def read(self, fetch: Fetch) -> None:
         # a plain loop: on the CPU after a forward, numpy's calls on a few hundred values cost several
@@ -174,21 +173,21 @@ def _candidate_rows(
     dev: DeviceOps, rows: list[tuple[torch.Tensor, list[int], int]], limit: int
 ) -> tuple[list[torch.Tensor], list[tuple[int, list[int]]] | None]:
     """The logits the drafts of rows ``(logits, candidates, zero_rows)`` are computed on (slot ``c`` at
-    row ``c - zero_rows``), as tensors to stack, and the picks (None: the computed rows are the
-    candidates, in order; else per row its computed rows and its candidates' indices among them):
+    row ``c - zero_rows``), as tensors to stack (the one tensor the rows tile, :func:`_tiled`, where they
+    do), and the picks (None: the computed rows are the candidates, in order; else per row its computed
+    rows and its candidates' indices among them):
 
-    - the rows' own logits where every row's candidates are all of its rows (they may tile the
-      forward's output, :func:`~.logits_view.tiled`; a row's candidates are masked slots of its fed
-      part, so as many of them as rows are all of them);
+    - the rows' own logits where every row's candidates are all of its rows (a row's candidates are
+      masked slots of its fed part, so as many of them as rows are all of them);
     - the rows whole where they tile the forward's output and fit the float32 math (``limit`` rows):
       a row's few committed rows besides its candidates cost less than gathering (each row's values
       depend on that row alone, so the candidates' are the same);
     - else ONE gather where the rows lie in one storage (the forward's output), else a view or gather
       a row."""
-    if all(len(cand) == lg.shape[0] for lg, cand, _ in rows):
-        return [lg for lg, _, _ in rows], None
     logits = [lg for lg, _, _ in rows]
-    whole = tiled(logits) if len(logits) > 1 else None
+    whole = _tiled(logits) if len(logits) > 1 else None
+    if all(len(cand) == lg.shape[0] for lg, cand, _ in rows):
+        return ([whole] if whole is not None else logits), None
     if whole is not None and whole.shape[0] <= limit:
         return [whole], [(lg.shape[0], [c - z for c in cand]) for lg, cand, z in rows]
     base = _storage_rows(logits)
@@ -199,6 +198,38 @@ def _candidate_rows(
         at = lg.storage_offset() // vocab - z
         index += [at + c for c in cand]
     return [base.index_select(0, dev.tensor(index))], None
+
+
+def _tiled(rows: list[torch.Tensor]) -> torch.Tensor | None:
+    """:func:`~.logits_view.tiled` read off the rows' data addresses (two calls a row instead of four):
+    the ``[n, vocab]`` view of the first row's storage that ``rows`` tile end to end, in order, from its
+    start to its end, else None. Rows whose addresses follow each other through that storage are its
+    memory, so the view reads (and a write through it changes) exactly their values."""
+    first = rows[0]
+    if first.storage_offset() != 0:
+        return None
+    size = first.element_size()
+    start = at = first.data_ptr()
+    for r in rows:
+        if r.data_ptr() != at or not r.is_contiguous():
+            return None
+        at += r.numel() * size
+    if at - start != first.untyped_storage().nbytes():
+        return None
+    vocab = first.shape[-1]
+    return first.as_strided(((at - start) // (size * vocab), vocab), (vocab, 1), 0)
+
+
+def _masked(rows: list[torch.Tensor], mask_id: int, in_place: bool) -> torch.Tensor:
+    """:func:`~.logits_view.without_mask_token`'s masked logits of ``rows`` (no raw logits kept): in place
+    where ``in_place`` (the view they tile, :func:`_tiled`, else their concatenation), else a copy."""
+    if not in_place:
+        return without_mask_token(rows, mask_id, False, False)[1]
+    masked = rows[0] if len(rows) == 1 else _tiled(rows)
+    if masked is None:
+        masked = torch.cat(rows)
+    masked.select(1, mask_id).fill_(float("-inf"))
+    return masked
 
 
 def _storage_rows(rows: list[torch.Tensor]) -> torch.Tensor | None:

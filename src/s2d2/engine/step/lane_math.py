@@ -75,8 +75,13 @@ class GreedyDrafts:
             conf = fetch.get(kc)
             if picks is not None:  # every row's rows were computed: its candidates' among them
                 for i, (n, idx) in zip(members, picks, strict=True):
-                    out_d[i] = [drafts[at + j] for j in idx]
-                    out_c[i] = [conf[at + j] for j in idx]
+                    lo = at + idx[0]
+                    if idx[-1] - idx[0] == len(idx) - 1:  # consecutive rows (the usual): one slice each
+                        out_d[i] = drafts[lo : lo + len(idx)]
+                        out_c[i] = conf[lo : lo + len(idx)]
+                    else:
+                        out_d[i] = [drafts[at + j] for j in idx]
+                        out_c[i] = [conf[at + j] for j in idx]
                     at += n
                 continue
             for i in members:

@@ -166,22 +166,18 @@ def _routed(req: Request, cur: BlockCursor, values: SlotDrafts) -> None:
     n = len(cand)
     unit = req.unit
     quota = 1 if unit == 1 else F.quota(cur.step, unit, req.config.num_steps)  # the rule is never "eb"
-    p = DraftStep(values, [False] * n, quota)
     filled = list(cur.ids)
     first = cand[0]
     if cand[-1] - first == n - 1:  # consecutive (a block's usual candidates): one run, one slice
-        p.span_len = n
+        span = n
         filled[first : first + n] = values.drafts
     else:
         span = 1
         while span < n and cand[span] == first + span:
             span += 1
-        p.span_len = span
         for s, t in zip(cand, values.drafts, strict=True):
             filled[s] = t
-    p.mode = VerifyMode.PLAIN
-    p.filled = filled
-    req.pending = p
+    req.pending = DraftStep(values, [False] * n, quota, span_len=span, mode=VerifyMode.PLAIN, filled=filled)
 
 
 def _verified(req: Request, fwd: RowForward, n_acc: int, correction: int | None) -> None:

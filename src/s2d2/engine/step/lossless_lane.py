@@ -76,14 +76,25 @@ class LosslessLane:
     def __init__(self) -> None:
         self.drafting: list[tuple[Request, RowForward, torch.Tensor]] = []
         self.verifying: list[tuple[Request, RowForward, torch.Tensor]] = []
+        #: the verifying rows' spans of drafts, concatenated in row order, and their lengths
+        self.spans: list[int] = []
+        self.sizes: list[int] = []
         self.draft: GreedyDrafts | None = None
         self.check: StrictCheck | None = None
 
     def take(self, req: Request, logits: torch.Tensor, forward: RowForward) -> bool:
-        """Take ``req`` into the lane if this step of it is the lane's (:func:`in_lane`)."""
+        """Take ``req`` into the lane if this step of it is the lane's (:func:`in_lane`); a verifying
+        row's span of drafts is read as it is taken."""
         if not in_lane(req, forward):
             return False
-        (self.drafting if req.action is Action.DRAFT else self.verifying).append((req, forward, logits))
+        if req.action is Action.DRAFT:
+            self.drafting.append((req, forward, logits))
+            return True
+        p = req.pending
+        off, n = p.span_offset, p.span_len
+        self.spans += p.drafts.drafts[off : off + n]
+        self.sizes.append(n)
+        self.verifying.append((req, forward, logits))
         return True
 
     def checks(self, dev: DeviceOps) -> list[GreedyDrafts | StrictCheck]:
@@ -97,15 +108,8 @@ class LosslessLane:
         return GreedyDrafts(dev, [(req, dev.mark(lg), f.segment.zero_rows) for req, f, lg in self.drafting])
 
     def _check(self, dev: DeviceOps) -> StrictCheck:
-        drafts: list[int] = []
-        sizes: list[int] = []
-        for req, _, _ in self.verifying:
-            p = req.pending
-            off, n = p.span_offset, p.span_len
-            drafts += p.drafts.drafts[off : off + n]
-            sizes.append(n)
         mask_id = self.verifying[0][0].info.mask_token_id
-        return StrictCheck(mask_id, [dev.mark(lg) for _, _, lg in self.verifying], drafts, sizes)
+        return StrictCheck(mask_id, [dev.mark(lg) for _, _, lg in self.verifying], self.spans, self.sizes)
 
     def apply(self, fail: Fail) -> None:
         """Every lane row's step from its filled results (an error fails its row alone)."""
@@ -129,6 +133,7 @@ class LosslessLane:
         lane emptied: where the step's batched queries failed, each row's are run alone."""
         works = queries_alone(dev, self.drafting + self.verifying, fail)
         self.drafting, self.verifying, self.draft, self.check = [], [], None, None
+        self.spans, self.sizes = [], []
         return works
 
 

@@ -11,12 +11,14 @@ The lane computes the drafts of all its drafting rows in one registration per pa
 the float32 math at once (:class:`~.lane_math.GreedyDrafts`) and the AR-mode argmax of every verifying
 row's span in ONE registration (:class:`~.lane_math.StrictCheck`), taken in the step's one transfer with
 every other query. Each row's bookkeeping then skips the general step's objects
-(:class:`~.row_queries.RowWork`, a query per row): its common draft step (nothing committed first) and
-its common verification (the quota reached, nothing to top up) are written out, setting exactly the
-fields the general step's functions set for such a row (:func:`~.host._draft_step` with
-:func:`~.routing.route`, :func:`~.host.accept_span` with :func:`~.host._finish_step`); any other step, and
-the block loop after a verification, are those functions themselves (:func:`~.host.advance`), so the lane
-writes exactly what :func:`~.host.apply` writes.
+(:class:`~.row_queries.RowWork`, a query per row): its common draft step (nothing committed first), its
+common verification (the quota reached, nothing to top up) and the block loop's walk after it where its
+outcome is known (the block's next draft, or the block closed) are written out, setting exactly the fields
+the general step's functions set for such a row (:func:`~.host._draft_step` with :func:`~.routing.route`,
+:func:`~.host.accept_span` with :func:`~.host._finish_step`, :func:`~.host.advance`); any other step or
+walk is those functions themselves, so the lane writes exactly what :func:`~.host.apply` writes. On the
+host, right after a forward, each object a row touches and each distinct call costs far more than its
+work (the forward leaves the caches cold), so these paths touch only what moves.
 ``tests/engine/test_lossless_lane.py`` holds it to that.
 """
 

@@ -64,10 +64,40 @@ def _count_lane_rows(monkeypatch) -> list:
     return seen
 
 
+def _count_branches(monkeypatch) -> dict[str, int]:
+    """Patch the lane's written-out steps and the general step's functions it falls back to, counting
+    each call; ``walk_known``: block-loop walks the lane ended without the general walk."""
+    calls: dict[str, int] = {}
+    names = ("_routed", "_accepted", "_draft_step", "accept_span", "_finish_step", "_close_block", "advance")
+    for name in names:
+        fn = getattr(lossless_lane, name)
+
+        def counted(*args, _fn=fn, _name=name):
+            calls[_name] = calls.get(_name, 0) + 1
+            return _fn(*args)
+
+        monkeypatch.setattr(lossless_lane, name, counted)
+    walk = lossless_lane._walk
+
+    def walk_counted(*args):
+        before = calls.get("advance", 0)
+        walk(*args)
+        if calls.get("advance", 0) == before:
+            calls["walk_known"] = calls.get("walk_known", 0) + 1
+
+    monkeypatch.setattr(lossless_lane, "_walk", walk_counted)
+    return calls
+
+
 def test_the_lossless_lane_writes_rows_as_the_general_step_does(tiny, monkeypatch):
     seen = _count_lane_rows(monkeypatch)
+    branches = _count_branches(monkeypatch)
     fast, general = _engine(tiny, True), _engine(tiny, False)
     done = in_lockstep(fast, general)
+    # the written-out steps ran, and so did the general functions the lane falls back to (the quota-2
+    # row's top-ups, blocks the lane closes itself, walks it leaves to the block loop)
+    assert {"_routed", "_accepted", "accept_span", "_finish_step", "_close_block", "advance"} <= set(branches)
+    assert branches["walk_known"] > 0
     assert done["fast"] == done["general"] and len(done["fast"]) == 12
     assert {"finished"} == {status for _, status, _ in done["fast"].values()}
     assert fast.stats()["preemptions"] > 0 and fast.stats()["preemptions"] == general.stats()["preemptions"]

@@ -18,7 +18,7 @@ import torch
 from ...decoding import functional as F
 from ..request import Request
 from .device import DeviceOps, Fetch
-from .logits_view import chunk_rows, tiled, without_mask_token
+from .logits_view import chunk_rows, without_mask_token
 from .row_queries import _rows
 
 
@@ -33,15 +33,36 @@ class GreedyDrafts:
         limit = chunk_rows(rows[0][1].shape[-1])
         #: per part: its transforms, the indices of its rows, their (logits, candidates), total candidates
         self.parts: list[list] = []
+        self.limit = limit
+        cfg = rows[0][0].config
+        cands = [req.cursor.candidates for req, _, _ in rows]
+        sizes = [len(cand) for cand in cands]
+        self.sizes = sizes
+        if all(req.config is cfg for req, _, _ in rows) and sum(sizes) <= limit:  # the usual: one part
+            taken = [(lg, cand, zero) for (_, lg, zero), cand in zip(rows, cands, strict=True)]
+            key = (cfg.temperature, cfg.top_k, cfg.top_p)
+            self.parts.append([key, list(range(len(rows))), taken, sum(sizes)])
+        else:
+            self._split(rows, limit)
+        self.keys: list[tuple[int, int]] = []
+        #: per part: None (its results are its rows' candidates, in order), else per row the number of
+        #: rows computed and its candidates' indices among them (:func:`_candidate_rows`)
+        self.picks: list[list[tuple[int, range | list[int]]] | None] = []
+        #: each row's drafted tokens and their probabilities (filled by :meth:`read`)
+        self.drafts: list[list[int]] = [[] for _ in rows]
+        self.conf: list[list[float]] = [[] for _ in rows]
+
+    def _split(self, rows: Sequence[tuple[Request, torch.Tensor, int]], limit: int) -> None:
+        """The rows' parts where they are not one: per sampling transforms, at most ``limit`` candidates
+        a part (a row's candidates are never split)."""
         open_: dict[tuple[float, int, float], list] = {}
-        sizes: list[int] = []
+        sizes = self.sizes
         last_cfg, key = None, None
         for i, (req, logits, zero) in enumerate(rows):
             c, cand = req.config, req.cursor.candidates
-            if c is not last_cfg:  # rows of one request config (the common case) make its key once
+            if c is not last_cfg:  # rows of one request config make its key once
                 last_cfg, key = c, (c.temperature, c.top_k, c.top_p)
-            n = len(cand)
-            sizes.append(n)
+            n = sizes[i]
             part = open_.get(key)
             if part is None or part[3] + n > limit:
                 part = open_[key] = [key, [], [], 0]
@@ -49,22 +70,13 @@ class GreedyDrafts:
             part[1].append(i)
             part[2].append((logits, cand, zero))
             part[3] += n
-        self.sizes = sizes
-        self.limit = limit
-        self.keys: list[tuple[int, int]] = []
-        #: per part: None (its results are its rows' candidates, in order), else per row the number of
-        #: rows computed and its candidates' indices among them (:func:`_candidate_rows`)
-        self.picks: list[list[tuple[int, list[int]]] | None] = []
-        #: each row's drafted tokens and their probabilities (filled by :meth:`read`)
-        self.drafts: list[list[int]] = [[] for _ in rows]
-        self.conf: list[list[float]] = [[] for _ in rows]
 
     def register(self, dev: DeviceOps, fetch: Fetch, in_place: bool) -> None:
         self.keys, self.picks = [], []
         for key, _, rows, _ in self.parts:
             tensors, picks = _candidate_rows(dev, rows, self.limit)
             self.picks.append(picks)
-            _, masked = without_mask_token(tensors, self.mask_id, False, in_place)
+            masked = _masked(tensors, self.mask_id, in_place)
             drafts, conf = F.greedy_pick(F.probs_from_logits(masked, *key))
             self.keys.append((fetch.add(drafts), fetch.add(conf)))
 
@@ -75,8 +87,12 @@ class GreedyDrafts:
             conf = fetch.get(kc)
             if picks is not None:  # every row's rows were computed: its candidates' among them
                 for i, (n, idx) in zip(members, picks, strict=True):
-                    out_d[i] = [drafts[at + j] for j in idx]
-                    out_c[i] = [conf[at + j] for j in idx]
+                    if type(idx) is range:  # consecutive rows (the usual): one slice each
+                        out_d[i] = drafts[at + idx.start : at + idx.stop]
+                        out_c[i] = conf[at + idx.start : at + idx.stop]
+                    else:
+                        out_d[i] = [drafts[at + j] for j in idx]
+                        out_c[i] = [conf[at + j] for j in idx]
                     at += n
                 continue
             for i in members:
@@ -152,8 +168,7 @@ class StrictCheck:
         self.corrections: list[int] = []
 
     def register(self, dev: DeviceOps, fetch: Fetch, in_place: bool) -> None:
-        _, masked = without_mask_token(self.logits, self.mask_id, False, in_place)
-        self.key = fetch.add(F.argmax(masked))
+        self.key = fetch.add(F.argmax(_masked(self.logits, self.mask_id, in_place)))
 
     def read(self, fetch: Fetch) -> None:
         # a plain loop: on the CPU after a forward, numpy's calls on a few hundred values cost several
@@ -172,25 +187,31 @@ class StrictCheck:
 
 def _candidate_rows(
     dev: DeviceOps, rows: list[tuple[torch.Tensor, list[int], int]], limit: int
-) -> tuple[list[torch.Tensor], list[tuple[int, list[int]]] | None]:
+) -> tuple[list[torch.Tensor], list[tuple[int, range | list[int]]] | None]:
     """The logits the drafts of rows ``(logits, candidates, zero_rows)`` are computed on (slot ``c`` at
-    row ``c - zero_rows``), as tensors to stack, and the picks (None: the computed rows are the
-    candidates, in order; else per row its computed rows and its candidates' indices among them):
+    row ``c - zero_rows``), as tensors to stack (the one tensor the rows tile, :func:`_tiling`, where they
+    do), and the picks (None: the computed rows are the candidates, in order; else per row its computed
+    rows and its candidates' indices among them, a range where they are consecutive):
 
-    - the rows' own logits where every row's candidates are all of its rows (they may tile the
-      forward's output, :func:`~.logits_view.tiled`; a row's candidates are masked slots of its fed
-      part, so as many of them as rows are all of them);
+    - the rows' own logits where every row's candidates are all of its rows (a row's candidates are
+      masked slots of its fed part, so as many of them as rows are all of them);
     - the rows whole where they tile the forward's output and fit the float32 math (``limit`` rows):
       a row's few committed rows besides its candidates cost less than gathering (each row's values
       depend on that row alone, so the candidates' are the same);
     - else ONE gather where the rows lie in one storage (the forward's output), else a view or gather
       a row."""
-    if all(len(cand) == lg.shape[0] for lg, cand, _ in rows):
-        return [lg for lg, _, _ in rows], None
     logits = [lg for lg, _, _ in rows]
-    whole = tiled(logits) if len(logits) > 1 else None
-    if whole is not None and whole.shape[0] <= limit:
-        return [whole], [(lg.shape[0], [c - z for c in cand]) for lg, cand, z in rows]
+    tiling = _tiling(logits) if len(logits) > 1 else None
+    if tiling is None:
+        if all(len(cand) == lg.shape[0] for lg, cand, _ in rows):
+            return logits, None
+    else:
+        whole, counts = tiling
+        counted = list(zip(rows, counts, strict=True))
+        if all(len(cand) == n for (_, cand, _), n in counted):
+            return [whole], None
+        if whole.shape[0] <= limit:
+            return [whole], [(n, _indices(cand, z)) for (_, cand, z), n in counted]
     base = _storage_rows(logits)
     if base is None:
         return [_rows(dev, lg, [c - z for c in cand] if z else cand) for lg, cand, z in rows], None
@@ -199,6 +220,49 @@ def _candidate_rows(
         at = lg.storage_offset() // vocab - z
         index += [at + c for c in cand]
     return [base.index_select(0, dev.tensor(index))], None
+
+
+def _indices(cand: list[int], zero: int) -> range | list[int]:
+    """The rows of candidates ``cand`` among their row's raw rows (``zero`` rows not returned before
+    them): a range where they are consecutive."""
+    first, n = cand[0], len(cand)
+    if cand[-1] - first == n - 1:
+        return range(first - zero, first - zero + n)
+    return [c - zero for c in cand]
+
+
+def _tiling(rows: list[torch.Tensor]) -> tuple[torch.Tensor, list[int]] | None:
+    """:func:`~.logits_view.tiled` read off the rows' data addresses (two calls a row instead of four),
+    with each row's number of rows: the ``[n, vocab]`` view of the first row's storage that ``rows``
+    (``[k, vocab]`` each) tile end to end, in order, from its start to its end, else None. Rows whose
+    addresses follow each other through that storage are its memory, so the view reads (and a write
+    through it changes) exactly their values."""
+    first = rows[0]
+    if first.storage_offset() != 0:
+        return None
+    size, vocab = first.element_size(), first.shape[-1]
+    start = at = first.data_ptr()
+    counts = []
+    for r in rows:
+        if r.data_ptr() != at or not r.is_contiguous():
+            return None
+        n = r.numel()
+        counts.append(n // vocab)
+        at += n * size
+    if at - start != first.untyped_storage().nbytes():
+        return None
+    return first.as_strided(((at - start) // (size * vocab), vocab), (vocab, 1), 0), counts
+
+
+def _masked(rows: list[torch.Tensor], mask_id: int, in_place: bool) -> torch.Tensor:
+    """:func:`~.logits_view.without_mask_token`'s masked logits of ``rows`` (no raw logits kept): in place
+    where ``in_place`` (the view they tile, :func:`_tiling`, else their concatenation), else a copy."""
+    if not in_place:
+        return without_mask_token(rows, mask_id, False, False)[1]
+    tiling = _tiling(rows) if len(rows) > 1 else None
+    masked = rows[0] if len(rows) == 1 else (tiling[0] if tiling is not None else torch.cat(rows))
+    masked.select(1, mask_id).fill_(float("-inf"))
+    return masked
 
 
 def _storage_rows(rows: list[torch.Tensor]) -> torch.Tensor | None:

@@ -44,18 +44,9 @@ def run_queries(
     tile them; the forward's logits are read by this step's queries alone). ``batched``: lanes' checks,
     registered after the queries."""
     fetch = Fetch()
-    if not (edits or drafts or verifies):  # the lanes' checks alone (the usual step of lane rows)
-        _run_batched(dev, fetch, batched)
-        return
-    batches = (edits, drafts, verifies)
-    _upload_grammar(dev, batches)
-    in_place = not any(q.req.config.logprobs is not None for batch in batches for q in batch)
-    pending = [
-        draft_group(g, dev, fetch, in_place) for batch in (edits, drafts) for g in by_transforms(batch)
-    ]
-    strict = [q for q in verifies if q.strict]
-    checks = list(zip(strict, verify_strict(strict, dev, fetch, in_place), strict=True)) if strict else []
-    checks += [(q, verify_probabilistic(q, dev, fetch)) for q in verifies if not q.strict]
+    pending, checks, in_place = [], [], True
+    if edits or drafts or verifies:  # (a step of lane rows alone registers the lanes' checks only)
+        pending, checks, in_place = _register_queries(dev, fetch, edits, drafts, verifies)
     for b in batched:
         b.register(dev, fetch, in_place)
     if not fetch.parts:
@@ -68,15 +59,25 @@ def run_queries(
         b.read(fetch)
 
 
-def _run_batched(dev: DeviceOps, fetch: Fetch, batched: Sequence[BatchedCheck]) -> None:
-    """:func:`run_queries` of the lanes' checks alone: nothing asks for raw logits (masked in place)."""
-    for b in batched:
-        b.register(dev, fetch, True)
-    if not fetch.parts:
-        return
-    fetch.values = dev.to_host(fetch.parts)
-    for b in batched:
-        b.read(fetch)
+def _register_queries(
+    dev: DeviceOps,
+    fetch: Fetch,
+    edits: Sequence[DraftQuery],
+    drafts: Sequence[DraftQuery],
+    verifies: Sequence[VerifyQuery],
+) -> tuple[list, list, bool]:
+    """Register the queries' device work with ``fetch``: the draft groups and the verifications to read
+    back, and whether the forward's logits may be masked in place (no query asks for log-probabilities)."""
+    batches = (edits, drafts, verifies)
+    _upload_grammar(dev, batches)
+    in_place = not any(q.req.config.logprobs is not None for batch in batches for q in batch)
+    pending = [
+        draft_group(g, dev, fetch, in_place) for batch in (edits, drafts) for g in by_transforms(batch)
+    ]
+    strict = [q for q in verifies if q.strict]
+    checks = list(zip(strict, verify_strict(strict, dev, fetch, in_place), strict=True)) if strict else []
+    checks += [(q, verify_probabilistic(q, dev, fetch)) for q in verifies if not q.strict]
+    return pending, checks, in_place
 
 
 def _upload_grammar(dev: DeviceOps, batches: Sequence[Sequence[DraftQuery | VerifyQuery]]) -> None:

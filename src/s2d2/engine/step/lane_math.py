@@ -18,7 +18,7 @@ import torch
 from ...decoding import functional as F
 from ..request import Request
 from .device import DeviceOps, Fetch
-from .logits_view import chunk_rows, without_mask_token
+from .logits_view import chunk_rows, in_chunks, tiling, without_mask_token
 from .row_queries import _rows
 
 
@@ -76,7 +76,7 @@ class GreedyDrafts:
         for key, _, rows, _ in self.parts:
             tensors, picks = _candidate_rows(dev, rows, self.limit)
             self.picks.append(picks)
-            masked = _masked(tensors, self.mask_id, in_place)
+            masked = without_mask_token(tensors, self.mask_id, False, in_place)[1]
             drafts, conf = F.greedy_pick(F.probs_from_logits(masked, *key))
             self.keys.append((fetch.add(drafts), fetch.add(conf)))
 
@@ -104,12 +104,10 @@ class GreedyDrafts:
 
 class GreedyTokens:
     """The AR lane's greedy tokens: rows ``logits`` (``[1, vocab]`` each, the runner's raw rows) of
-    requests ``reqs`` (greedy, block size 1), one token a row. The rows are read as ONE tensor (one
-    concatenation: on the host it costs less than checking that they tile a view) and, for each
-    request config's
-    sampling transforms, one registration: the same functions on the same values as
-    :class:`GreedyDrafts` (the distribution's argmax, so ties fall alike). :attr:`tokens` (a list of
-    ints, in row order) is filled by :meth:`read`."""
+    requests ``reqs`` (greedy, block size 1), one token a row: for each request config's sampling
+    transforms, one registration, the same functions on the same values as :class:`GreedyDrafts` (the
+    distribution's argmax, so ties fall alike). :attr:`tokens` (a list of ints, in row order) is filled
+    by :meth:`read`."""
 
     def __init__(self, reqs: Sequence[Request], logits: list[torch.Tensor]) -> None:
         self.mask_id = reqs[0].info.mask_token_id
@@ -129,20 +127,11 @@ class GreedyTokens:
         self.tokens: list[int] = []
 
     def register(self, dev: DeviceOps, fetch: Fetch, in_place: bool) -> None:
-        rows = self.logits
-        # many rows: one copy (cheaper on the host than proving that they tile a view); one: in place
-        whole = torch.cat(rows) if len(rows) > 1 else (rows[0] if in_place else rows[0].clone())
-        whole.select(1, self.mask_id).fill_(float("-inf"))  # the step's own copy, or the forward's row
-        limit = chunk_rows(whole.shape[-1])
+        whole = without_mask_token(self.logits, self.mask_id, False, in_place)[1]
         self.keys = []
         for key, members in self.parts:
             part = whole if members is None else whole.index_select(0, dev.tensor(members))
-            n = part.shape[0]
-            if n <= limit:  # the usual step: one part, no slice
-                self.keys.append(fetch.add(F.argmax(F.probs_from_logits(part, *key))))
-                continue
-            picks = [F.argmax(F.probs_from_logits(part[a : a + limit], *key)) for a in range(0, n, limit)]
-            self.keys.append(fetch.add(torch.cat(picks)))
+            self.keys.append(fetch.add(_greedy_tokens(part, key)))
 
     def read(self, fetch: Fetch) -> None:
         if len(self.parts) == 1:
@@ -153,6 +142,17 @@ class GreedyTokens:
             for i, t in zip(members, fetch.ints(k), strict=True):
                 tokens[i] = t
         self.tokens = tokens
+
+
+def _greedy_tokens(rows: torch.Tensor, key: tuple[float, int, float]) -> torch.Tensor:
+    """The argmax of each row's distribution under the transforms ``key`` (``[n]``), in the parts the
+    float32 math takes at once (:func:`~.logits_view.in_chunks`; one part: the rows as they are)."""
+    n = rows.shape[0]
+
+    def part(a: int, b: int) -> tuple[torch.Tensor]:
+        return (F.argmax(F.probs_from_logits(rows if b - a == n else rows[a:b], *key)),)
+
+    return in_chunks(part, n, rows.shape[-1])[0]
 
 
 class StrictCheck:
@@ -168,7 +168,7 @@ class StrictCheck:
         self.corrections: list[int] = []
 
     def register(self, dev: DeviceOps, fetch: Fetch, in_place: bool) -> None:
-        self.key = fetch.add(F.argmax(_masked(self.logits, self.mask_id, in_place)))
+        self.key = fetch.add(F.argmax(without_mask_token(self.logits, self.mask_id, False, in_place)[1]))
 
     def read(self, fetch: Fetch) -> None:
         # a plain loop: on the CPU after a forward, numpy's calls on a few hundred values cost several
@@ -189,9 +189,10 @@ def _candidate_rows(
     dev: DeviceOps, rows: list[tuple[torch.Tensor, list[int], int]], limit: int
 ) -> tuple[list[torch.Tensor], list[tuple[int, range | list[int]]] | None]:
     """The logits the drafts of rows ``(logits, candidates, zero_rows)`` are computed on (slot ``c`` at
-    row ``c - zero_rows``), as tensors to stack (the one tensor the rows tile, :func:`_tiling`, where they
-    do), and the picks (None: the computed rows are the candidates, in order; else per row its computed
-    rows and its candidates' indices among them, a range where they are consecutive):
+    row ``c - zero_rows``), as tensors to stack (the one tensor the rows tile, where they do:
+    :func:`~.logits_view.tiling`), and the picks (None: the computed rows are the candidates, in order;
+    else per row its computed rows and its candidates' indices among them, a range where they are
+    consecutive):
 
     - the rows' own logits where every row's candidates are all of its rows (a row's candidates are
       masked slots of its fed part, so as many of them as rows are all of them);
@@ -201,12 +202,12 @@ def _candidate_rows(
     - else ONE gather where the rows lie in one storage (the forward's output), else a view or gather
       a row."""
     logits = [lg for lg, _, _ in rows]
-    tiling = _tiling(logits) if len(logits) > 1 else None
-    if tiling is None:
+    tiles = tiling(logits) if len(logits) > 1 else None
+    if tiles is None:
         if all(len(cand) == lg.shape[0] for lg, cand, _ in rows):
             return logits, None
     else:
-        whole, counts = tiling
+        whole, counts = tiles
         counted = list(zip(rows, counts, strict=True))
         if all(len(cand) == n for (_, cand, _), n in counted):
             return [whole], None
@@ -229,40 +230,6 @@ def _indices(cand: list[int], zero: int) -> range | list[int]:
     if cand[-1] - first == n - 1:
         return range(first - zero, first - zero + n)
     return [c - zero for c in cand]
-
-
-def _tiling(rows: list[torch.Tensor]) -> tuple[torch.Tensor, list[int]] | None:
-    """:func:`~.logits_view.tiled` read off the rows' data addresses (two calls a row instead of four),
-    with each row's number of rows: the ``[n, vocab]`` view of the first row's storage that ``rows``
-    (``[k, vocab]`` each) tile end to end, in order, from its start to its end, else None. Rows whose
-    addresses follow each other through that storage are its memory, so the view reads (and a write
-    through it changes) exactly their values."""
-    first = rows[0]
-    if first.storage_offset() != 0:
-        return None
-    size, vocab = first.element_size(), first.shape[-1]
-    start = at = first.data_ptr()
-    counts = []
-    for r in rows:
-        if r.data_ptr() != at or not r.is_contiguous():
-            return None
-        n = r.numel()
-        counts.append(n // vocab)
-        at += n * size
-    if at - start != first.untyped_storage().nbytes():
-        return None
-    return first.as_strided(((at - start) // (size * vocab), vocab), (vocab, 1), 0), counts
-
-
-def _masked(rows: list[torch.Tensor], mask_id: int, in_place: bool) -> torch.Tensor:
-    """:func:`~.logits_view.without_mask_token`'s masked logits of ``rows`` (no raw logits kept): in place
-    where ``in_place`` (the view they tile, :func:`_tiling`, else their concatenation), else a copy."""
-    if not in_place:
-        return without_mask_token(rows, mask_id, False, False)[1]
-    tiling = _tiling(rows) if len(rows) > 1 else None
-    masked = rows[0] if len(rows) == 1 else (tiling[0] if tiling is not None else torch.cat(rows))
-    masked.select(1, mask_id).fill_(float("-inf"))
-    return masked
 
 
 def _storage_rows(rows: list[torch.Tensor]) -> torch.Tensor | None:

@@ -69,21 +69,33 @@ class AdjustedQuery(Protocol):
     grammar_dev: torch.Tensor | None
 
 
-def tiled(rows: list[torch.Tensor]) -> torch.Tensor | None:
-    """The tensor ``rows`` tile end to end, in order, when they do (views of the forward's logits that
-    cover them whole: every row of a step that drafts, or verifies, alone), else None."""
+def tiling(rows: list[torch.Tensor]) -> tuple[torch.Tensor, list[int]] | None:
+    """The ``[n, vocab]`` view of the first row's storage that ``rows`` (``[k, vocab]`` each) tile end to
+    end, in order, from its start to its end (views of the forward's logits that cover them whole: every
+    row of a step that drafts, or verifies, alone), with each row's number of rows; else None. Read off
+    the rows' data addresses (two calls a row): rows whose addresses follow each other through that
+    storage are its memory, so the view reads (and a write through it changes) exactly their values."""
     first = rows[0]
     if first.storage_offset() != 0:
         return None
-    storage, at = first.untyped_storage().data_ptr(), 0
+    size, vocab = first.element_size(), first.shape[-1]
+    start = at = first.data_ptr()
+    counts = []
     for r in rows:
-        if r.storage_offset() != at or not r.is_contiguous() or r.untyped_storage().data_ptr() != storage:
+        if r.data_ptr() != at or not r.is_contiguous():
             return None
-        at += r.numel()
-    if at * first.element_size() != first.untyped_storage().nbytes():
+        n = r.numel()
+        counts.append(n // vocab)
+        at += n * size
+    if at - start != first.untyped_storage().nbytes():
         return None
-    vocab = first.shape[-1]
-    return first.as_strided((at // vocab, vocab), (vocab, 1), 0)
+    return first.as_strided(((at - start) // (size * vocab), vocab), (vocab, 1), 0), counts
+
+
+def tiled(rows: list[torch.Tensor]) -> torch.Tensor | None:
+    """The tensor ``rows`` tile end to end (:func:`tiling`'s view), else None."""
+    got = tiling(rows)
+    return None if got is None else got[0]
 
 
 def without_mask_token(
@@ -101,14 +113,14 @@ def without_mask_token(
         masked = tiled(rows) if len(rows) > 1 else rows[0]
         if masked is None:
             masked = torch.cat(rows)
-        masked[:, mask_id] = float("-inf")
+        masked.select(1, mask_id).fill_(float("-inf"))
         return masked, masked
     if len(rows) == 1 or keep_raw:
         logits = torch.cat(rows) if len(rows) > 1 else rows[0]
         masked = logits.clone()
     else:
         logits = masked = torch.cat(rows)
-    masked[:, mask_id] = float("-inf")
+    masked.select(1, mask_id).fill_(float("-inf"))
     return logits, masked
 
 

@@ -3,9 +3,9 @@
 A row in the lane (:func:`in_lane`) decodes one token a block (block size 1) with plain greedy
 settings: no policy, logit adjustments, grammar, log-probabilities, trace, editing or AR lead. Its step
 is always the same: draft the one masked slot, commit the draft, close the block, open the next one
-(or finish). The lane computes every lane row's token in ONE registration over their logits (one
-concatenation of their rows; :class:`~.lane_math.GreedyTokens`), taken in the step's one transfer with
-every other query, and then does each row's bookkeeping without the general step's objects
+(or finish). The lane computes every lane row's token in ONE registration over their logits (a view
+where they tile the forward's output; :class:`~.lane_math.GreedyTokens`), taken in the step's one
+transfer with every other query, and then does each row's bookkeeping without the general step's objects
 (:class:`~.row_queries.RowWork`, :class:`~..draft_step.DraftStep`, the block loop's walk). Most of its
 steps are steady (:func:`steady`, decided once as the row's part of the forward is built): the layout is
 ``[token, mask]`` and the commit writes only what moves (:func:`_steady_commit`).

@@ -103,7 +103,8 @@ def test_argmax_is_torchs_first_maximal_index_on_every_path():
     assert torch.equal(F.argmax(x.bfloat16()), x.bfloat16().max(dim=-1).indices)  # torch's path
     assert int(F.argmax(x[0])) == int(x[0].max(dim=-1).indices)
     probs = x.softmax(-1)
-    ref = probs.max(dim=-1)
-    ids, vals = F.greedy_pick(probs)
-    assert torch.equal(ids, ref.indices)
-    assert torch.equal(vals.nan_to_num(-1.0), ref.values.nan_to_num(-1.0))
+    for rows in (probs, probs.repeat(120, 1)):  # one ``max`` (few values), numpy's argmax and ``amax``
+        ref = rows.max(dim=-1)
+        ids, vals = F.greedy_pick(rows)
+        assert torch.equal(ids, ref.indices)
+        assert torch.equal(vals.nan_to_num(-1.0), ref.values.nan_to_num(-1.0))

@@ -55,9 +55,19 @@ def argmax(x: torch.Tensor) -> torch.Tensor:
     return x.max(dim=-1).indices
 
 
+#: at most this many host values, :func:`greedy_pick` takes its index and value in ONE ``max`` (cheaper than
+#: numpy's argmax and an ``amax``, two calls, on few values; numpy's vectorised argmax wins on large rows)
+_ONE_REDUCTION_HOST_VALUES = 1 << 14
+
+
 def greedy_pick(probs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """``(argmax(probs), token_probs(probs, argmax(probs)))``: ``[n]`` each. The probability is the row's
-    maximum (``amax``, one reduction without a gather): the same value, NaN included."""
+    maximum (no gather): the same value, NaN included. On a device, or on few host values, both come from
+    one ``max`` (the same first maximal index as :func:`argmax`); else numpy's argmax and an ``amax``."""
+    host = type(probs) is torch.Tensor and probs.device.type == "cpu"
+    if not host or probs.numel() <= _ONE_REDUCTION_HOST_VALUES:
+        values, indices = probs.max(dim=-1)
+        return indices, values
     return argmax(probs), probs.amax(dim=-1)
 
 

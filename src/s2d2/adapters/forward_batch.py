@@ -21,6 +21,7 @@ segment's new tokens in order. Query ``j`` of a row with ``length`` cached keys 
 
 from __future__ import annotations
 
+import functools
 import itertools
 import operator
 from collections import Counter
@@ -169,46 +170,52 @@ def build_batch(
     ``max_q`` (>= 1): cut rows into grid rows of at most that many queries (see the module docstring).
     ``page_offset`` is added to every entry of ``tables`` (tables in a page pool's numbering)."""
     R0 = len(lengths)
-    sizes = np.fromiter(map(len, ids), dtype=np.int64, count=R0)
-    T0 = int(sizes.sum())
-    starts = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
-    cut = int(sizes.max()) if max_q is None or not R0 else min(int(max_q), int(sizes.max()))
+    size_list = list(map(len, ids))
+    T0 = sum(size_list)
+    top = max(size_list, default=0)
+    cut = top if max_q is None or not R0 else min(int(max_q), top)
     if cut < 1 and R0:
         raise ValueError(f"max_q must be >= 1, got {max_q}")
-    parts = -(-sizes // cut) if R0 else sizes  # grid rows a row takes
-    owner = np.repeat(np.arange(R0), parts)  # each grid row's batch row
-    length = np.asarray(lengths, dtype=np.int64).reshape(R0)
-    width = int((-(-(length + sizes) // page_size)).max())
+    sizes = np.array(size_list, dtype=np.int64)
+    ends = np.cumsum(sizes)
+    starts = ends - sizes
+    row = np.repeat(np.arange(R0), sizes)  # each new token's row
+    col = np.arange(T0) - starts[row]  # and its place in the row
+    if cut >= top:  # every row one grid row (the usual)
+        owner, n_grid = None, R0
+    else:
+        parts = -(-sizes // cut)  # grid rows a row takes
+        owner = np.repeat(np.arange(R0), parts)  # each grid row's batch row
+        n_grid = int(owner.size)
+    width = max(map(_pages_for, lengths, size_list, itertools.repeat(page_size)), default=0)
     counts = [len(lr) if type(lr) is list else lr.shape[0] for lr in logit_rows]
     L0 = sum(counts)
-    own = BatchShape(T0, int(owner.size), cut, width, L0)
+    own = BatchShape(T0, n_grid, cut, width, L0)
     if pad is not None and not pad.holds(own):
         raise ValueError(f"a batch of shape {own} does not fit the padded shape {pad}")
     T, R, n_q, width, L = pad if pad is not None else own
-    row = np.repeat(np.arange(R0), sizes)
-    col = np.arange(T0) - starts[row]
-    table = np.zeros((max(R0, 1), width), dtype=np.int64)
-    held = [t if len(t) <= width else t[:width] for t in tables]
-    n_held = list(map(len, held))
-    table[np.repeat(np.arange(R0), n_held), _ranges(n_held)] = _flat(held, sum(n_held)) + page_offset
+    table = _tables(tables, width, page_offset).reshape(R0, width) if R0 else np.zeros((1, width), np.int64)
     pages = np.zeros((R, width), dtype=np.int64)
-    pages[: owner.size] = table[owner]
-    key = length[row] + col  # each new token's key (row-logical)
-    slot = table[row, key // page_size] * page_size + key % page_size
-    first = np.concatenate([[0], np.cumsum(parts)[:-1]]).astype(np.int64)  # each row's first grid row
-    grid = (first[row] + col // cut) * n_q + col % cut
+    pages[:n_grid] = table if owner is None else table[owner]
+    length = np.array(lengths, dtype=np.int64)
+    base = length[row]
+    key = base + col  # each new token's key (row-logical)
+    page, offset = np.divmod(key, page_size)
+    slot = table[row, page] * page_size + offset
+    if owner is None:
+        grid = row * n_q + col
+    else:
+        first = np.cumsum(parts) - parts  # each row's first grid row
+        grid = (first[row] + col // cut) * n_q + col % cut
     q_index = np.zeros(R * n_q, dtype=np.int64)
     q_index[grid] = np.arange(T0)
-    hi = np.ones(R * n_q, dtype=np.int64)  # padding: key 0 only
-    lo = np.zeros(R * n_q, dtype=np.int64)
-    whi = np.zeros(R * n_q, dtype=np.int64)
-    self_key = np.full(R * n_q, -1, dtype=np.int64)
-    s_hi, s_lo, s_whi, s_self = np.concatenate([sp.host for sp in specs], axis=1) if R0 else np.zeros((4, 0))
-    base = length[row]
-    hi[grid] = base + s_hi
-    lo[grid] = base + s_lo
-    whi[grid] = base + s_whi
-    self_key[grid] = np.where(s_self, key, -1)
+    vis = np.zeros((4, R * n_q), dtype=np.int64)  # hi (padding: key 0 only), win_lo, win_hi, self_key
+    vis[0] = 1
+    vis[3] = -1
+    if R0:
+        s = np.concatenate([sp.host for sp in specs], axis=1)
+        vis[:3, grid] = s[:3] + base
+        vis[3, grid] = np.where(s[3], key, -1)
     logit_index = _logit_index(logit_rows, starts, counts)
     grid = _padded(grid, T)
     q_gather, out_gather = head_gathers(R, n_q, q_index, grid, n_heads, n_kv)
@@ -216,9 +223,31 @@ def build_batch(
         R, T, n_q, width, page_size, counts,
         _padded(_flat(ids, T0), T),
         _padded(_flat(pos, T0), T),
-        _padded(slot, T), pages.reshape(-1), q_index, grid, hi, lo, whi, self_key, _padded(logit_index, L),
-        q_gather, out_gather,
+        _padded(slot, T), pages.reshape(-1), q_index, grid, vis[0], vis[1], vis[2], vis[3],
+        _padded(logit_index, L), q_gather, out_gather,
     )  # fmt: skip
+
+
+def _pages_for(length: int, n: int, page_size: int) -> int:
+    return -(-(length + n) // page_size)
+
+
+def _tables(tables: Sequence[Sequence[int]], width: int, offset: int) -> np.ndarray:
+    """The rows' page tables ``[rows * width]``: each cut or padded to ``width`` entries, ``offset`` added
+    to every held entry and padding the zero page (0)."""
+    pad = -offset  # padding entries become 0 when the offset is added to all
+    flat: list[int] = []
+    for t in tables:
+        n = len(t)
+        if n >= width:
+            flat += t[:width] if n > width else t
+        else:
+            flat += t
+            flat += [pad] * (width - n)
+    out = np.array(flat, dtype=np.int64)
+    if offset:
+        out += offset
+    return out
 
 
 #: what a grid row costs attention beyond its queries, in query places (its page gathers and rows)
@@ -239,13 +268,6 @@ def grid_queries(sizes: Sequence[int]) -> int:
     return best
 
 
-def _ranges(lengths: Sequence[int]) -> np.ndarray:
-    """``0 .. n - 1`` for each ``n`` of ``lengths``, end to end."""
-    n = np.asarray(lengths, dtype=np.int64)
-    total = int(n.sum())
-    return np.arange(total) - np.repeat(np.cumsum(n) - n, n)
-
-
 def _padded(a: np.ndarray, n: int) -> np.ndarray:
     """``a`` with zeros appended up to ``n`` entries."""
     return a if a.size == n else np.concatenate([a, np.zeros(n - a.size, dtype=np.int64)])
@@ -260,10 +282,25 @@ def head_gathers(
     the flattened ``[T * (H + kv), hd]`` roped queries and keys; ``out_gather`` ``[T * H]``: for packed
     ``(t, h)``, its place in the flattened grid output."""
     rep = n_heads // n_kv
+    head_rows, kv_of, within = _heads(n_heads, n_kv)
+    q_gather = q_index.reshape(1, rows, 1, n_q) * (n_heads + n_kv) + head_rows
+    # packed (t, h) at grid row r, place j: ((h // rep * rows + r) * rep + h % rep) * n_q + j, split into
+    # a part of the token (r * rep * n_q + j) and a part of the head
+    r, j = np.divmod(grid, n_q)
+    token = r * (rep * n_q) + j
+    head = (kv_of * (rows * rep) + within) * n_q
+    return q_gather.reshape(-1), (token[:, None] + head).reshape(-1)
+
+
+@functools.lru_cache(maxsize=64)
+def _heads(n_heads: int, n_kv: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """For :func:`head_gathers`: ``g * rep + e`` as ``[kv, 1, rep, 1]``, and each query head's key head
+    (``h // rep``) and place among its key head's (``h % rep``) as ``[1, H]`` (shared: never modify)."""
+    rep = n_heads // n_kv
     g = np.arange(n_kv).reshape(n_kv, 1, 1, 1)
     e = np.arange(rep).reshape(1, 1, rep, 1)
-    q_gather = q_index.reshape(1, rows, 1, n_q) * (n_heads + n_kv) + g * rep + e
     h = np.arange(n_heads)[None, :]
-    r, j = (grid // n_q)[:, None], (grid % n_q)[:, None]
-    out_gather = ((h // rep * rows + r) * rep + h % rep) * n_q + j
-    return q_gather.reshape(-1), out_gather.reshape(-1)
+    out = (g * rep + e, h // rep, h % rep)
+    for a in out:
+        a.flags.writeable = False
+    return out

@@ -259,8 +259,11 @@ def grid_queries(sizes: Sequence[int]) -> int:
     queries: the cut among the sizes minimising ``grid rows * (places a row + GRID_ROW_COST)`` (every grid
     row has the batch's widest page table, so keys scale both alike). Rows of one size keep one grid row
     each."""
+    top = max(sizes)
+    if min(sizes) == top:  # one size (steady decode rows): no cut
+        return top
     counts = Counter(sizes)
-    best, best_cost = max(counts), None
+    best, best_cost = top, None
     for cut in sorted(counts):
         cost = sum(-(-n // cut) * k for n, k in counts.items()) * (cut + GRID_ROW_COST)
         if best_cost is None or cost < best_cost:

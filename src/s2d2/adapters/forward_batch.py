@@ -229,6 +229,7 @@ def build_batch(
 
 
 def _pages_for(length: int, n: int, page_size: int) -> int:
+    """The pages a row of ``length`` cached keys feeding ``n`` new tokens covers."""
     return -(-(length + n) // page_size)
 
 

@@ -119,8 +119,13 @@ def shape_of(lengths: Sequence[int], sizes: Sequence[int], n_logits: int, page_s
     """The unpadded :class:`BatchShape` of rows with ``lengths`` cached keys feeding ``sizes`` tokens."""
     if len(lengths) != len(sizes):
         raise ValueError(f"{len(lengths)} lengths for {len(sizes)} rows")
-    width = -(-max(map(operator.add, lengths, sizes)) // page_size)  # the longest row's pages
-    return BatchShape(sum(sizes), len(sizes), max(sizes), width, n_logits)
+    return BatchShape(sum(sizes), len(sizes), max(sizes), _width(lengths, sizes, page_size), n_logits)
+
+
+def _width(lengths: Sequence[int], sizes: Sequence[int], page_size: int) -> int:
+    """The pages the longest of rows with ``lengths`` cached keys feeding ``sizes`` new tokens covers (0
+    for no rows)."""
+    return -(-max(map(operator.add, lengths, sizes), default=0) // page_size)
 
 
 def _flat(parts: Sequence[Sequence[int] | torch.Tensor | np.ndarray], count: int) -> np.ndarray:
@@ -187,7 +192,7 @@ def build_batch(
         parts = -(-sizes // cut)  # grid rows a row takes
         owner = np.repeat(np.arange(R0), parts)  # each grid row's batch row
         n_grid = int(owner.size)
-    width = max(map(_pages_for, lengths, size_list, itertools.repeat(page_size)), default=0)
+    width = _width(lengths, size_list, page_size)
     counts = [len(lr) if type(lr) is list else lr.shape[0] for lr in logit_rows]
     L0 = sum(counts)
     own = BatchShape(T0, n_grid, cut, width, L0)
@@ -226,11 +231,6 @@ def build_batch(
         _padded(slot, T), pages.reshape(-1), q_index, grid, vis[0], vis[1], vis[2], vis[3],
         _padded(logit_index, L), q_gather, out_gather,
     )  # fmt: skip
-
-
-def _pages_for(length: int, n: int, page_size: int) -> int:
-    """The pages a row of ``length`` cached keys feeding ``n`` new tokens covers."""
-    return -(-(length + n) // page_size)
 
 
 def _tables(tables: Sequence[Sequence[int]], width: int, offset: int) -> np.ndarray:

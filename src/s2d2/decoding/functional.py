@@ -43,14 +43,18 @@ def probs_from_logits(
 _NUMPY_DTYPES = (torch.float32, torch.float64, torch.float16)
 
 
+def _plain_host(x: torch.Tensor) -> bool:
+    """Whether ``x`` is a plain tensor (no subclass) on the host, which numpy may read."""
+    return type(x) is torch.Tensor and x.device.type == "cpu"
+
+
 def argmax(x: torch.Tensor) -> torch.Tensor:
     """``x.argmax(dim=-1)``, the first maximal index of each row (NaN counts as maximal).
 
     A plain host tensor goes through numpy's vectorised ``argmax`` (same indices, ties and NaN included;
     torch's CPU reduction that tracks indices is not vectorised); anything else (a device tensor, a
     tensor subclass, a dtype numpy lacks) through ``x.max(dim=-1)``, faster than torch's ``argmax``."""
-    host = type(x) is torch.Tensor and x.device.type == "cpu"
-    if host and x.dtype in _NUMPY_DTYPES and not x.requires_grad:
+    if _plain_host(x) and x.dtype in _NUMPY_DTYPES and not x.requires_grad:
         return torch.from_numpy(np.asarray(x.numpy().argmax(axis=-1), dtype=np.int64))
     return x.max(dim=-1).indices
 
@@ -64,8 +68,7 @@ def greedy_pick(probs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """``(argmax(probs), token_probs(probs, argmax(probs)))``: ``[n]`` each. The probability is the row's
     maximum (no gather): the same value, NaN included. On a device, or on few host values, both come from
     one ``max`` (the same first maximal index as :func:`argmax`); else numpy's argmax and an ``amax``."""
-    host = type(probs) is torch.Tensor and probs.device.type == "cpu"
-    if not host or probs.numel() <= _ONE_REDUCTION_HOST_VALUES:
+    if not _plain_host(probs) or probs.numel() <= _ONE_REDUCTION_HOST_VALUES:
         values, indices = probs.max(dim=-1)
         return indices, values
     return argmax(probs), probs.amax(dim=-1)

@@ -11,8 +11,8 @@ from typing import Any
 
 import torch
 
-from s2d2.adapters.base import ModelInfo
-from s2d2.adapters.hf import HFAdapter
+from s2d2.families.base import ModelInfo
+from s2d2.families.hf import HFAdapter
 from s2d2.model import S2D2Model
 from s2d2.tasks.tiny_gsm.scoring import is_correct
 

@@ -22,7 +22,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
-import os
 import random
 import time
 import warnings
@@ -35,6 +34,7 @@ from s2d2.tasks.tiny_gsm.curriculum import iter_train_problems
 from s2d2.tasks.tiny_gsm.splits import load_split
 from s2d2.tasks.tiny_gsm.tokenizer import build_tokenizer, tokenizer_dir
 from s2d2.training.batches import BATCH_SIZE, POOL_BATCHES, batch_loss, build_batch, pool_batches
+from s2d2.training.checkpoint import restore_checkpoint, save_checkpoint
 from s2d2.training.dev_eval import evaluate
 from s2d2.training.ema import WeightEMA
 from s2d2.training.model_io import build_model, save_sdar_dir, sdar_config
@@ -43,12 +43,6 @@ from s2d2.training.schedule import AR_ONLY_MIX, CLIP, lr_factor, make_optimiser,
 from s2d2.training.threads import ThreadChooser
 
 __all__ = ["train_tiny"]
-
-
-def _atomic_save(obj, path: Path) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    torch.save(obj, tmp)
-    os.replace(tmp, path)
 
 
 @dataclasses.dataclass
@@ -107,13 +101,8 @@ class _TinyRun:
 
     def _restore(self) -> dict:
         """Load ``ckpt.pt`` into the model, optimiser, progress state and RNG streams; return it."""
-        ck = torch.load(self.ckpt_path, map_location="cpu", weights_only=False)
-        self.model.load_state_dict(ck["model"])
-        self.opt.load_state_dict(ck["opt"])
+        ck = restore_checkpoint(self.ckpt_path, self.model, self.opt, self.rng)
         self.state = ck["state"]
-        self.rng.bit_generator.state = ck["np_rng"]
-        random.setstate(ck["py_rng"])
-        torch.set_rng_state(ck["torch_rng"])
         return ck
 
     def write_log(self, rec: dict) -> None:
@@ -121,26 +110,8 @@ class _TinyRun:
         self.log.flush()
 
     def save_ckpt(self) -> None:
-        o, averager = self.opts, self.averager
-        _atomic_save(
-            {
-                "model": self.model.state_dict(),
-                "opt": self.opt.state_dict(),
-                "state": self.state,
-                "np_rng": self.rng.bit_generator.state,
-                "py_rng": random.getstate(),
-                "torch_rng": torch.get_rng_state(),
-                "total_s": o.total_s,
-                "steps": o.steps,
-                "block_mix": o.block_mix,
-                "ar_first": o.ar_first,
-                "lr": o.lr,
-                "ema_decay": averager.decay if averager is not None else 0.0,
-                "hard_focus": o.hard_focus,
-                "ema": averager.state_dict() if averager is not None else None,
-                "config": self.cfg,
-            },
-            self.ckpt_path,
+        save_checkpoint(
+            self.ckpt_path, self.model, self.opt, self.state, self.rng, self.opts, self.averager, self.cfg
         )
 
     def progress_frac(self) -> float:

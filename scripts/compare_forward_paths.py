@@ -19,9 +19,9 @@ import time
 import torch
 
 import s2d2
-from s2d2.adapters import fastpath
 from s2d2.bench.suites import load_problems
 from s2d2.bench.throughput import pick_configs
+from s2d2.forward import fastpath
 
 
 def main(config: str, rows: int, n: int = 64) -> None:

@@ -26,7 +26,9 @@ LAYERS: dict[str, int] = {
     "s2d2.setting_checks": 0,
     "s2d2.config": 1,
     "s2d2.decoding": 2,
-    "s2d2.adapters": 2,
+    # the model families and their loading sit on the forward's machinery, which knows no family
+    "s2d2.families": 2,
+    "s2d2.forward": 2,
     "s2d2.layouts": 2,
     "s2d2.constraints": 2,
     "s2d2.applicability": 2,
@@ -39,8 +41,7 @@ LAYERS: dict[str, int] = {
     "s2d2.engine.step": 5,
     "s2d2.engine.scheduler": 5,
     "s2d2.engine.planner": 6,
-    "s2d2.engine.model_runner": 6,
-    "s2d2.engine.fault_isolation": 6,
+    "s2d2.engine.runner": 6,
     "s2d2.engine.admission": 6,
     "s2d2.engine.llm_engine": 7,
     "s2d2.engine.__init__": 7,
@@ -158,7 +159,7 @@ def _cycles() -> list[list[str]]:
 
 def test_the_walk_sees_imports_inside_functions_and_relative_ones():
     assert "s2d2.decoding.policies" in GRAPH["s2d2.engine.request"]
-    assert "s2d2.engine.step.__init__" in GRAPH["s2d2.engine.model_runner"]  # via step.fusion
+    assert "s2d2.engine.step.__init__" in GRAPH["s2d2.engine.runner.model_runner"]  # via step.fusion
     assert "s2d2.cost.measure" in GRAPH["s2d2.cost.profile"]
 
 
@@ -175,3 +176,12 @@ def test_no_upward_import():
 
 def test_every_module_has_a_layer():
     assert all(any(m == p or m.startswith(p + ".") for p in LAYERS) for m in MODULES if m != "s2d2.__init__")
+
+
+def test_the_forward_machinery_knows_no_family():
+    """``forward/`` (batch description, paged KV, attention, graphs) serves every family and imports none."""
+    into_families = sorted(
+        f"{m} -> {t}" for m, ts in GRAPH.items() if m.startswith("s2d2.forward.") for t in ts
+        if t.startswith("s2d2.families")
+    )
+    assert into_families == []

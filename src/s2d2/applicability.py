@@ -15,9 +15,9 @@ Two checks, used wherever settings meet a model or a preset:
 
 from __future__ import annotations
 
-from .adapters.base import ModelInfo
 from .config import DecodeConfig
 from .errors import ConfigError
+from .families.base import ModelInfo
 
 __all__ = ["refuse_for_family"]
 

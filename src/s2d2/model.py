@@ -11,9 +11,6 @@ from typing import Any
 
 import torch
 
-from .adapters import ModelAdapter, load_adapter
-from .adapters.checkpoint import load_tokenizer
-from .adapters.kv_pool import DEFAULT_PAGE_SIZE
 from .applicability import refuse_for_family
 from .config import DecodeConfig, checked_preset_file
 from .constraints import CompiledConstraint, GrammarCache, OutputConstraint, constraint_of
@@ -25,6 +22,9 @@ from .engine.outputs import DecodeOutput
 from .engine.request import check_prompt
 from .engine.request_limits import default_max_query_tokens_per_row
 from .errors import ConfigError, PromptError, S2D2Error
+from .families import ModelAdapter, load_adapter
+from .families.checkpoint import load_tokenizer
+from .forward.kv_pool import DEFAULT_PAGE_SIZE
 from .generation_result import GenerationResult
 from .model_source import BUILTIN_MODELS, builtin_path, resolve_model_path  # noqa: F401 - re-exported
 from .presets import MODEL_PRESET_FILE, PresetFile
@@ -362,7 +362,7 @@ def load(
     planner degrades planned verifications and defers prefill chunks to keep it; at least
     ``max_query_tokens_per_row``). ``enforce_eager``: run every forward eagerly; by default a CUDA
     forward is captured as a CUDA graph per padded batch shape and replayed
-    (:mod:`s2d2.adapters.graph_runner`).
+    (:mod:`s2d2.forward.graph_runner`).
     """
     path = resolve_model_path(name_or_path, revision)
     preset_path = path / MODEL_PRESET_FILE  # read first: a broken preset file fails before the slow load

@@ -8,9 +8,9 @@ import pytest
 import torch
 
 import s2d2
-from s2d2.adapters import fastpath
 from s2d2.bench.op_count import OpCounter, count_generate
 from s2d2.bench.suites import load_problems
+from s2d2.forward import fastpath
 
 
 @pytest.fixture(scope="module")

@@ -7,10 +7,10 @@ from __future__ import annotations
 import pytest
 
 from s2d2 import load
-from s2d2.adapters import fastpath
 from s2d2.cost import profile as cost_profile
 from s2d2.cost.mixed_steps import BLOCK, PREFILL, measure_mixed
 from s2d2.cost.step_cost import CALIBRATION_KIND, FittedCost, StepShape, calibrate, profile_key
+from s2d2.forward import fastpath
 
 
 @pytest.fixture(scope="module")

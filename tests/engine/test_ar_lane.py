@@ -15,12 +15,12 @@ import torch
 
 import s2d2
 from conftest import load_or_skip
-from s2d2.adapters.kv_pool import KVState
 from s2d2.bench.suites import load_problems
-from s2d2.engine import llm_engine, model_runner
 from s2d2.engine.llm_engine import LLMEngine
 from s2d2.engine.request import Request
-from s2d2.engine.step import ar_lane
+from s2d2.engine.runner import model_runner
+from s2d2.engine.step import ar_lane, postprocess
+from s2d2.forward.kv_pool import KVState
 
 TIMES = {"seconds", "first_token_seconds"}
 
@@ -124,7 +124,7 @@ def test_when_the_batched_queries_fail_the_lane_rows_run_alone(tiny, monkeypatch
     prompts = [tiny.encode(p["question"]) for p in load_problems("tiny-gsm", "test", 4)]
     cfg = tiny.make_config(decoder="ar", max_new_tokens=16)
     undisturbed = LLMEngine(tiny.adapter, max_num_seqs=4).generate(prompts, [cfg] * 4)
-    run_queries, failures = llm_engine.run_queries, []
+    run_queries, failures = postprocess.run_queries, []
 
     def crowded(dev, edits, drafts, verifies, batched=()):
         if batched or len({id(q.req) for q in drafts}) + sum(len(q.slots) > 1 for q in drafts) > 1:
@@ -132,7 +132,7 @@ def test_when_the_batched_queries_fail_the_lane_rows_run_alone(tiny, monkeypatch
             raise RuntimeError("out of memory")
         return run_queries(dev, edits, drafts, verifies, batched)
 
-    monkeypatch.setattr(llm_engine, "run_queries", crowded)
+    monkeypatch.setattr(postprocess, "run_queries", crowded)
     outs = LLMEngine(tiny.adapter, max_num_seqs=4).generate(prompts, [cfg] * 4)
     assert failures and [o.token_ids for o in outs] == [o.token_ids for o in undisturbed]
     assert [o.stats.nfe for o in outs] == [o.stats.nfe for o in undisturbed]

@@ -6,8 +6,8 @@ import pytest
 import torch
 
 import s2d2
-from s2d2.engine.fault_isolation import isolate
 from s2d2.engine.llm_engine import LLMEngine
+from s2d2.engine.runner.fault_isolation import isolate
 from s2d2.tasks.tiny_gsm.splits import load_split
 
 QUESTIONS = [p["question"] for p in load_split("test")[:6]]

@@ -13,9 +13,8 @@ from test_ar_lane import in_lockstep, lanes_on_and_off, random_prompts
 import s2d2
 from conftest import load_or_skip
 from s2d2.bench.suites import load_problems
-from s2d2.engine import llm_engine
 from s2d2.engine.llm_engine import LLMEngine
-from s2d2.engine.step import lossless_lane
+from s2d2.engine.step import lossless_lane, postprocess
 
 
 @pytest.fixture(scope="module")
@@ -140,7 +139,7 @@ def test_when_the_batched_queries_fail_the_lossless_rows_run_alone(tiny, monkeyp
     prompts = [tiny.encode(p["question"]) for p in load_problems("tiny-gsm", "test", 4)]
     cfg = tiny.make_config(preset="lossless", block_size=8, max_new_tokens=16)
     undisturbed = LLMEngine(tiny.adapter, max_num_seqs=4).generate(prompts, [cfg] * 4)
-    run_queries, failures = llm_engine.run_queries, []
+    run_queries, failures = postprocess.run_queries, []
 
     def crowded(dev, edits, drafts, verifies, batched=()):
         if batched:
@@ -148,7 +147,7 @@ def test_when_the_batched_queries_fail_the_lossless_rows_run_alone(tiny, monkeyp
             raise RuntimeError("out of memory")
         return run_queries(dev, edits, drafts, verifies)
 
-    monkeypatch.setattr(llm_engine, "run_queries", crowded)
+    monkeypatch.setattr(postprocess, "run_queries", crowded)
     outs = LLMEngine(tiny.adapter, max_num_seqs=4).generate(prompts, [cfg] * 4)
     assert failures and [o.token_ids for o in outs] == [o.token_ids for o in undisturbed]
     assert [o.stats.nfe for o in outs] == [o.stats.nfe for o in undisturbed]

@@ -10,10 +10,10 @@ import pytest
 import torch
 
 import s2d2
-from s2d2.adapters.forward_batch import ForwardBatch
-from s2d2.adapters.kv_pool import take_pages
-from s2d2.adapters.segment import Predraft, Segment
-from s2d2.engine.model_runner import ModelRunner
+from s2d2.engine.runner import ModelRunner
+from s2d2.forward.forward_batch import ForwardBatch
+from s2d2.forward.kv_pool import take_pages
+from s2d2.forward.segment import Predraft, Segment
 
 
 @pytest.fixture(scope="module")

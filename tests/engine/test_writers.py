@@ -17,11 +17,11 @@ import pytest
 
 import s2d2
 from conftest import load_or_skip
-from s2d2.adapters.kv_pool import KVPool, KVState
 from s2d2.bench.suites import load_problems
 from s2d2.engine import llm_engine
 from s2d2.engine.llm_engine import LLMEngine
 from s2d2.engine.request import Request
+from s2d2.forward.kv_pool import KVPool, KVState
 
 CONFIGS = [
     dict(decoder="ar"),
@@ -118,7 +118,7 @@ def test_each_phase_writes_only_its_own_fields(tiny, monkeypatch):
     assert seen["apply_plans"] and seen["apply_plans"] <= {"action", "pending", "stats", "trace"}
     # the cached length grows in the step after the forward, or over prefix-cache pages at admission
     step = {"s2d2.engine.step.host.apply", "s2d2.engine.step.host.recomputed"}
-    adopt = ["s2d2.adapters.kv_pool.adopt", "s2d2.engine.scheduler._take_pages"]
+    adopt = ["s2d2.forward.kv_pool.adopt", "s2d2.engine.scheduler._take_pages"]
     assert writers["advance"] and all(c[0] in step or c[:2] == adopt for c in writers["advance"])
     # pages are taken by the scheduler alone (at admission, and before each forward), and given back by it
     # alone (retirement, preemption, an admission that did not fit)

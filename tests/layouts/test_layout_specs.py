@@ -12,7 +12,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from s2d2.adapters import masks
+from s2d2.forward import masks
 from s2d2.layouts import layout, specs
 from s2d2.layouts.mask_spec import MaskDoesNotFit, MaskSpec, canonical, dense, spec_of
 

@@ -218,7 +218,7 @@ def test_fixtures_prefix_cache_and_preemption(family):
 def test_an_unbounded_host_pool_reserves_its_rows_at_once_and_never_grows(tiny, shared_prompts):
     """Growing copies the whole storage, so the host pool of an unbounded engine takes every row's most
     (``max_num_seqs`` x the model's length) up front, lazily zeroed, and decoding never grows it."""
-    from s2d2.adapters.kv_pool import zeroed
+    from s2d2.forward.kv_pool import zeroed
 
     engine = LLMEngine(tiny.adapter, max_num_seqs=4)
     pages = engine.pool.pages.num_pages
@@ -234,7 +234,7 @@ def test_an_unbounded_host_pool_reserves_its_rows_at_once_and_never_grows(tiny, 
 
 
 def test_host_reservation_is_capped_by_memory_and_skipped_off_the_host(monkeypatch):
-    from s2d2.adapters import kv_pool
+    from s2d2.forward import kv_pool
 
     cpu, meta = torch.device("cpu"), torch.device("meta")
     assert kv_pool.host_reservation(1000, 64, cpu) == 1000

@@ -13,8 +13,8 @@ import torch
 from safetensors.torch import load_file
 
 from conftest import FIXTURES
-from s2d2.adapters.base import ModelAdapter
 from s2d2.errors import ConfigError, PromptError
+from s2d2.families.base import ModelAdapter
 from s2d2.scoring.scorer import Scorer, TokenScores, rolling_windows
 
 ATOL = 1e-4

@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from ..adapters.segment import Segment
+from ..forward.segment import Segment
 from .op_count import OpCounter
 
 #: CUDA runtime/driver calls that start work on the device (what "a launch" counts)
@@ -98,7 +98,7 @@ def forward_cell(adapter: Any, rows: int, query: int, context: int, repeats: int
 
 
 def fast_shape(fast: Any, states: list, query: int) -> Any:
-    from ..adapters.forward_batch import shape_of
+    from ..forward.forward_batch import shape_of
 
     n = len(states)
     return shape_of([s.length for s in states], [query] * n, query * n, 16)

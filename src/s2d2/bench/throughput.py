@@ -151,7 +151,7 @@ def cell_order(repeat: int, limit_index: int, k: int) -> list[int]:
 
 def query_ceiling(model: Any, rows: int = 64, tokens: int = 32, repeats: int = 5) -> float:
     """Query tokens per second of one packed forward of ``rows`` x ``tokens`` (median of ``repeats``)."""
-    from ..adapters.segment import Segment
+    from ..forward.segment import Segment
 
     ad = model.adapter
     pool = ad.new_pool()

@@ -2,7 +2,7 @@
 
 NFE counts forwards, but forwards differ in size: AR feeds a token or two per row, a draft a block, a
 fused verification the span twice plus pre-draft groups. This module times one batched forward of the
-lean path (:mod:`s2d2.adapters.fastpath`) for every (batch, context, query) cell, on a checkpoint or on a
+lean path (:mod:`s2d2.forward.fastpath`) for every (batch, context, query) cell, on a checkpoint or on a
 randomly initialised model built from a ``config.json`` (so an 8B-shaped model can be timed without its
 weights), and projects the wall speed-up of bench configurations from their NFE and query-token mix:
 
@@ -23,16 +23,16 @@ from typing import Any
 
 import torch
 
-from ..adapters.hf import HFAdapter
-from ..adapters.segment import Segment
 from ..errors import S2D2Error
+from ..families.hf import HFAdapter
+from ..forward.segment import Segment
 
 
 def random_adapter(config_path: str | Path, *, device: str | None = None, dtype: str | None = None) -> Any:
     """The adapter of a model built from ``config_path`` (a family's config.json) with random weights."""
-    from ..adapters import detect_family
-    from ..adapters.base import ModelInfo
-    from ..adapters.checkpoint import resolve_device, resolve_dtype
+    from ..families import detect_family
+    from ..families.base import ModelInfo
+    from ..families.checkpoint import resolve_device, resolve_dtype
 
     path = Path(config_path)
     try:
@@ -58,7 +58,7 @@ def random_adapter(config_path: str | Path, *, device: str | None = None, dtype:
 def _native_config(family: str, config: dict[str, Any]) -> tuple[Any, Any]:
     from transformers import Glm4MoeForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM
 
-    from ..adapters import fast_dllm_v2, llada2, sdar
+    from ..families import fast_dllm_v2, llada2, sdar
 
     if family == "sdar":
         return sdar.qwen3_config(config), Qwen3ForCausalLM

@@ -5,10 +5,10 @@ tokens after the same context. A real step mixes rows: AR decodes, drafts of a b
 token), plain and fused verifications (two halves plus pre-draft groups), prefill chunks, at different
 cached lengths. :func:`measure_mixed` builds such steps with the adapter's own segment builders (the
 segments the engine builds), runs them through ``adapter.run`` (the path the engine's forward takes: the
-packed :class:`~s2d2.adapters.forward_batch.ForwardBatch` forward and, on CUDA, the graph buckets, eager
+packed :class:`~s2d2.forward.forward_batch.ForwardBatch` forward and, on CUDA, the graph buckets, eager
 above the largest) and records each step as a cell the fit reads: its rows' query tokens, cached
 lengths and attention groups (as the engine describes a step: ``StepShape.of`` over
-:func:`~s2d2.adapters.attention_groups.split_by_length`) and its median milliseconds.
+:func:`~s2d2.forward.attention_groups.split_by_length`) and its median milliseconds.
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ from typing import Any
 
 import torch
 
-from ..adapters.attention_groups import split_by_length
-from ..adapters.segment import Predraft, Segment
+from ..forward.attention_groups import split_by_length
+from ..forward.segment import Predraft, Segment
 from .step_cost import StepShape
 
 #: The mixes a calibration times: rows per step and the kinds their rows take (cycled over the rows).

@@ -14,13 +14,13 @@ from typing import Any
 
 import torch
 
-from ..adapters.base import ModelAdapter
 from ..applicability import refuse_for_family
 from ..config import DecodeConfig
 from ..constraints.compiler import CompiledConstraint
 from ..constraints.matcher import GrammarState
 from ..decoding.routing_state import EngineRoutingState
 from ..errors import ConfigError
+from ..families.base import ModelAdapter
 from .planner import StepPlanner, planned_config
 from .request import Request, check_prompt, plans_automatically
 from .request_limits import RequestLimitError, check_request_limits, fold_limit_for

@@ -15,18 +15,16 @@ from typing import Any
 
 import torch
 
-from ..adapters.base import ModelAdapter
-from ..adapters.kv_pool import DEFAULT_PAGE_SIZE
 from ..config import DecodeConfig
 from ..constraints.compiler import CompiledConstraint
 from ..cost.step_cost import StepCost, median_abs_error
 from ..decoding.routing_state import EngineRoutingState
 from ..decoding.stats import GenerationStats
 from ..errors import ConfigError, PromptError, S2D2Error
+from ..families.base import ModelAdapter
+from ..forward.kv_pool import DEFAULT_PAGE_SIZE
 from .admission import Admission
 from .emitted import Emitted
-from .fault_isolation import run_isolating_failures
-from .model_runner import ModelRunner
 from .outputs import DecodeOutput, RequestOutput
 from .planner import StepPlanner
 from .request import Request, Status
@@ -34,22 +32,15 @@ from .request_limits import (
     default_max_query_tokens_per_row,
 )
 from .row_forward import RowForward
+from .runner import ModelRunner, run_isolating_failures
 from .scheduler import Scheduler
 from .step import (
     MAX_VOCAB,
     DeviceOps,
-    DraftQuery,
-    RowWork,
-    VerifyQuery,
     advance,
-    apply,
     apply_plans,
-    queries,
-    recomputed,
-    run_queries,
 )  # fmt: skip
-from .step.grammar import attach_masks
-from .step.lanes import Lanes
+from .step.postprocess import postprocess
 from .step_timing import StepTiming
 
 
@@ -277,7 +268,7 @@ class LLMEngine:
                 for f in parts:
                     f.segment.keep_prediction()
             with self.device.phase():
-                self._postprocess(rows, logits, parts)
+                postprocess(self.device, rows, logits, parts, self._fail, self.lanes)
             self.scheduler.publish(rows)
         outputs = []
         if self.stream:
@@ -304,65 +295,6 @@ class LLMEngine:
             except Exception as exc:
                 self._fail(req, exc)
         return rows, parts
-
-    def _postprocess(
-        self, rows: list[Request], logits: Sequence[torch.Tensor], parts: list[RowForward]
-    ) -> None:
-        """Every row's queries computed on the device at once (one transfer), then each row's bookkeeping;
-        an error fails its request alone. ``logits``: the runner's, without zero rows (the general step's
-        :func:`~.step.row_queries.queries` puts them back; the lanes read the raw rows). Rows
-        rewriting a preempted cache only keep what they wrote. Common AR and lossless steps take their
-        lanes (:mod:`.step.lanes`: batched queries, a lean commit each) unless :attr:`lanes` is off."""
-        works: list[RowWork] = []
-        edits: list[DraftQuery] = []
-        drafts: list[DraftQuery] = []
-        verifies: list[VerifyQuery] = []
-        dev, lane = self.device, Lanes()
-        for req, lg, fwd in zip(rows, logits, parts, strict=True):
-            try:
-                if req.cache.restore_to is not None and req.cache.recompute_left > 0:
-                    recomputed(req, fwd)
-                    continue
-                if self.lanes and lane.take(req, lg, fwd):
-                    continue
-                w = queries(dev, req, lg, fwd)
-                if req.grammar is not None:
-                    attach_masks(w)
-            except Exception as exc:
-                self._fail(req, exc)
-                continue
-            works.append(w)
-            if w.edit is not None:
-                edits.append(w.edit)
-            if w.draft is not None:  # then the groups: the order of w.draft_queries and w.verify_queries
-                drafts.append(w.draft)
-            if w.groups:
-                drafts += w.groups
-            if w.verify is not None:
-                verifies.append(w.verify)
-            if w.lead is not None:
-                verifies.append(w.lead)
-        try:
-            run_queries(dev, edits, drafts, verifies, lane.checks(dev))
-        except Exception:  # a batched computation failed: find the rows that cause it (the lane's too)
-            works += lane.as_rows(dev, self._fail)
-            self._run_queries_alone(works)
-        lane.apply(self._fail)
-        for w in works:
-            if w.req.status.done:  # failed in the device half
-                continue
-            try:
-                apply(w)
-            except Exception as exc:  # one request's failure must not stop its batch-mates
-                self._fail(w.req, exc)
-
-    def _run_queries_alone(self, works: list[RowWork]) -> None:
-        for w in works:
-            try:
-                edits = [w.edit] if w.edit is not None else []
-                run_queries(self.device, edits, w.draft_queries, w.verify_queries)
-            except Exception as row_exc:
-                self._fail(w.req, row_exc)
 
     # ------------------------------------------------------------------ many requests
     def generate(

@@ -17,8 +17,6 @@ from typing import Any
 
 import torch
 
-from ..adapters.base import ModelInfo
-from ..adapters.kv_pool import KVState
 from ..config import DecodeConfig
 from ..constraints.matcher import GrammarState
 from ..decoding.logits_adjust import LogitsAdjust
@@ -26,6 +24,8 @@ from ..decoding.policies import Policy, make_policy
 from ..decoding.routing_state import EngineRoutingState
 from ..decoding.stats import GenerationStats
 from ..errors import PromptError
+from ..families.base import ModelInfo
+from ..forward.kv_pool import KVState
 from .block_cursor import BlockCursor
 from .draft_step import DraftStep, SlotDrafts
 from .logprobs import TokenLogprob

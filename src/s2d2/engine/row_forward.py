@@ -1,6 +1,6 @@
 """One row's part of a step's forward, as the runner built it: what the step needs after the forward.
 
-Building a row's part of the batch writes nothing to the row (:meth:`~.model_runner.ModelRunner.layout`):
+Building a row's part of the batch writes nothing to the row (:meth:`~.runner.ModelRunner.layout`):
 what the step must know after the forward rides here instead, and the step applies it once
 (:func:`~.step.apply`): the positions the forward keeps (the cached length grows by them), the block's
 committed slots it caches, and the slot whose AR-mode prediction it carries.
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from ..adapters.segment import Segment
+from ..forward.segment import Segment
 
 
 class RowForward(NamedTuple):

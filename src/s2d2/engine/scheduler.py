@@ -2,11 +2,11 @@
 
 Only the scheduler moves a request between queues and gives it memory or takes it back.
 
-With a paged pool (:class:`~s2d2.adapters.kv_pool.KVPool`, the lean forward) a row holds pages for
+With a paged pool (:class:`~s2d2.forward.kv_pool.KVPool`, the lean forward) a row holds pages for
 what it has cached plus its next forward, nothing more:
 
 - **admission** is first come, first served, by what the request needs now: the longest cached prefix
-  of its prompt is adopted from the prefix cache (:meth:`~s2d2.adapters.kv_pages.PagePool.match`), and
+  of its prompt is adopted from the prefix cache (:meth:`~s2d2.forward.kv_pages.PagePool.match`), and
   the pages of its first forward must be free (or evictable);
 - **each step**, before the forward, every row gets the pages its segment writes
   (:meth:`Scheduler.allocate`); when they run out, the most recently admitted row is **preempted**: its
@@ -26,9 +26,9 @@ from collections import deque
 from collections.abc import Sequence
 from typing import Any
 
-from ..adapters.kv_pages import OutOfPages
-from ..adapters.kv_pool import KVPool
-from ..adapters.segment import Segment
+from ..forward.kv_pages import OutOfPages
+from ..forward.kv_pool import KVPool
+from ..forward.segment import Segment
 from .request import Request, Status
 
 
@@ -274,6 +274,6 @@ class Scheduler:
         return len(self.running) / self.max_num_seqs
 
     def memory_stats(self) -> dict[str, float]:
-        """Page counters and preemptions (:meth:`~s2d2.adapters.kv_pages.PagePool.stats`); an unpaged
+        """Page counters and preemptions (:meth:`~s2d2.forward.kv_pages.PagePool.stats`); an unpaged
         pool never preempts."""
         return self.pool.stats() if self.paged else {"preemptions": 0}

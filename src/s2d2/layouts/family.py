@@ -2,7 +2,7 @@
 reads them.
 
 A family differs from the same-position layouts (:mod:`.layout`) only through its traits
-(:class:`Traits`, which :class:`~s2d2.adapters.base.ModelInfo` has): its mask token; ``shifted``
+(:class:`Traits`, which :class:`~s2d2.families.base.ModelInfo` has): its mask token; ``shifted``
 (Fast-dLLM v2: logits predict the next position, re-aligned to block slots by :mod:`.shifted`); and
 ``prefill_bias`` (LLaDA2's official prefill: a block-causal prefill's mask added to the scores as
 1.0/0.0, nothing masked; such a segment takes the grouped forward).

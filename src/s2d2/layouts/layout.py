@@ -4,7 +4,7 @@ A :class:`Layout` is one row's part of a batched forward, built from host intege
 among its new tokens is a :class:`~.mask_spec.MaskSpec` (:mod:`.specs`), never an ``n x n`` boolean.
 Each function here lays out one kind of segment from what a family's traits say (its mask token; a
 shifted family's layouts are these re-aligned, :mod:`.shifted`); the adapters wrap layouts into
-:class:`~s2d2.adapters.segment.Segment` objects with the row's cache state.
+:class:`~s2d2.forward.segment.Segment` objects with the row's cache state.
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ class Realign(NamedTuple):
 
 
 class Group(Protocol):
-    """A pre-draft group (:class:`~s2d2.adapters.segment.Predraft`): its tokens, positions and ``key``
+    """A pre-draft group (:class:`~s2d2.forward.segment.Predraft`): its tokens, positions and ``key``
     ``(rows, visible, head_alone)``."""
 
     ids: list[int]
@@ -109,7 +109,7 @@ def draft(
     extend: bool = False,
     lead: int | None = None,
 ) -> Layout:
-    """A draft of ``block`` (see :meth:`~s2d2.adapters.base.ModelAdapter.draft_segment`): ``pending`` then
+    """A draft of ``block`` (see :meth:`~s2d2.families.base.ModelAdapter.draft_segment`): ``pending`` then
     the block's slots from ``cached``, then with ``lead`` one mask query at that slot. Keeps the pending
     tokens (and with ``extend`` the fed block's leading committed slots); logit rows: every fed slot
     (``cached`` zero rows before them), then the lead's."""
@@ -149,7 +149,7 @@ def lead_only(
     mask_id: int, length: int, pending: Sequence[int], block: Sequence[int], *, start: int, cached: int = 0,
     extend: bool = False,
 ) -> Layout:  # fmt: skip
-    """The AR lead alone (:meth:`~s2d2.adapters.base.ModelAdapter.lead_segment`): ``pending``, the block's
+    """The AR lead alone (:meth:`~s2d2.families.base.ModelAdapter.lead_segment`): ``pending``, the block's
     committed slots from ``cached`` to its first masked slot and one mask query there, token-causal."""
     m = len(pending)
     assert length + m == start + cached, "pending tokens end where the block's uncached part starts"
@@ -197,7 +197,7 @@ def two_halves(
 def score(
     mask_id: int, length: int, prefix: torch.Tensor, branches: Sequence[torch.Tensor], *, score_from: int
 ) -> Layout:
-    """Same-position scoring (:meth:`~s2d2.adapters.base.ModelAdapter.score_segment`): each scored token is
+    """Same-position scoring (:meth:`~s2d2.families.base.ModelAdapter.score_segment`): each scored token is
     read at a MASK query at its own position behind the tokens before it; logit rows are the MASK rows."""
     start, p = length, prefix.numel()
     ids = [prefix, torch.full((p - score_from,), mask_id, dtype=torch.long)]

@@ -1,6 +1,6 @@
 """A segment's attention mask as a few integers a query: a prefix, at most one window, itself.
 
-Every layout (:mod:`~s2d2.layouts.layout`; the boolean oracle :mod:`~s2d2.adapters.masks`) lets query
+Every layout (:mod:`~s2d2.layouts.layout`; the boolean oracle :mod:`~s2d2.forward.masks`) lets query
 ``i`` of a segment see, among the segment's new keys, a prefix ``[0, hi)``, at most one more window
 ``[win_lo, win_hi)`` and, with ``self``, key ``i`` (drafts: a prefix; the AR lead: a prefix and itself;
 2L verification: ``[0, s)`` and itself; fused pre-draft groups: the visible first half and the group;

@@ -5,7 +5,7 @@ queries always see the whole cache besides), in :func:`~.mask_spec.spec_of`'s ex
 (:func:`~.mask_spec.canonical`), from ``4 x n`` integers: no ``n x n`` boolean is made. They are memoised
 (read-only specs shared by rows): a kind's visibility depends only on the arguments, and a block's
 start only through ``start % block_size`` (block- and token-causal relations are invariant under shifts
-by whole blocks). The boolean builders of :mod:`s2d2.adapters.masks` are the tests' oracle for each.
+by whole blocks). The boolean builders of :mod:`s2d2.forward.masks` are the tests' oracle for each.
 """
 
 from __future__ import annotations

@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ..adapters import ModelAdapter, ModelInfo
 from ..errors import PromptError
+from ..families import ModelAdapter, ModelInfo
 from .scorer import Scorer, TokenScores, rolling_windows
 
 

@@ -6,7 +6,7 @@ given every token before it (same-position models: a MASK query at i behind the 
 half of the 2L verification; shifted models: a plain causal forward). Values are ``log_softmax`` of the
 raw float32 logits over the whole vocabulary, no sampling transform.
 
-Requests are batched on the adapter's packed forward (:meth:`~s2d2.adapters.base.ModelAdapter.run`):
+Requests are batched on the adapter's packed forward (:meth:`~s2d2.families.base.ModelAdapter.run`):
 
 * one row per job, many rows per forward (up to ``max_rows`` rows and ``batch_tokens`` tokens), as many
   rows at a time as ``kv_tokens`` positions hold (rows x the longest job so far; the pool may round
@@ -27,9 +27,9 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..adapters.base import ModelAdapter
-from ..adapters.kv_pool import KVState
 from ..errors import ConfigError, PromptError
+from ..families.base import ModelAdapter
+from ..forward.kv_pool import KVState
 
 
 @dataclass

@@ -196,8 +196,8 @@ def shared_prefix(n_tokens: int, tokenizer: str = "tiny-gsm") -> str:
         raise S2D2Error(f"--shared-prefix must be >= 0, got {n_tokens}")
     if n_tokens == 0:
         return ""
-    from ..adapters.checkpoint import load_tokenizer
     from ..bench.shared_prefix import shared_prefix_text
+    from ..families.checkpoint import load_tokenizer
     from ..model_source import resolve_model_path
 
     tok = load_tokenizer(resolve_model_path(tokenizer))

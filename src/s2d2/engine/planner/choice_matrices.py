@@ -25,6 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ...cost.step_cost import StepCost
+from ..draft_step import Plan, VerifyMode
 
 #: Caps tried on the query tokens of one row (besides none), for batches of at least :data:`CAP_ROWS`.
 CAPS = (8, 16)
@@ -190,7 +191,7 @@ def point(cost: StepCost, tokens: np.ndarray, contexts: np.ndarray) -> tuple[flo
 
 @dataclass
 class Drafting:
-    """Rows about to draft, each with two choices (column 0: draft, 1: AR only, :mod:`.plan_draft`):
+    """Rows about to draft, each with two choices (column 0: draft, 1: AR only, :mod:`.draft_or_ar`):
     ``value`` ``[D, 2]`` tokens (a draft's: what its verification expects), ``now`` this step's query
     tokens, ``later`` the later verification's tokens and ``steps`` the row-steps it takes (a draft and
     its verification: 2; AR only: 1); ``contexts`` ``[D]``; ``sunk``: the prompt tokens their forwards
@@ -359,3 +360,18 @@ def row_costs(r: RowSpan, m: float, share: float, host: float) -> list[tuple[flo
         tokens = r.off + 2 * n + rows
         out.append((m * tokens + host * groups - hit * saved, n + g, tokens, e))
     return out
+
+
+def plan_of(ch: Choices, row: int, col: int, full_span: int) -> Plan:
+    """The :class:`Plan` of column ``col`` of planned row ``row`` of the matrices."""
+    tokens, expected = int(ch.tokens[row, col]), float(ch.expected[row, col])
+    return column_plan(full_span + col - ch.n_max if col >= ch.n_max else col, full_span, tokens, expected)
+
+
+def column_plan(col: int, n: int, tokens: int, expected: float) -> Plan:
+    """Column ``col`` of a row of span ``n`` (k - 1 for a prefix of k; ``n + g``: fused, g groups)."""
+    if col >= n:
+        return Plan(VerifyMode.FUSED, n, col - n, expected, tokens, n)
+    k = col + 1
+    mode = VerifyMode.PLAIN if k == n else VerifyMode.AR_ONLY if k == 1 else VerifyMode.PREFIX_K
+    return Plan(mode, k, 0, expected, tokens, n)

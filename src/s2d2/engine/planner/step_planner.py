@@ -23,19 +23,19 @@ tokens (accepted drafts plus the correction). A verifying row's choices all comm
 verification, the span's ``E_n``, so they differ in cost only: this step's query tokens at the step's
 marginal ms per token; for a prefix of k positions, the later verification of the rest; for a fused
 forward, its groups' host work less, with each group's hit probability, the draft forward a hit saves
-(:data:`~.plan_choices.HIT_WORTH` of it). A row about to draft chooses between a draft (its
+(:data:`~.choice_matrices.HIT_WORTH` of it). A row about to draft chooses between a draft (its
 verification's expected tokens, two steps) and AR only (one token, one step). The choices and their
-prices are :mod:`.plan_choices`.
+prices are :mod:`.choice_matrices`.
 
 Two paths compute the same prices. Without a token budget, one pass in plain Python: each row about to
 draft takes AR only where that is clearly cheaper per committed token than its draft and verification
-(:mod:`.plan_draft`; with a roofline profile, also checked as a whole step, :mod:`.drafting_choice`),
+(:mod:`.draft_or_ar`; with a roofline profile, also checked as a whole step, :mod:`.whole_step_drafting`),
 then each verifying row takes its cheapest choice at the resulting shape where it is clearly cheaper
-than plain verification (:func:`~.plan_choices.row_costs`); in the engine this costs less than the
+than plain verification (:func:`~.choice_matrices.row_costs`); in the engine this costs less than the
 matrices at every batch size measured (BENCHMARKS.md: numpy's per-call cost on small arrays dominates
 them between forwards).
 ``max_num_batched_tokens`` (as vLLM's): the step's query tokens are kept within it
-(:mod:`.plan_budget`), over the matrices of :mod:`.plan_choices` and their search.
+(:mod:`.budget`), over the matrices of :mod:`.choice_matrices` and their search.
 """
 
 from __future__ import annotations
@@ -55,17 +55,18 @@ from ...cost.generic import (
 )
 from ...cost.host_timed import HostTimedCost
 from ...cost.step_cost import FittedCost, StepCost
-from ..draft_step import Plan, VerifyMode
+from ..draft_step import Plan
 from ..request import Action, Request
-from ..step_plan import RowPlan, StepPlan
+from ..step.plans import RowPlan, StepPlan
 from .budget import fit_budget
 from .choice_matrices import (
     MARGIN,
-    Choices,
     Drafting,
     Fixed,
     RowSpan,
     build,
+    column_plan,
+    plan_of,
     point,
     predict,
     row_costs,
@@ -97,21 +98,6 @@ from .whole_step_drafting import DraftingChoice
 from .whole_step_verifying import whole_step
 
 
-def plan_of(ch: Choices, row: int, col: int, full_span: int) -> Plan:
-    """The :class:`Plan` of column ``col`` of planned row ``row`` of the matrices."""
-    tokens, expected = int(ch.tokens[row, col]), float(ch.expected[row, col])
-    return _plan(full_span + col - ch.n_max if col >= ch.n_max else col, full_span, tokens, expected)
-
-
-def _plan(col: int, n: int, tokens: int, expected: float) -> Plan:
-    """Column ``col`` of a row of span ``n`` (k - 1 for a prefix of k; ``n + g``: fused, g groups)."""
-    if col >= n:
-        return Plan(VerifyMode.FUSED, n, col - n, expected, tokens, n)
-    k = col + 1
-    mode = VerifyMode.PLAIN if k == n else VerifyMode.AR_ONLY if k == 1 else VerifyMode.PREFIX_K
-    return Plan(mode, k, 0, expected, tokens, n)
-
-
 class StepPlanner:
     """The planning phase of an engine step (see the module docstring)."""
 
@@ -131,7 +117,7 @@ class StepPlanner:
         host = HostTimedCost(self.cost, HOST_MS_PER_ROW, HOST_MS_PER_STEP, HOST_MS_PER_AR_ROW)
         self.host_time = host if measured else None
         self.decide = self.host_time if self.host_time is not None else self.cost
-        #: whether rows about to draft are also checked as a whole step (:mod:`.drafting_choice`): for a
+        #: whether rows about to draft are also checked as a whole step (:mod:`.whole_step_drafting`): for a
         #: profile with a ridge (a roofline's compute and memory bounds); a fitted profile is linear in a
         #: shape's totals, where the per-row prices at one shape rank the choices already
         self.whole_step = not measured
@@ -143,7 +129,7 @@ class StepPlanner:
         self._deferred_others: set[int] = set()
         self._rows: list[RowPlan] = []  # this step's plans, in the order chosen
         #: this step's acceptance prior for rows with few verified drafts: the planned rows' rate together
-        #: (:func:`.plan_draft.measured_acceptance`), and whether it is measured (else the assumed prior)
+        #: (:func:`.draft_or_ar.measured_acceptance`), and whether it is measured (else the assumed prior)
         self._prior, self._measured = 0.0, False
         #: tests: ``force(req, columns)`` picks each planned row's choice among its valid columns (k - 1
         #: for a prefix of k positions, span + g for fused with g groups) instead of the cost model
@@ -248,11 +234,11 @@ class StepPlanner:
         self, drafting: list[Request], spans: list[RowSpan], others: list[Request], fixed: Fixed
     ) -> list[Request]:
         """Rows about to draft (among ``others``): AR only instead where it is cheaper per token
-        (:mod:`.plan_draft`), at the step's marginal ms per token and fixed share per row with plain
-        verification; while no acceptance is measured, the first :data:`~.plan_draft.EXPLORE_ROWS` of
+        (:mod:`.draft_or_ar`), at the step's marginal ms per token and fixed share per row with plain
+        verification; while no acceptance is measured, the first :data:`~.draft_or_ar.EXPLORE_ROWS` of
         them draft whatever the prices say (so that it will be). With a profile that is not linear in
         the shape (:attr:`whole_step`), then the best of those picks, every row drafting and every row
-        AR only, each priced at its own shape (:mod:`.drafting_choice`). ``fixed``: ``others`` as they
+        AR only, each priced at its own shape (:mod:`.whole_step_drafting`). ``fixed``: ``others`` as they
         stand. Returns the rows that took AR only."""
         plain = np.array([plain_tokens(s) for s in spans], dtype=np.int64)
         tokens = np.concatenate([plain, fixed.tokens])
@@ -292,12 +278,12 @@ class StepPlanner:
         for req, s in zip(planned, spans, strict=True):
             options = {col: (tokens, e) for _, col, tokens, e in row_costs(s, 0.0, 0.0, 0.0)}
             col = self.force(req, sorted(options))
-            plans.append(_plan(col, len(s.alpha), *options[col]))
+            plans.append(column_plan(col, len(s.alpha), *options[col]))
         return plans
 
     def _small(self, spans: list[RowSpan], fixed: Fixed) -> tuple[list[Plan], float]:
         """Each planned row's cheapest choice at the shape of plain verification (plain Python), where it
-        is clearly cheaper than plain (:data:`~.plan_choices.MARGIN`)."""
+        is clearly cheaper than plain (:data:`~.choice_matrices.MARGIN`)."""
         self._deferred_others = set()
         defaults = [plain_tokens(s) for s in spans]
         toks = np.array(defaults + fixed.tokens.tolist(), dtype=np.int64)
@@ -308,14 +294,14 @@ class StepPlanner:
             options = row_costs(s, m, share, self.host_ms_per_group)
             plain = options[len(s.alpha) - 1]
             pick = min(options)
-            # not clearly better than plain (plan_choices.MARGIN): plain
+            # not clearly better than plain (choice_matrices.MARGIN): plain
             picks.append(plain if plain[0] - pick[0] < MARGIN * ms0 / toks.size else pick)
             plains.append(plain)
-        if self.whole_step:  # a ridge: the picks priced at plain's shape may overrun it (verifying_choice)
+        if self.whole_step:  # a ridge: the picks priced at plain's shape may overrun it (see whole_step)
             picks = whole_step(self.decide, picks, plains, toks, ctx, m)
         plans = []
         for i, (s, (_, col, tokens, expected)) in enumerate(zip(spans, picks, strict=True)):
-            plans.append(_plan(col, len(s.alpha), tokens, expected))
+            plans.append(column_plan(col, len(s.alpha), tokens, expected))
             toks[i] = tokens
         return plans, predict(self.decide, toks, ctx)
 
@@ -353,7 +339,7 @@ class StepPlanner:
         return plans, ms
 
     def _drafting(self, drafting: list[Request]) -> Drafting:
-        """The two choices of each drafting row (:class:`~.plan_choices.Drafting`)."""
+        """The two choices of each drafting row (:class:`~.choice_matrices.Drafting`)."""
         value, now, later = [], [], []
         steps = []
         for req in drafting:

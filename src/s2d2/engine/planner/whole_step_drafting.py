@@ -1,7 +1,7 @@
 """The step planner's whole-step check of its rows about to draft: the per-row picks against every row
 drafting and every row AR only, each priced at its own shape.
 
-Each row's own choice (:func:`~.plan_draft.prefers_ar`) linearises the cost profile at one shape, with
+Each row's own choice (:func:`~.draft_or_ar.prefers_ar`) linearises the cost profile at one shape, with
 every row drafting. A profile with a ridge (a roofline's compute and memory bounds) is not linear across
 the two: a step of drafts can be compute-bound where the same rows AR only are memory-bound and a draft
 costs little more than AR. So the planner also prices the step with every drafting row drafting and with
@@ -30,7 +30,7 @@ class DraftingChoice:
     """A step's shape with every drafting row drafting: ``tokens`` / ``contexts`` ``[rows]`` (verifying
     rows at plain verification); ``at``: each drafting row's index in them; ``ar_tokens``: its query
     tokens as AR only; ``values``: its draft's (expected tokens, later verification tokens, row-steps),
-    :func:`~.plan_draft.draft_value`; ``fixed_value``: the other rows' expected tokens; ``sunk``: the
+    :func:`~.draft_or_ar.draft_value`; ``fixed_value``: the other rows' expected tokens; ``sunk``: the
     prompt tokens the step carries; ``earlier``: each verifying row's draft forward tokens."""
 
     tokens: np.ndarray

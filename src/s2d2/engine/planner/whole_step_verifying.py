@@ -1,6 +1,6 @@
 """The step planner's whole-step check of its verifying rows' picks, for a profile with a ridge.
 
-Each verifying row's choice (:func:`~.plan_choices.row_costs`) is priced at the marginal ms per query
+Each verifying row's choice (:func:`~.choice_matrices.row_costs`) is priced at the marginal ms per query
 token of the step's shape with every span verified plainly. Below a roofline's ridge that marginal cost
 is about zero (the step is bound by reading the weights), so every row's pre-draft groups look free and
 every row takes them, and the step that results is compute-bound: at 8 rows of an SDAR-8B-shaped model
@@ -22,7 +22,7 @@ import numpy as np
 from ...cost.step_cost import StepCost
 from .choice_matrices import predict
 
-#: one choice of :func:`~.plan_choices.row_costs`: (cost ms, column, query tokens, expected tokens now)
+#: one choice of :func:`~.choice_matrices.row_costs`: (cost ms, column, query tokens, expected tokens now)
 Choice = tuple[float, int, int, float]
 
 

@@ -125,7 +125,7 @@ def steady(req: Request) -> bool:
     conditions) whose open block is one masked slot past its prompt, drafted afresh (step 0 of unit 0),
     with one committed token pending before it and nothing of the block cached, on a family that is
     not shifted; what :func:`_commit` leaves a row whose next block it opens. Its layout is
-    ``[token, mask]`` (:meth:`~..model_runner.ModelRunner.layout`) and its commit
+    ``[token, mask]`` (:meth:`~..runner.model_runner.ModelRunner.layout`) and its commit
     :func:`_steady_commit`, unless a stop, the limit or a prefilled slot intervenes. Reads only."""
     cur, cache, info = req.cursor, req.cache, req.info
     mask_id = info.mask_token_id

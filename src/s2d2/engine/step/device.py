@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 import torch
 
-from ...adapters.host_lists import long_tensor
+from ...forward.host_lists import long_tensor
 
 #: Token ids travel to the host as float32 (:meth:`DeviceOps.to_host`): exact below this.
 MAX_VOCAB = 2**24

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ...adapters.segment import Predraft
+from ...forward.segment import Predraft
 from ..draft_step import DraftStep, SlotDrafts
 from ..request import Request
 

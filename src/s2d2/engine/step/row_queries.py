@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ...adapters.segment import with_zero_rows
+from ...forward.segment import with_zero_rows
 from ..draft_step import SlotDrafts
 from ..request import Action, Request
 from ..row_forward import RowForward

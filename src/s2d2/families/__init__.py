@@ -1,0 +1,57 @@
+"""The model families and their loading: one module per family, chosen from ``config.json`` without
+running remote code. Each family's adapter runs its forward on the family-independent machinery in
+:mod:`s2d2.forward` (the batch description, paged KV, attention, graphs).
+
+A family module provides ``FAMILY`` (its name), ``detect(config) -> bool`` and
+``load(path, config, added_tokens, *, device, dtype) -> ModelAdapter``. Add a family by writing one
+module and listing it in :data:`FAMILIES`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import torch
+
+from ..errors import ModelLoadError
+from . import fast_dllm_v2, llada2, sdar
+from .base import KVState, ModelAdapter, ModelInfo
+from .checkpoint import read_added_tokens, read_config, resolve_device, resolve_dtype
+
+FAMILIES: list[ModuleType] = [sdar, fast_dllm_v2, llada2]
+
+
+def detect_family(config: dict[str, Any], path: Path | str = "model") -> ModuleType:
+    """The family module whose ``detect`` accepts ``config``, or a one-line :class:`ModelLoadError`."""
+    for fam in FAMILIES:
+        if fam.detect(config):
+            return fam
+    model_type = config.get("model_type")
+    names = ", ".join(f.FAMILY for f in FAMILIES)
+    if config.get("auto_map"):
+        raise ModelLoadError(
+            f"{path}: unsupported model_type {model_type!r}: its config.json names only remote code "
+            f"(auto_map), which s2d2 never runs; supported families: {names}"
+        )
+    raise ModelLoadError(f"{path}: unsupported model_type {model_type!r}; supported families: {names}")
+
+
+def load_adapter(
+    path: str | Path,
+    *,
+    device: str | torch.device | None = None,
+    dtype: str | torch.dtype | None = None,
+    **options: Any,
+) -> ModelAdapter:
+    """Load the adapter of the checkpoint directory ``path``; ``options`` go to the family's loader."""
+    path = Path(path).expanduser()
+    config = read_config(path)
+    fam = detect_family(config, path)
+    dev = resolve_device(device)
+    added = read_added_tokens(path)
+    return fam.load(path, config, added, device=dev, dtype=resolve_dtype(dtype, dev), **options)
+
+
+__all__ = ["FAMILIES", "KVState", "ModelAdapter", "ModelInfo", "detect_family", "load_adapter"]

@@ -1,0 +1,235 @@
+"""The model adapter layer: how one family of block-diffusion models is called.
+
+Decoders never touch a family's details. The engine asks an adapter for one :class:`Segment` per running
+row and step, then runs all of them as ONE batched forward (:meth:`ModelAdapter.run`):
+
+* ``prefill_segment(state, ids, block_size, causal)``: write prompt blocks into the row's cache.
+* ``draft_segment(state, pending, block, start, ...)``: one diffusion forward over the current block.
+  Tokens that were committed but are not yet cached (``pending``: the previous block, or nothing) are fed
+  in front of the block and their keys/values are written to the cache in the same forward, so
+  committing a finished block costs no forward of its own. The block itself is never written.
+* ``verify_segment(state, filled, start, slots)``: the AR-mode (block size 1) distribution for each slot
+  in ``slots``, conditioned on the cache and ``filled[:slot]`` (the block with every masked position
+  filled by its draft). Read only.
+* ``commit_segment(state, ids, ...)``: write tokens' keys/values explicitly (rarely needed).
+* ``score_segment(state, prefix, branches, score_from=...)``: AR-mode (block size 1) logits of given
+  tokens, for scoring: ``prefix`` is written token-causally (kept), each branch continues it (not kept).
+* ``new_pool()``: the key/value memory of an engine; ``pool.new_state()`` admits a row,
+  ``pool.release(state)`` retires it.
+
+``prefill``, ``draft``, ``verify`` and ``commit`` run one segment alone (a batch of one row).
+
+All logits come back aligned to block slots: row ``j`` is the model's prediction for the token at slot
+``j``, whatever the family's convention (same-position or shifted).
+
+Each segment is a layout of :mod:`s2d2.layouts` (its visibility as integers) bound to a row's cache
+state; checkpoints are read by :mod:`.checkpoint`.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from ..forward.describe import Geometry
+from ..forward.forward_batch import ForwardBatch
+from ..forward.kv_pool import KVState, take_pages
+from ..forward.segment import Segment
+
+
+@dataclass
+class ModelInfo:
+    """What decoders need to know about a model, family-independent."""
+
+    family: str
+    mask_token_id: int
+    eos_token_ids: list[int]
+    vocab_size: int
+    #: Largest number of positions the model accepts.
+    max_length: int
+    #: Block size the checkpoint was trained/configured with, if it says.
+    default_block_size: int | None = None
+    #: True when logits at position i-1 predict token i (Fast-dLLM v2).
+    shifted: bool = False
+    pad_token_id: int | None = None
+    bos_token_id: int | None = None
+    #: True when a block-causal prefill adds its mask to the scores as 1.0/0.0 and masks nothing (the
+    #: LLaDA2 official prefill; commits and a causal cache use the plain mask)
+    prefill_bias: bool = False
+
+
+class ModelAdapter(ABC):
+    """Calls one family of block-diffusion models. See the module docstring for the protocol."""
+
+    info: ModelInfo
+    device: torch.device
+    dtype: torch.dtype
+
+    # ------------------------------------------------------------------ what a family implements
+    @abstractmethod
+    def new_pool(
+        self, *, page_size: int = 16, max_pages: int | None = None, reserve_tokens: int | None = None
+    ) -> Any:
+        """Key/value memory for many rows: ``.new_state() -> KVState`` and ``.release(state)``; a paged
+        pool (:class:`~s2d2.forward.kv_pool.KVPool`) has ``page_size`` positions a page and at most
+        ``max_pages`` pages (None: it grows; ``reserve_tokens`` is a hint of the positions its rows may
+        hold together, :func:`~s2d2.forward.kv_pool.host_reservation`)."""
+
+    @abstractmethod
+    def prefill_segment(self, state: KVState, ids: torch.Tensor, *, block_size: int, causal: bool) -> Segment:
+        """Write ``ids`` (positions ``state.length`` onwards) into the cache; no logits."""
+
+    @abstractmethod
+    def draft_segment(
+        self,
+        state: KVState,
+        pending: torch.Tensor | Sequence[int],
+        block: torch.Tensor | Sequence[int],
+        *,
+        start: int,
+        block_size: int,
+        causal: bool,
+        cached: int = 0,
+        extend: bool = False,
+        lead: int | None = None,
+    ) -> Segment:
+        """Diffusion logits ``[len(block), vocab]`` for the block at positions ``start...`` (token ids as
+        host tensors or lists).
+
+        ``pending`` holds the committed tokens at positions ``start - len(pending) .. start - 1`` that
+        are not cached yet; they are written to the cache (block-causally, or token-causally when
+        ``causal``). With ``causal`` the block's committed (non-mask) tokens also attend token-causally;
+        then the block's first ``cached`` slots may already be in the cache (not fed again), and with
+        ``extend`` the fed block's leading committed tokens are kept too (``keep`` counts them).
+        Families whose blocks cannot be cached in parts (shifted predictions) refuse ``cached > 0``.
+
+        ``lead`` (a causal cache, where :meth:`supports_lead`): the block's first masked slot; the
+        forward also carries the AR-mode query of that slot (a mask token at its position that sees the
+        cache, the pending tokens and the block's committed slots before it, all token-causal), and the
+        logits gain one row: ``[len(block) + 1, vocab]``, the last row being AR mode's prediction there.
+        """
+
+    @abstractmethod
+    def verify_segment(
+        self, state: KVState, filled: Sequence[int] | torch.Tensor, *, start: int, slots: list[int],
+        cached: int = 0,
+    ) -> Segment:  # fmt: skip
+        """AR-mode logits ``[len(slots), vocab]``: row i is q for ``s = slots[i]`` given ``filled[:s]``
+        (its first ``cached`` slots read from the cache)."""
+
+    def commit_segment(self, state: KVState, ids: torch.Tensor, *, block_size: int, causal: bool) -> Segment:
+        """Write ``ids`` (positions ``state.length`` onwards) into the cache with one forward."""
+        return self.prefill_segment(state, ids, block_size=block_size, causal=causal)
+
+    def score_segment(
+        self, state: KVState, prefix: torch.Tensor, branches: Sequence[torch.Tensor], *, score_from: int
+    ) -> Segment:
+        """AR-mode (block size 1) logits of given tokens, in one forward (for scoring, not decoding).
+
+        ``prefix`` ``[p]`` sits at positions ``state.length...`` and is written to the cache token-causally
+        (kept: the row's length advances by ``p``). Each of ``branches`` (``[b_j]``, ``b_j >= 1``) continues
+        the prefix at positions ``state.length + p...``; it sees the cache, the prefix and its own earlier
+        tokens, and is not kept. Logit rows ``[(p - score_from) + sum(b_j), vocab]``: the AR prediction of
+        ``prefix[score_from:]`` then of every branch token in order, each given everything before it.
+        """
+        raise NotImplementedError(f"the {self.info.family} adapter cannot score tokens")
+
+    @abstractmethod
+    def run(self, segments: Sequence[Segment]) -> list[torch.Tensor]:
+        """Run ``segments`` (one per row, rows distinct) as one forward and return each segment's logits
+        (after its ``finish``). The forward reads the rows' states and writes only their new keys and
+        values (at ``[length, length + n)``, into pages the rows already hold): it advances no length and
+        takes no page. The engine's step advances each row once, after the forward; callers outside the
+        engine use :meth:`run_and_keep`."""
+
+    def geometry(self, pool: Any) -> Geometry | None:
+        """What describing a forward over rows of ``pool`` needs (:func:`~.describe.describe`), or None
+        when this adapter runs segments only its own way (:meth:`run`: transformers' own forward)."""
+        return None
+
+    def forward(self, pool: Any, batch: ForwardBatch) -> torch.Tensor:
+        """The forward of ``batch``, described with :meth:`geometry` over rows of ``pool``: packed raw
+        logits ``[L, vocab]`` (``batch.logit_sizes`` a row, before any segment's ``finish``) in the model's
+        dtype. Writes the batch's new keys and values into their slots; touches no request."""
+        raise NotImplementedError(f"the {self.info.family} adapter has no batched forward")
+
+    def prepare(self, pool: Any) -> int:
+        """Make the forward ready for an engine's ``pool`` before its first step (the lean forward on
+        CUDA captures the common batch shapes' graphs, with one progress line); returns how many shapes
+        were prepared (0: nothing to prepare)."""
+        return 0
+
+    def run_and_keep(self, segments: Sequence[Segment]) -> list[torch.Tensor]:
+        """:meth:`run` for callers outside the engine (scoring, one row alone, diagnostics): pages for
+        each segment are taken first (:func:`~.kv_pool.take_pages`), and after the forward each row keeps
+        its segment's ``keep`` new positions and the prediction the forward saved for it, if any
+        (:meth:`~.segment.Segment.keep_prediction`)."""
+        take_pages(segments)
+        out = self.run(segments)
+        for s in segments:
+            s.state.advance(s.keep)
+            s.keep_prediction()
+        return out
+
+    #: whether a block's committed prefix may be cached before the block is complete (causal cache)
+    caches_partial_blocks: bool = True
+
+    def supports_lead(self, causal: bool) -> bool:
+        """Whether :meth:`draft_segment` can carry the AR-mode query of the block's first masked slot
+        (``lead``): same-position families with a causal cache."""
+        return False
+
+    def lead_segment(
+        self,
+        state: KVState,
+        pending: Sequence[int],
+        block: Sequence[int],
+        *,
+        start: int,
+        cached: int = 0,
+        extend: bool = False,
+    ) -> Segment:
+        """AR mode's prediction at the block's first masked slot, alone: the lead of :meth:`draft_segment`
+        without the drafted block (where :meth:`supports_lead`). It feeds ``pending``, the block's
+        committed slots from ``cached`` up to its first masked slot and one mask query there, all
+        token-causal; ``pending`` is kept, and with ``extend`` the fed committed slots too. Logits
+        ``[1, vocab]``."""
+        raise NotImplementedError(f"the {self.info.family} adapter has no AR lead")
+
+    def can_fold_prefill(self, causal: bool) -> bool:
+        """Whether a prompt's whole blocks may be written by the first draft forward (as its ``pending``
+        tokens) instead of a prefill forward of their own: true wherever the two compute the same keys."""
+        return True
+
+    # ------------------------------------------------------------------ one row alone
+    def new_state(self) -> KVState:
+        """A fresh row in a pool of its own."""
+        return self.new_pool().new_state()
+
+    def prefill(self, state: KVState, ids: torch.Tensor, *, block_size: int, causal: bool) -> None:
+        if ids.numel():
+            self.run_and_keep([self.prefill_segment(state, ids, block_size=block_size, causal=causal)])
+
+    def commit(self, state: KVState, ids: torch.Tensor, *, block_size: int, causal: bool) -> None:
+        if ids.numel():
+            self.run_and_keep([self.commit_segment(state, ids, block_size=block_size, causal=causal)])
+
+    def draft(
+        self,
+        state: KVState,
+        pending: torch.Tensor,
+        block: torch.Tensor,
+        *,
+        start: int,
+        block_size: int,
+        causal: bool,
+    ) -> torch.Tensor:
+        seg = self.draft_segment(state, pending, block, start=start, block_size=block_size, causal=causal)
+        return self.run_and_keep([seg])[0]
+
+    def verify(self, state: KVState, filled: torch.Tensor, *, start: int, slots: list[int]) -> torch.Tensor:
+        return self.run_and_keep([self.verify_segment(state, filled, start=start, slots=slots)])[0]

@@ -1,0 +1,146 @@
+"""Fast-dLLM v2 family: shifted (AR-style) predictions on a Qwen2 backbone.
+
+The checkpoint's ``config.json`` says ``model_type: Fast_dLLM_Qwen`` and points at remote code; we never run
+that code. Its weights use Qwen2's names (biases on the q/k/v projections), so the model is transformers'
+native ``Qwen2ForCausalLM`` driven with 4-D masks (see :mod:`s2d2.families.hf`). The real ``config.json``
+has no mask id: it comes from the tokenizer (``|<MASK>|``, read from ``added_tokens.json`` or
+``tokenizer.json``). ``bd_size`` is the block size the checkpoint was trained with.
+
+Logit convention (shifted): the hidden state at absolute position ``p`` scores the token at ``p + 1``. The
+layouts re-align rows to block slots (the ``shifted`` trait: :mod:`s2d2.layouts.shifted`), so row ``j``
+of :meth:`draft` / :meth:`verify` is the model's prediction for slot ``j``:
+
+* slot ``j >= 1`` is read from the row of slot ``j - 1`` of the same forward;
+* slot 0 is predicted by the last position *before* the block. In :meth:`draft` with pending tokens that is
+  the last pending row (one extra logits row of the same forward). Otherwise it is the row saved in
+  ``state.extra`` from the forward that wrote position ``start - 1`` (prefill, commit or a draft's pending
+  tokens; the forward returns it in ``Segment.saves`` and the row's writer keeps it). This is the true AR
+  prediction; the reference code's ``_shift_logits_right`` instead puts raw row 0 (the prediction for
+  slot 1) at slot 0 as a never-used placeholder, because it always fills slot 0 by an AR step after
+  finishing the previous block. With an empty cache (block at position 0) there is no prediction for
+  slot 0 and its row is all zeros (a uniform distribution).
+
+:meth:`verify` is a plain token-causal forward over the draft-filled block (read only): row ``j - 1``
+holds the AR predictive logits for slot ``j`` given ``filled[:j]``; slot 0 again uses the saved row.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..errors import ModelLoadError
+from ..forward.kv_pool import KVState
+from ..forward.segment import Segment
+from ..layouts import layout
+from .base import ModelInfo
+from .checkpoint import find_mask_token, load_safetensors, matches_family, require_mask_token
+from .hf import HFAdapter
+from .sdar import eos_ids
+
+FAMILY = "fast_dllm_v2"
+MODEL_TYPES = ("fast_dllm_qwen",)
+ARCHITECTURES = ("Fast_dLLM_QwenForCausalLM",)
+#: Class-name fragment of the remote code named in ``auto_map``.
+AUTO_MAP_NAME = "fast_dllm_qwen"
+#: Tokenizer names of the mask token, most likely first (the real model uses ``|<MASK>|``).
+MASK_TOKENS = ("|<MASK>|", "<|MASK|>", "<|mask|>", "<mask>", "[MASK]")
+
+_QWEN2_KEYS = (
+    "vocab_size",
+    "hidden_size",
+    "intermediate_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "hidden_act",
+    "max_position_embeddings",
+    "rms_norm_eps",
+    "tie_word_embeddings",
+    "bos_token_id",
+    "eos_token_id",
+    "pad_token_id",
+    "attention_dropout",
+)
+
+
+def detect(config: dict[str, Any]) -> bool:
+    return matches_family(config, MODEL_TYPES, ARCHITECTURES, (AUTO_MAP_NAME,))
+
+
+def mask_token_id(config: dict[str, Any], added: dict[str, int]) -> int | None:
+    return find_mask_token(config, added, MASK_TOKENS)
+
+
+def qwen2_config(config: dict[str, Any]) -> Any:
+    from transformers import Qwen2Config
+
+    kwargs = {k: config[k] for k in _QWEN2_KEYS if config.get(k) is not None}
+    head_dim = config.get("head_dim") or config["hidden_size"] // config["num_attention_heads"]
+    rope = config.get("rope_parameters") or {}
+    theta = config.get("rope_theta", rope.get("rope_theta", 10000.0))
+    scaling = config.get("rope_scaling") or {}
+    rope_params = {"rope_type": scaling.get("rope_type", scaling.get("type", "default")), "rope_theta": theta}
+    rope_params.update({k: v for k, v in scaling.items() if k not in ("type", "rope_type")})
+    qcfg = Qwen2Config(
+        **kwargs,
+        rope_parameters=rope_params,
+        use_sliding_window=False,  # no family here uses a sliding window
+        sliding_window=None,
+        layer_types=["full_attention"] * int(config["num_hidden_layers"]),
+    )
+    qcfg.head_dim = int(head_dim)
+    return qcfg
+
+
+class FastDLLMv2Adapter(HFAdapter):
+    """Fast-dLLM v2 on a native ``Qwen2ForCausalLM``. Its shifted logits are the ``shifted`` trait of its
+    :class:`~.base.ModelInfo`: the layouts re-align them to block slots (:mod:`s2d2.layouts.shifted`)."""
+
+    def _commit_forward(
+        self, state: KVState, ids: torch.Tensor, *, block_size: int, causal: bool, n_logits: int
+    ) -> torch.Tensor:
+        """Write ``ids`` at ``state.length...`` and return the last ``n_logits`` raw (unshifted) rows."""
+        lay = layout.prefill(state.length, ids, block_size=block_size, causal=causal)
+        seg = Segment.of(state, lay._replace(logit_rows=Segment.last_rows(lay.keep, n_logits)))
+        return self.run_and_keep([seg])[0]
+
+
+def load(
+    path: Path,
+    config: dict[str, Any],
+    added: dict[str, int],
+    *,
+    device: torch.device,
+    dtype: torch.dtype,
+    **options: Any,
+) -> FastDLLMv2Adapter:
+    from transformers import Qwen2ForCausalLM
+
+    if options:
+        raise ModelLoadError(f"unknown option(s) for the {FAMILY} family: {', '.join(sorted(options))}")
+    try:
+        qcfg = qwen2_config(config)
+        bd_size = config.get("bd_size")
+        bd_size = int(bd_size) if bd_size is not None else None
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ModelLoadError(
+            f"{path}/config.json is not a valid Fast-dLLM v2 config ({exc.__class__.__name__}: {exc})"
+        ) from None
+    mask_id = require_mask_token(path, config, added, MASK_TOKENS, qcfg.vocab_size)
+    weights = load_safetensors(path)
+    model = HFAdapter.build_native(Qwen2ForCausalLM, qcfg, weights, path, device, dtype)
+    info = ModelInfo(
+        family=FAMILY,
+        mask_token_id=mask_id,
+        eos_token_ids=eos_ids(config),
+        vocab_size=qcfg.vocab_size,
+        max_length=int(config.get("max_position_embeddings", 32768)),
+        default_block_size=bd_size,
+        shifted=True,
+        pad_token_id=config.get("pad_token_id"),
+        bos_token_id=config.get("bos_token_id"),
+    )
+    return FastDLLMv2Adapter(model, info, path)

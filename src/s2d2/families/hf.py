@@ -1,0 +1,251 @@
+"""Plumbing shared by adapters that drive a native transformers causal LM with 4-D masks.
+
+A subclass only says how to build the native model from the checkpoint and, for shifted families, how
+logits line up with block slots (a segment's ``finish``). The segments' layouts (ids, positions,
+visibility as integers, logit rows) come from :mod:`s2d2.layouts`, family-independent, driven by the
+family's traits (:class:`~.base.ModelInfo`). :meth:`HFAdapter.run` runs a list of segments
+as one batched forward on the lean path (:mod:`s2d2.forward.fastpath`); transformers' own forward (kept
+as the reference the golden tests compare against) runs them one row at a time against a
+``DynamicCache`` and crops the cache back so that only the tokens we mean to commit stay in it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..forward.describe import Geometry, per_row
+from ..forward.fastpath import FastDecoder
+from ..forward.forward_batch import ForwardBatch
+from ..forward.kv_pool import KVPool, KVState
+from ..forward.segment import Predraft, Segment
+from ..layouts import family
+from .base import ModelAdapter, ModelInfo
+
+
+class DynamicCachePool:
+    """Rows for transformers' own forward: one ``DynamicCache`` each (no shared memory)."""
+
+    def __init__(self, config: Any):
+        self.config = config
+
+    def new_state(self) -> KVState:
+        from transformers import DynamicCache
+
+        return KVState(cache=DynamicCache(config=self.config), length=0)
+
+    def release(self, state: KVState) -> None:
+        state.cache, state.length = None, 0
+        state.extra.clear()
+
+
+class HFAdapter(ModelAdapter):
+    """Same-position block-diffusion model on a native transformers ``*ForCausalLM``."""
+
+    def __init__(self, model: torch.nn.Module, info: ModelInfo, path: Path | None = None):
+        self.model = model.eval()
+        self.info = info
+        self.path = path
+        param = next(model.parameters())
+        self.device = param.device
+        self.dtype = param.dtype
+        #: lean batched forward (None: transformers' own forward with a DynamicCache per row)
+        self.fast = FastDecoder(model) if FastDecoder.supports(model) else None
+
+    @property
+    def caches_partial_blocks(self) -> bool:  # type: ignore[override]
+        """A pool row keeps whatever a forward wrote past its length, so the engine can decide after the
+        forward how much to keep; transformers' cache is cropped in the forward, so it cannot; a shifted
+        family's block is never cached in parts (slot 0 is predicted before the block)."""
+        return self.fast is not None and not self.info.shifted
+
+    # ------------------------------------------------------------------ plumbing
+    def new_pool(
+        self, *, page_size: int = 16, max_pages: int | None = None, reserve_tokens: int | None = None
+    ) -> Any:
+        """A paged pool for the lean forward; transformers' own forward keeps one ``DynamicCache`` a row
+        (unpaged, unbounded: its engine reserves positions instead)."""
+        if self.fast is not None:
+            return self.fast.new_pool(page_size=page_size, max_pages=max_pages, reserve_tokens=reserve_tokens)
+        return DynamicCachePool(self.model.config)
+
+    def prepare(self, pool: Any) -> int:
+        return self.fast.capture(pool) if self.fast is not None and isinstance(pool, KVPool) else 0
+
+    def geometry(self, pool: Any) -> Geometry | None:
+        return self.fast.geometry() if self.fast is not None and isinstance(pool, KVPool) else None
+
+    def forward(self, pool: Any, batch: ForwardBatch) -> torch.Tensor:
+        return self.fast.forward_batch(pool, batch)
+
+    def run(self, segments: Sequence[Segment]) -> list[torch.Tensor]:
+        live = [s for s in segments if s.n]
+        if live and isinstance(live[0].state.cache, KVPool):
+            raw = self.fast.forward(live[0].state.cache, live)
+        else:
+            raw = [self._native_forward(s) for s in live]
+        return per_row(segments, raw, self.info.vocab_size, self.device)
+
+    @torch.inference_mode()
+    def _native_forward(self, seg: Segment) -> torch.Tensor:
+        """One segment through transformers' own forward; the cache keeps only ``keep`` new tokens."""
+        state, n = seg.state, seg.n
+        stale = state.cache.get_seq_length() - state.length
+        if stale > 0:  # what a failed batched forward left behind (the length did not advance): drop it
+            state.cache.crop(-stale)
+        allowed = torch.ones(n, state.length + n, dtype=torch.bool)
+        allowed[:, state.length :] = seg.dense
+        if seg.bias is None and seg.context_bias == 0.0:
+            attention_mask = allowed[None, None].to(self.device)
+        else:  # an additive float mask (the LLaDA2 official prefill)
+            bias = torch.full((n, state.length + n), float(seg.context_bias))
+            if seg.bias is not None:
+                bias[:, state.length :] = seg.bias.float()
+            bias = bias.masked_fill(~allowed, float("-inf"))
+            attention_mask = bias.to(self.dtype)[None, None].to(self.device)
+        k = seg.logit_rows.numel()
+        out = self.model(
+            input_ids=torch.as_tensor(seg.ids, dtype=torch.long).view(1, -1).to(self.device),
+            position_ids=torch.as_tensor(seg.pos, dtype=torch.long).view(1, -1).to(self.device),
+            attention_mask=attention_mask,
+            cache=state.cache,
+            use_cache=True,
+            logits_to_keep=max(n - int(seg.logit_rows.min()), 1) if k else 1,
+        )
+        if seg.keep < n:
+            state.cache.crop(-(n - seg.keep))
+        if not k:
+            return out.logits[0, :0]
+        kept = out.logits[0]
+        first = n - kept.shape[0]
+        return kept[seg.logit_rows.to(kept.device) - first]
+
+    def _forward(
+        self,
+        state: KVState,
+        ids: torch.Tensor,
+        pos: torch.Tensor,
+        mask: torch.Tensor,
+        *,
+        n_logits: int,
+        keep: int,
+    ) -> torch.Tensor:
+        """One row alone with a full boolean mask ``[n, state.length + n]`` whose cache columns are all
+        True; returns the last ``n_logits`` raw rows (for tests and diagnostics)."""
+        n = ids.numel()
+        assert bool(mask[:, : state.length].all()), "queries always see the whole cache"
+        seg = Segment(
+            state, ids, pos, mask[:, state.length :], keep=keep, logit_rows=Segment.last_rows(n, n_logits)
+        )
+        return self.run_and_keep([seg])[0]
+
+    # ------------------------------------------------------------------ protocol
+    # Each segment is a layout of :mod:`s2d2.layouts.family` (which reads this family's traits) bound to
+    # the row's cache state: no family builds a mask or a layout of its own.
+    def prefill_segment(self, state: KVState, ids: torch.Tensor, *, block_size: int, causal: bool) -> Segment:
+        lay = family.prefill(self.info, state.length, ids, block_size=block_size, causal=causal)
+        return Segment.of(state, lay)
+
+    def commit_segment(self, state: KVState, ids: torch.Tensor, *, block_size: int, causal: bool) -> Segment:
+        lay = family.commit(self.info, state.length, ids, block_size=block_size, causal=causal)
+        return Segment.of(state, lay)
+
+    def can_fold_prefill(self, causal: bool) -> bool:
+        """A prefill bias (additive, nothing masked) differs from a draft's pending rows."""
+        return causal or not self.info.prefill_bias
+
+    def draft_segment(
+        self,
+        state: KVState,
+        pending: torch.Tensor | Sequence[int],
+        block: torch.Tensor | Sequence[int],
+        *,
+        start: int,
+        block_size: int,
+        causal: bool,
+        cached: int = 0,
+        extend: bool = False,
+        lead: int | None = None,
+    ) -> Segment:
+        return Segment.of(state, family.draft(
+            self.info, state.length, pending, block, start=start, block_size=block_size, causal=causal,
+            cached=cached, extend=extend, lead=lead,
+        ))  # fmt: skip
+
+    def supports_lead(self, causal: bool) -> bool:
+        return causal and not self.info.shifted
+
+    def lead_segment(
+        self,
+        state: KVState,
+        pending: Sequence[int],
+        block: Sequence[int],
+        *,
+        start: int,
+        cached: int = 0,
+        extend: bool = False,
+    ) -> Segment:
+        lay = family.lead(self.info, state.length, pending, block, start=start, cached=cached, extend=extend)
+        return Segment.of(state, lay)
+
+    def verify_segment(
+        self, state: KVState, filled: Sequence[int] | torch.Tensor, *, start: int, slots: list[int],
+        cached: int = 0,
+    ) -> Segment:  # fmt: skip
+        lay = family.verify(self.info, state.length, filled, start=start, slots=slots, cached=cached)
+        return Segment.of(state, lay)
+
+    def fused_verify_segment(
+        self,
+        state: KVState,
+        filled: Sequence[int] | torch.Tensor,
+        *,
+        start: int,
+        slots: list[int],
+        predrafts: Sequence[Predraft],
+        cached: int = 0,
+    ) -> Segment:
+        """A 2L verification whose first half covers ``filled[cached : max(slots) + 1]`` (so its keys/values
+        can be kept as the block's cache entries), followed by the ``predrafts`` groups (their ``visible``
+        counts first-half tokens, from ``cached``).
+
+        Logit rows: the ``len(slots)`` verification rows, then every row of each group in order.
+        """
+        return Segment.of(state, family.fused(
+            self.info, state.length, filled, start=start, slots=slots, predrafts=predrafts, cached=cached,
+        ))  # fmt: skip
+
+    def score_segment(
+        self, state: KVState, prefix: torch.Tensor, branches: Sequence[torch.Tensor], *, score_from: int
+    ) -> Segment:
+        lay = family.score(self.info, state.length, prefix, branches, score_from=score_from)
+        return Segment.of(state, lay)
+
+    # ------------------------------------------------------------------ helpers for subclasses
+    @staticmethod
+    def build_native(
+        cls: Any,
+        config: Any,
+        weights: dict[str, torch.Tensor],
+        path: Path,
+        device: torch.device,
+        dtype: torch.dtype,
+    ) -> torch.nn.Module:
+        """Instantiate ``cls(config)`` without random init, then load ``weights`` strictly."""
+        from transformers.initialization import no_init_weights
+
+        from .checkpoint import load_weights_into
+
+        config._attn_implementation = "sdpa"
+        with no_init_weights():
+            model = cls._from_config(config, dtype=dtype, attn_implementation="sdpa")
+        weights = {k: v.to(dtype) for k, v in weights.items()}
+        if getattr(config, "tie_word_embeddings", False):
+            weights.pop("lm_head.weight", None)
+        load_weights_into(model, weights, path)
+        if getattr(config, "tie_word_embeddings", False):
+            model.tie_weights()
+        return model.to(device).eval()

@@ -1,0 +1,256 @@
+"""LLaDA2.x family (``llada2_moe``, e.g. LLaDA2.0/2.1-mini): same-position predictions, MoE backbone.
+
+The checkpoint's ``config.json`` says ``model_type: llada2_moe`` and points at remote code; we never run
+that code and no native LLaDA2 class exists in transformers. The architecture is the one of transformers'
+native ``Glm4MoeForCausalLM`` (q/k RMSNorm, partial rotary on the first dims of each head, sigmoid router
+with an expert-score correction bias, group-limited top-k, shared experts, leading dense layers), so the
+weights are remapped onto it:
+
+=============================================  =======================================================
+LLaDA2 checkpoint                              Glm4Moe
+=============================================  =======================================================
+``model.word_embeddings``                      ``model.embed_tokens``
+``attention.query_key_value`` (rows Q|K|V)     ``self_attn.{q,k,v}_proj``
+``attention.{query,key}_layernorm``            ``self_attn.{q,k}_norm``
+``attention.dense``                            ``self_attn.o_proj``
+``mlp.gate.expert_bias``                       ``mlp.gate.e_score_correction_bias``
+``mlp.experts.E.{gate,up}_proj`` (E=0..n-1)    ``mlp.experts.gate_up_proj`` ``[n, 2*I, H]`` ([gate; up])
+``mlp.experts.E.down_proj``                    ``mlp.experts.down_proj`` ``[n, H, I]``
+=============================================  =======================================================
+
+The mask id is not in ``config.json``; it comes from the tokenizer (``<|mask|>``).
+
+Prefill variants (``load(..., prefill_mask=...)``):
+
+* ``"official"`` (default): what the official code does. LLaDA2's ``generate`` and S2D2's reference driver
+  pass the block-causal prefill mask as a float tensor of 1.0 (allowed) / 0.0 (blocked); the remote model
+  hands square 4-D masks to SDPA unchanged, so the values are ADDED to the attention scores: +1 on the
+  block-causal keys, +0 elsewhere, nothing masked. We pass exactly that additive float mask for the prefill
+  forward. It is the default because it is how the published model is actually run (and how S2D2's LLaDA2
+  numbers were obtained), so it reproduces the official outputs token for token.
+* ``"block-causal"``: a real block-causal prefill (blocked keys excluded), what the mask evidently intends.
+
+Only the prefill is affected: the official code commits later blocks with ``attention_mask=None`` (full
+attention to the cache and the block itself), which equals our block-causal commit of an aligned block. A
+token-causal prefill (``causal=True``) is always a real causal mask; the official code has no such mode.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..errors import ModelLoadError
+from ..forward.kv_pool import KVState
+from ..forward.segment import Segment
+from .base import ModelInfo
+from .checkpoint import find_mask_token, load_safetensors, matches_family, require_mask_token
+from .hf import HFAdapter
+from .sdar import eos_ids
+
+FAMILY = "llada2"
+MODEL_TYPES = ("llada2_moe",)
+ARCHITECTURES = ("LLaDA2MoeModelLM",)
+#: Remote-code module/class fragments named in ``auto_map``.
+AUTO_MAP_NAMES = ("llada2_moe", "llada2moe")
+MASK_TOKENS = ("<|mask|>", "<|MASK|>", "|<MASK>|", "<mask>", "[MASK]")
+PREFILL_MASKS = ("official", "block-causal")
+DEFAULT_PREFILL_MASK = "official"
+#: Block length of the official generation code when the config does not say.
+DEFAULT_BLOCK_SIZE = 32
+
+_EXPERT = re.compile(r"^(?P<layer>.+\.mlp)\.experts\.(?P<e>\d+)\.(?P<proj>(gate|up|down)_proj)\.weight$")
+
+
+def detect(config: dict[str, Any]) -> bool:
+    return matches_family(config, MODEL_TYPES, ARCHITECTURES, AUTO_MAP_NAMES)
+
+
+def mask_token_id(config: dict[str, Any], added: dict[str, int]) -> int | None:
+    return find_mask_token(config, added, MASK_TOKENS)
+
+
+def glm4_moe_config(config: dict[str, Any], *, attention_bias: bool) -> Any:
+    """A ``Glm4MoeConfig`` computing what LLaDA2's remote code computes (its config class's defaults)."""
+    from transformers import Glm4MoeConfig
+
+    score = str(config.get("score_function", "sigmoid")).lower()
+    if score != "sigmoid":
+        raise ValueError(f"router score_function {score!r} is not supported (only sigmoid)")
+    n_layers = int(config["num_hidden_layers"])
+    heads = int(config["num_attention_heads"])
+    kv_heads = int(config.get("num_key_value_heads") or heads)
+    head_dim = int(config.get("head_dim") or int(config["hidden_size"]) // heads)
+    n_experts = config.get("num_experts")
+    top_k = int(config.get("num_experts_per_tok", 2))
+    dense_first = int(config.get("first_k_dense_replace", 0))
+    if not n_experts:  # dense model: every layer gets the dense MLP
+        n_experts, dense_first = 1, n_layers
+    scaling = config.get("rope_scaling") or {}
+    rope = {
+        "rope_type": scaling.get("rope_type", scaling.get("type", "default")),
+        "rope_theta": float(config.get("rope_theta", 10000.0)),
+        "partial_rotary_factor": float(config.get("partial_rotary_factor", 0.5)),
+    }
+    rope.update({k: v for k, v in scaling.items() if k not in ("type", "rope_type")})
+    ids = ("bos_token_id", "eos_token_id", "pad_token_id")
+    optional = {k: config[k] for k in ids if config.get(k) is not None}
+    return Glm4MoeConfig(
+        vocab_size=int(config["vocab_size"]),
+        hidden_size=int(config["hidden_size"]),
+        intermediate_size=int(config.get("intermediate_size") or 0),
+        num_hidden_layers=n_layers,
+        num_attention_heads=heads,
+        num_key_value_heads=kv_heads,
+        head_dim=head_dim,
+        hidden_act=str(config.get("hidden_act", "silu")),
+        max_position_embeddings=int(config.get("max_position_embeddings", 16384)),
+        rms_norm_eps=float(config.get("rms_norm_eps", 1e-5)),
+        tie_word_embeddings=bool(config.get("tie_word_embeddings", False)),
+        rope_parameters=rope,
+        attention_bias=attention_bias,
+        use_qk_norm=bool(config.get("use_qk_norm", True)),
+        moe_intermediate_size=int(config.get("moe_intermediate_size") or 0),
+        num_experts_per_tok=top_k,
+        n_shared_experts=int(config.get("num_shared_experts") or 0),
+        n_routed_experts=int(n_experts),
+        routed_scaling_factor=float(config.get("routed_scaling_factor", 2.5)),
+        n_group=int(config.get("n_group") or 1),
+        topk_group=int(config.get("topk_group") or 1),
+        first_k_dense_replace=dense_first,
+        norm_topk_prob=top_k > 1,  # LLaDA2 normalises the top-k weights iff top_k > 1
+        num_mtp_layers=0,
+        **optional,
+    )
+
+
+def remap_weights(weights: dict[str, torch.Tensor], gcfg: Any) -> dict[str, torch.Tensor]:
+    """LLaDA2 parameter names/layout -> ``Glm4MoeForCausalLM``'s (see the module docstring)."""
+    heads, kv_heads, head_dim = gcfg.num_attention_heads, gcfg.num_key_value_heads, gcfg.head_dim
+    split = [heads * head_dim, kv_heads * head_dim, kv_heads * head_dim]
+    out: dict[str, torch.Tensor] = {}
+    experts: dict[str, dict[int, dict[str, torch.Tensor]]] = {}
+    renames = {
+        ".attention.dense.": ".self_attn.o_proj.",
+        ".attention.query_layernorm.": ".self_attn.q_norm.",
+        ".attention.key_layernorm.": ".self_attn.k_norm.",
+        ".mlp.gate.expert_bias": ".mlp.gate.e_score_correction_bias",
+    }
+    for name, tensor in weights.items():
+        if name == "model.word_embeddings.weight":
+            out["model.embed_tokens.weight"] = tensor
+            continue
+        if ".attention.query_key_value." in name:
+            prefix, kind = name.split(".attention.query_key_value.")
+            if tensor.shape[0] != sum(split):
+                raise ModelLoadError(f"{name} has {tensor.shape[0]} rows, expected {sum(split)} (Q|K|V)")
+            for proj, part in zip(("q_proj", "k_proj", "v_proj"), tensor.split(split, dim=0), strict=True):
+                out[f"{prefix}.self_attn.{proj}.{kind}"] = part
+            continue
+        m = _EXPERT.match(name)
+        if m:
+            experts.setdefault(m["layer"], {}).setdefault(int(m["e"]), {})[m["proj"]] = tensor
+            continue
+        for old, new in renames.items():
+            if old in name:
+                name = name.replace(old, new)
+                break
+        out[name] = tensor
+    n = gcfg.n_routed_experts
+    for layer, per_expert in experts.items():
+        if sorted(per_expert) != list(range(n)) or any(len(p) != 3 for p in per_expert.values()):
+            raise ModelLoadError(f"{layer}.experts: expected gate/up/down projections of experts 0..{n - 1}")
+        out[f"{layer}.experts.gate_up_proj"] = torch.stack(
+            [torch.cat([per_expert[e]["gate_proj"], per_expert[e]["up_proj"]], dim=0) for e in range(n)]
+        )
+        out[f"{layer}.experts.down_proj"] = torch.stack([per_expert[e]["down_proj"] for e in range(n)])
+        bias = f"{layer}.gate.e_score_correction_bias"
+        if bias not in out:  # LLaDA2 always adds expert_bias (zeros unless trained): default to zeros
+            out[bias] = torch.zeros(n)
+        if gcfg.n_shared_experts == 0:  # no shared expert: an empty (zero-output) MLP in Glm4Moe
+            hidden = gcfg.hidden_size
+            shapes = {"gate_proj": (0, hidden), "up_proj": (0, hidden), "down_proj": (hidden, 0)}
+            for proj, shape in shapes.items():
+                out.setdefault(f"{layer}.shared_experts.{proj}.weight", torch.zeros(shape))
+    return out
+
+
+def _bad_prefill_mask(value: Any) -> ModelLoadError:
+    return ModelLoadError(f"unknown prefill_mask {value!r}; choose one of {', '.join(PREFILL_MASKS)}")
+
+
+class LLaDA2Adapter(HFAdapter):
+    """LLaDA2.x on a native ``Glm4MoeForCausalLM``; same-position, so only the prefill differs: the
+    official one is the ``prefill_bias`` trait of its :class:`~.base.ModelInfo`."""
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        info: ModelInfo,
+        path: Path | None = None,
+        *,
+        prefill_mask: str = DEFAULT_PREFILL_MASK,
+    ):
+        super().__init__(model, info, path)
+        if prefill_mask not in PREFILL_MASKS:
+            raise _bad_prefill_mask(prefill_mask)
+        self.prefill_mask = prefill_mask
+        #: the family trait the layouts read (:attr:`~.base.ModelInfo.prefill_bias`)
+        self.info.prefill_bias = prefill_mask == "official"
+
+    def _prefill_forward(
+        self, state: KVState, ids: torch.Tensor, *, block_size: int, causal: bool, n_logits: int
+    ) -> torch.Tensor:
+        """The prefill forward (writes ``ids``); returns its last ``n_logits`` rows (for tests)."""
+        seg = self.prefill_segment(state, ids, block_size=block_size, causal=causal)
+        seg.logit_rows = Segment.last_rows(seg.n, n_logits)
+        return self.run_and_keep([seg])[0]
+
+
+def load(
+    path: Path,
+    config: dict[str, Any],
+    added: dict[str, int],
+    *,
+    device: torch.device,
+    dtype: torch.dtype,
+    prefill_mask: str = DEFAULT_PREFILL_MASK,
+    **options: Any,
+) -> LLaDA2Adapter:
+    from transformers import Glm4MoeForCausalLM
+
+    if options:
+        raise ModelLoadError(
+            f"unknown option(s) for the {FAMILY} family: {', '.join(sorted(options))} (it takes prefill_mask)"
+        )
+    if prefill_mask not in PREFILL_MASKS:
+        raise _bad_prefill_mask(prefill_mask)
+    mask_id = require_mask_token(path, config, added, MASK_TOKENS, int(config.get("vocab_size") or 2**62))
+    weights = load_safetensors(path)
+    if any(k.endswith(".attention.dense.bias") for k in weights):
+        raise ModelLoadError(f"{path}: LLaDA2 with an attention output bias (use_bias) is not supported")
+    qkv_bias = any(k.endswith(".attention.query_key_value.bias") for k in weights)
+    try:
+        gcfg = glm4_moe_config(config, attention_bias=qkv_bias)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ModelLoadError(
+            f"{path}/config.json is not a valid LLaDA2 config ({exc.__class__.__name__}: {exc})"
+        ) from None
+    weights = remap_weights(weights, gcfg)
+    model = HFAdapter.build_native(Glm4MoeForCausalLM, gcfg, weights, path, device, dtype)
+    block = config.get("block_length", config.get("block_size"))
+    info = ModelInfo(
+        family=FAMILY,
+        mask_token_id=mask_id,
+        eos_token_ids=eos_ids(config),
+        vocab_size=gcfg.vocab_size,
+        max_length=int(config.get("max_position_embeddings", 16384)),
+        default_block_size=int(block) if block else DEFAULT_BLOCK_SIZE,
+        shifted=False,
+        pad_token_id=config.get("pad_token_id"),
+        bos_token_id=config.get("bos_token_id"),
+    )
+    return LLaDA2Adapter(model, info, path, prefill_mask=prefill_mask)

@@ -46,8 +46,18 @@ from .protocol import (
     ModelList,
 )
 from .request_checks import check_body_text
-from .responses import Renderer, collect_all, completion_body, score_only_events, sse_chunks, text_events
+from .responses import (
+    Delta,
+    Renderer,
+    collect_all,
+    completion_body,
+    score_only_events,
+    sse_chunks,
+    text_events,
+)
 from .security import AccessControl
+from .tools.formats import format_named
+from .tools.reply import tool_events
 
 log = logging.getLogger("s2d2.serving")
 
@@ -75,6 +85,8 @@ class ServerState:
         #: the routing-state file written back at shutdown, and whether that (or the shutdown) failed
         self.routing_file: Path | None = None
         self.shutdown_failed = False
+        #: ``--tool-call-parser`` (None: detected from the chat template)
+        self.tool_parser: str | None = None
 
     def write_routing_state(self) -> bool:
         """Write the engine's routing statistics to :attr:`routing_file` (if any); False if that failed
@@ -161,6 +173,7 @@ def create_app(
     body_timeout: float = DEFAULT_BODY_TIMEOUT_S,
     api_key: str | None = None,
     allowed_hosts: list[str] | None = None,
+    tool_call_parser: str | None = None,
 ) -> FastAPI:
     """An app serving ``model`` (an :class:`s2d2.S2D2Model`) with its own streaming engine.
 
@@ -173,9 +186,12 @@ def create_app(
     model's, else the engine's default), ``max_routing_tables`` (engine-scope routing tables kept),
     ``body_timeout`` (seconds a body may take, 408 after), ``api_key`` (required as a Bearer token on
     every ``/v1`` route, ``/docs`` and ``/openapi.json``) and ``allowed_hosts`` (``Host`` header names;
-    default: the loopback names).
+    default: the loopback names). ``tool_call_parser``: the tool-call format (:mod:`.tools.formats`;
+    default: detected from the chat template).
     """
     _check_preset(model, preset)
+    if tool_call_parser is not None:
+        format_named(tool_call_parser)  # a one-line error now for an unknown name
     rows = max_num_seqs or model.max_num_seqs
     limit = max_query_tokens_per_row or getattr(model, "max_query_tokens_per_row", None)
     engine = LLMEngine(
@@ -195,6 +211,7 @@ def create_app(
     thread = EngineThread(engine, max_queue=max_queue, metrics=ServerMetrics(rows))
     state = ServerState(model, thread, name=served_name or model.name, preset=preset)
     state.routing_file = state_file
+    state.tool_parser = tool_call_parser
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -284,7 +301,9 @@ def _prepare(state: ServerState, body: Any) -> Prepared:
     """The request's text checks (:mod:`.request_checks`), then :func:`.prepare.prepare` (tokenising):
     run in a worker thread, so a long prompt never holds the event loop."""
     check_body_text(body, state.model.info.max_length)
-    return prepare(state.model, body, served_name=state.name, server_preset=state.preset)
+    return prepare(
+        state.model, body, served_name=state.name, server_preset=state.preset, tool_parser=state.tool_parser
+    )
 
 
 async def _serve(state: ServerState, body: Any, request: Request, *, chat: bool) -> Any:
@@ -301,6 +320,8 @@ async def _serve(state: ServerState, body: Any, request: Request, *, chat: bool)
             for sub in subs
         ]
     r = Renderer(prep, chat, state.name, state.model.decode_ids, scores)
+    if prep.stream and prep.tools is not None and prep.tools.parses:
+        streams = [tool_events(s, prep.tools, Delta) for s in streams]
     if prep.stream:
         headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
         return StreamingResponse(sse_chunks(r, streams), media_type="text/event-stream", headers=headers)

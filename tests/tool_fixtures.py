@@ -87,20 +87,21 @@ def _save(tok, directory: Path, template: str) -> Path:
         "tokenizer_class": "PreTrainedTokenizerFast",
         "eos_token": EOS,
         "mask_token": MASK,
-        "chat_template": template,
     }
+    if template is not None:
+        config["chat_template"] = template
     (directory / "tokenizer_config.json").write_text(json.dumps(config))
     return directory
 
 
-def make_sdar_tool_model(directory: Path, *, seed: int = 0) -> Path:
+def make_sdar_tool_model(directory: Path, *, seed: int = 0, template: str | None = HERMES_TEMPLATE) -> Path:
     """A random SDAR model over a ~320-token byte-level tokenizer with ``<tool_call>``, EOS and MASK last
-    (as :func:`conftest.make_random_sdar` expects) and the Hermes template."""
+    (as :func:`conftest.make_random_sdar` expects) and the Hermes template (None: no template)."""
     tok = _trained(320)
     _add_call_token(tok)
     tok.add_special_tokens([EOS, MASK])
     make_random_sdar(directory, vocab=tok.get_vocab_size(), seed=seed, max_positions=2048)
-    return _save(tok, directory, HERMES_TEMPLATE)
+    return _save(tok, directory, template)
 
 
 def make_llada2_tool_model(directory: Path) -> Path:

@@ -53,6 +53,15 @@ def llada2(tmp_path_factory):
         yield model, openai.OpenAI(base_url=base + "/v1", api_key="none", max_retries=0, timeout=120)
 
 
+@pytest.fixture(scope="module")
+def plain(tmp_path_factory):
+    """The SDAR model without a chat template: the server's fallback renders the tools."""
+    path = make_sdar_tool_model(tmp_path_factory.mktemp("plain_tools"), template=None)
+    model = s2d2.load(path, device="cpu", dtype="fp32")
+    with running_server(create_app(model, max_num_seqs=4, tool_call_parser="hermes")) as base:
+        yield model, openai.OpenAI(base_url=base + "/v1", api_key="none", max_retries=0, timeout=120)
+
+
 def _chat(client, model, **kw):
     kw.setdefault("messages", MESSAGES)
     kw.setdefault("max_tokens", 96)
@@ -85,7 +94,7 @@ def _streamed(client, model, **kw):
     return content, [tuple(calls[i]) for i in sorted(calls)], finish
 
 
-@pytest.mark.parametrize("fixture", ["sdar", "llada2"])
+@pytest.mark.parametrize("fixture", ["sdar", "llada2", "plain"])
 def test_named_call_whole_and_streamed(request, fixture):
     model, client = request.getfixturevalue(fixture)
     choice = {"type": "function", "function": {"name": "paint"}}
@@ -136,7 +145,7 @@ def test_none_answers_in_text(sdar):
     assert out.message.tool_calls is None and isinstance(out.message.content, str)
 
 
-@pytest.mark.parametrize("fixture", ["sdar", "llada2"])
+@pytest.mark.parametrize("fixture", ["sdar", "llada2", "plain"])
 def test_two_rounds_with_results_in_the_history(request, fixture):
     """call, result, call, result, then text: the history's calls and results render in the template."""
     model, client = request.getfixturevalue(fixture)

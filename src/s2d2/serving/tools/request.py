@@ -162,7 +162,24 @@ def model_format(model: Any, parser: str | None) -> ToolFormat:
     return detect_format(getattr(model.tokenizer, "chat_template", None))
 
 
+def check_spelling(model: Any, fmt: ToolFormat) -> None:
+    """A 400 when the model's tokenizer cannot write a call in ``fmt`` (its text does not survive
+    encoding and decoding: the built-in model's WordPiece vocabulary has no braces or quotes)."""
+    sample = fmt.render_call("f", '{"a": 1}')
+    tok = model.tokenizer
+    if tok is None or tok.decode(tok.encode(sample, add_special_tokens=False)) != sample:
+        raise bad_request(
+            f"this model's tokenizer cannot write tool calls (the {fmt.name} format: {sample!r})",
+            param="tools",
+            code="unsupported_value",
+        )
+
+
 def chat_tool_plan(model: Any, body: Any, parser: str | None) -> ToolPlan | None:
-    """:func:`tool_plan` of a chat request, after its history's calls are checked (:mod:`.render`)."""
+    """:func:`tool_plan` of a chat request, after its history's calls are checked (:mod:`.render`) and,
+    when the reply is read for calls, that the model can write them (:func:`check_spelling`)."""
     check_messages(body.messages)
-    return tool_plan(body, model_format(model, parser))
+    plan = tool_plan(body, model_format(model, parser))
+    if plan is not None and plan.parses:
+        check_spelling(model, plan.format)
+    return plan

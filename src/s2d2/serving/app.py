@@ -1,6 +1,7 @@
 """The FastAPI app: OpenAI-compatible endpoints on one batched engine (``create_app(model, ...)``).
 
-``POST /v1/completions`` and ``POST /v1/chat/completions`` (streamed or not), ``GET /v1/models``,
+``POST /v1/completions``, ``POST /v1/chat/completions`` and ``POST /v1/responses``
+(:mod:`.openai_responses`; streamed or not), ``GET /v1/models``,
 ``GET /health``, ``GET /metrics``, ``GET /openapi.json`` and ``GET /docs`` (:mod:`.docs_ui`). The app
 owns an :class:`EngineThread` (started and stopped by the app's lifespan); each request is checked
 (:mod:`.prepare`), submitted, and answered from its own queue (:mod:`.responses`). See ``docs`` of
@@ -34,6 +35,8 @@ from .engine_thread import Draining, EngineThread, QueueFull
 from .errors import APIError, bad_request, install_error_handlers
 from .limits import DEFAULT_BODY_TIMEOUT_S, DEFAULT_MAX_BODY_BYTES, BodySizeLimit
 from .metrics import ServerMetrics
+from .openai_responses.request import ResponsesRequest
+from .openai_responses.serve import serve_response
 from .prepare import Prepared, check_model_name, prepare
 from .prompt_scoring import prompt_scores, prompt_top
 from .protocol import (
@@ -269,6 +272,10 @@ def _routes(app: FastAPI, state: ServerState) -> None:
     @app.post("/v1/chat/completions", response_model=ChatCompletionResponse, responses=ERROR_RESPONSES)
     async def chat_completions(body: ChatCompletionRequest, request: Request) -> Any:
         return await _serve(state, body, request, chat=True)
+
+    @app.post("/v1/responses", responses=ERROR_RESPONSES)
+    async def responses(body: ResponsesRequest, request: Request) -> Any:
+        return await serve_response(state, body, request, prepare=_prepare, submit=_submit)
 
 
 async def _submit(state: ServerState, prep: Prepared) -> list[Any]:

@@ -351,7 +351,8 @@ def prepare(
     body, score_only = scoring_request(body)
     chat = isinstance(body, ChatCompletionRequest)
     tools = chat_tool_plan(model, body, tool_parser) if chat else None
-    structured = structured_of(body, tools.constraint if tools is not None else None)
+    forced = tools is not None and tools.mode in ("required", "named")
+    structured = structured_of(body, tools.constraint if tools is not None else None, forced)
     stop = stop_strings(body.stop)
     config, given = build_config(model, body, server_preset)
     constraint = compile_for(model, structured)

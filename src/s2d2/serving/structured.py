@@ -37,9 +37,11 @@ class Structured:
     param: str | None = None
 
 
-def structured_of(body: Any, tools: OutputConstraint | None = None) -> Structured:
+def structured_of(body: Any, tools: OutputConstraint | None = None, forced: bool = False) -> Structured:
     """The request's structured-output constraint (see the module docstring); ``tools``: the tool calls'
-    constraint (:class:`.tools.request.ToolPlan`), if any; a 400 on bad input."""
+    constraint (:class:`.tools.request.ToolPlan`), if any; a 400 on bad input. ``forced``: the reply
+    only calls (tool_choice required or named), so a ``response_format`` (which shapes text) is checked
+    and the calls' constraint applies; with tool_choice auto the two cannot both apply (a 400)."""
     given: list[tuple[str, str, Any]] = []  # (field, constraint_of keyword, value)
     rf = getattr(body, "response_format", None)
     if rf is not None and rf.type != "text":
@@ -53,6 +55,9 @@ def structured_of(body: Any, tools: OutputConstraint | None = None) -> Structure
             raise bad_request(f"structured_outputs.{key} is not supported", param="structured_outputs")
         if value is not None:
             given.append((f"structured_outputs.{key}", _VLLM_KEYS[key], value))
+    if tools is not None and forced and [g[0] for g in given] == ["response_format"]:
+        structured_of(body)  # the format is still checked
+        given = []
     if tools is not None:
         given.append(("tools", "tool_calls", tools))
     if len(given) > 1:

@@ -6,10 +6,10 @@ Responses shape: ``{"type": "function", "name", "description", "parameters", "st
 ``tool_choice`` (``auto`` / ``required`` / ``none`` / ``{"type": "function", "name": N}``) and
 ``parallel_tool_calls``, ``max_output_tokens``, ``temperature``, ``top_p``, ``stream``, ``text.format``
 (``text``, ``json_object``, ``json_schema`` with ``name`` and ``schema``), the ``s2d2`` settings object,
-and the caller-only ``user`` / ``metadata`` / ``truncation: "disabled"``. The server keeps no responses:
-``store: true`` and ``previous_response_id`` (and ``conversation``) are a 400, as is every other field the
-server does not implement (by its name). The translated chat request goes through the same checks,
-rendering and tool-call constraint as ``/v1/chat/completions``.
+and the caller-only ``user`` / ``metadata`` / ``truncation: "disabled"`` / ``include: []``. The server
+keeps no responses: ``store: true`` and ``previous_response_id`` (and ``conversation``) are a 400, as is
+every other field the server does not implement (by its name). The translated chat request goes through
+the same checks, rendering and tool-call constraint as ``/v1/chat/completions``.
 """
 
 from __future__ import annotations
@@ -49,6 +49,7 @@ class ResponsesRequest(BaseModel):
     previous_response_id: str | None = Field(None, description="Not supported (no responses are kept).")
     conversation: Any = Field(None, description="Not supported (no responses are kept).")
     truncation: str | None = Field(None, description='Only "disabled".')
+    include: list[str] | None = Field(None, description="Only empty: no extra output data is offered.")
     user: str | None = Field(None, description="Describes the caller; no effect.")
     metadata: dict[str, str] | None = Field(None, description="Describes the caller; no effect.")
     s2d2: S2D2Settings | None = Field(None, description="Per-request decoding settings (extension).")  # type: ignore[valid-type]
@@ -71,6 +72,10 @@ def _refused(body: ResponsesRequest) -> None:
                 param=name,
                 code="unsupported_parameter",
             )
+    if body.include:
+        raise bad_request(
+            f"include {body.include[0]!r} is not supported", param="include", code="unsupported_value"
+        )
     if body.truncation not in (None, "disabled"):
         raise bad_request('truncation must be "disabled"', param="truncation", code="unsupported_value")
 

@@ -31,7 +31,7 @@ from .errors import APIError, bad_request
 from .prompt_scoring import scoring_request
 from .protocol import ChatCompletionRequest, CompletionRequest
 from .structured import compile_for, structured_of
-from .tools.request import ToolPlan, chat_tool_plan
+from .tools.request import ToolPlan, chat_tool_plan, refuse_legacy
 
 MAX_STOP = 4
 #: Most choices (prompts x n) one request may ask for: each is an engine request.
@@ -126,6 +126,7 @@ def _unsupported_value(message: str, param: str) -> APIError:
 
 def _refused(body: CompletionRequest | ChatCompletionRequest) -> None:
     """OpenAI options the server does not implement: a 400 naming them unless they are neutral."""
+    refuse_legacy(body)
     if isinstance(body, CompletionRequest) and (body.tool_choice not in (None, "none") or body.tools):
         name = "tools" if body.tools else "tool_choice"
         raise _unsupported_value(f"{name} is for chat completions", name)

@@ -115,7 +115,7 @@ def _mode(choice: Any, names: list[str]) -> tuple[str, str | None]:
     return "named", name
 
 
-def _refuse_legacy(body: Any) -> None:
+def refuse_legacy(body: Any) -> None:
     for name in ("functions", "function_call"):
         if getattr(body, name, None) not in (None, "none", []):
             raise bad_request(
@@ -127,7 +127,7 @@ def _refuse_legacy(body: Any) -> None:
 
 def tool_plan(body: Any, fmt: ToolFormat) -> ToolPlan | None:
     """The request's :class:`ToolPlan` (None: no tools and no tool_choice); a 400 on bad input."""
-    _refuse_legacy(body)
+    refuse_legacy(body)
     tools, choice = getattr(body, "tools", None), getattr(body, "tool_choice", None)
     parallel = getattr(body, "parallel_tool_calls", None)
     if parallel is not None and not isinstance(parallel, bool):

@@ -117,6 +117,23 @@ def test_required_calls_validate_and_stream_the_same(sdar, parallel):
     assert _streamed(client, model, **kw) == ("", calls, "tool_calls")
 
 
+def test_several_choices_with_logprobs_stream_like_the_whole_reply(sdar):
+    """``n`` = 2 with logprobs: each choice's streamed deltas reassemble to its whole calls."""
+    model, client = sdar
+    choice = {"type": "function", "function": {"name": "tag"}}
+    kw = dict(tools=TOOLS, tool_choice=choice, n=2, logprobs=True, max_tokens=96)
+    whole = _chat(client, model, **kw)
+    calls = {c.index: _validated(c.message.tool_calls) for c in whole.choices}
+    assert all(c.logprobs.content for c in whole.choices)
+    got: dict[int, dict[int, list]] = {0: {}, 1: {}}
+    for chunk in _chat(client, model, stream=True, **kw):
+        for c in chunk.choices:
+            for d in c.delta.tool_calls or []:
+                entry = got[c.index].setdefault(d.index, [d.function.name, ""])
+                entry[1] += d.function.arguments or ""
+    assert {i: [tuple(v) for v in got[i].values()] for i in got} == calls
+
+
 def test_auto_is_the_default_and_answers_in_text(sdar):
     """A random model that writes no call marker answers in text: no tool_calls, finish stop/length."""
     model, client = sdar

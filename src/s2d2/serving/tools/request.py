@@ -79,6 +79,8 @@ def _function(entry: Any, i: int) -> tuple[str, Any]:
             param=f"{where}.function.parameters",
             code="invalid_value",
         )
+    if "type" not in params:  # arguments are always an object
+        params = {"type": "object", **params}
     return name, params
 
 

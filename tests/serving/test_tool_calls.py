@@ -156,6 +156,17 @@ def test_auto_call_once_the_trigger_appears(sdar):
     assert _streamed(client, model, **kw) == ("", [call], "tool_calls")
 
 
+def test_sampled_calls_validate(sdar):
+    """Sampling draws from the verifier's masked distribution: sampled calls match their schemas too."""
+    model, client = sdar
+    for seed in range(4):
+        out = _chat(
+            client, model, tools=TOOLS, tool_choice="required", temperature=1.0, seed=seed, max_tokens=160
+        )
+        assert out.choices[0].finish_reason == "tool_calls"
+        assert _validated(out.choices[0].message.tool_calls)
+
+
 def test_none_answers_in_text(sdar):
     model, client = sdar
     out = _chat(client, model, tools=TOOLS, tool_choice="none", max_tokens=16).choices[0]
@@ -197,6 +208,7 @@ BAD = [
     ({"tools": [{"name": "f"}]}, "tools[0]"),
     ({"tools": ["f"]}, "tools[0]"),
     ({"tools": TOOLS, "parallel_tool_calls": "yes"}, "parallel_tool_calls"),
+    ({"tools": [{"type": "function", "function": {"name": "f" * 65}}]}, "tools[0].function.name"),
     ({"tool_choice": "required"}, "tool_choice"),
     ({"functions": [{"name": "f"}]}, "functions"),
     ({"messages": [*MESSAGES, {"role": "tool", "content": "42"}]}, "messages[1].tool_call_id"),

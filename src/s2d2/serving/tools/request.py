@@ -27,6 +27,8 @@ from .render import check_messages
 #: Keys a ``tools`` entry and its ``function`` may carry (OpenAI's).
 _TOOL_KEYS = {"type", "function"}
 _FUNCTION_KEYS = {"name", "description", "parameters", "strict"}
+#: The longest function name (OpenAI's limit)
+MAX_NAME = 64
 
 
 @dataclass
@@ -66,9 +68,10 @@ def _function(entry: Any, i: int) -> tuple[str, Any]:
         raise bad_request(f"{path} has an unknown field {extra[0]!r}", param=f"{path}.{extra[0]}")
     fn = entry["function"]
     name = fn.get("name")
-    if not isinstance(name, str) or not name or not name.replace("_", "a").replace("-", "a").isalnum():
+    plain = isinstance(name, str) and name.replace("_", "a").replace("-", "a").isalnum() and name.isascii()
+    if not plain or len(name) > MAX_NAME:
         raise bad_request(
-            f"{where}.function.name must be a non-empty name (letters, digits, _ and -)",
+            f"{where}.function.name must be a name of 1 to {MAX_NAME} letters, digits, _ and -",
             param=f"{where}.function.name",
             code="invalid_value",
         )

@@ -10,6 +10,10 @@ its output left to right within the grammar:
   position, given the drafts before it (the matcher walks the drafts and rolls back). The device half
   masks the logits with them (:mod:`.device_math`), so strict acceptance commits the constrained AR
   argmax and a draft the grammar forbids is rejected like any mismatch;
+- :func:`jump_forward` (``config.jump_forward``) sets the drafts of the consecutive slots from the
+  frontier where the grammar allows exactly one token (keys of a schema, brackets, closing tags) to that
+  token before they are verified: the only token constrained AR could emit there, so verification (strict
+  or probabilistic: its masked probability is 1) accepts it and spans run further;
 - :func:`conforming_picks` keeps what a baseline rule (or S2D2's fallback) commits without verification
   to the run of consecutive slots from the frontier that the grammar allows (the frontier's own draft
   at least, which was drawn under its mask), so every decoder's output conforms.
@@ -91,3 +95,22 @@ def conforming_picks(req: Request, p: DraftStep, chosen: list[int]) -> list[int]
         run.append(index[s])
         s += 1
     return run[: g.accepted_prefix([v.drafts[i] for i in run])]
+
+
+def jump_forward(req: Request, p: DraftStep) -> int:
+    """Fill the forced drafts of the run of consecutive slots from the frontier (see the module
+    docstring; their confidence becomes 1); returns how many were forced."""
+    g = sync(req)
+    if g.terminated:
+        return 0
+    v, s = p.drafts, frontier_slot(req)
+    index = {slot: i for i, slot in enumerate(v.slots) if not p.done[i]}
+    run = []
+    while s in index:
+        run.append(index[s])
+        s += 1
+    filled, forced = g.forced_fill([v.drafts[i] for i in run])
+    for i, tok, f in zip(run, filled, forced, strict=True):
+        if f:
+            v.drafts[i], v.conf[i] = tok, 1.0
+    return sum(forced)

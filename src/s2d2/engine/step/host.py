@@ -25,7 +25,7 @@ from ..request import Action, Request, Status
 from ..row_forward import RowForward
 from .device_math import DraftQuery, VerifyQuery
 from .fusion import pick_group, stale_drafts
-from .grammar import conforming_picks
+from .grammar import conforming_picks, jump_forward
 from .routing import f32, fallback_picks, route
 from .row_queries import RowWork
 
@@ -228,6 +228,8 @@ def _draft_step(
     elif req.info.shifted and cand[0] == 0:
         # a shifted model predicts slot 0 from the previous position: that draft IS the AR token
         _commit_first(req, p, values.drafts[0], _at(values.logprob, 0), _at(values.top, 0))
+    if req.grammar is not None and cfg.jump_forward:
+        jump_forward(req, p)
     if req.policy is not None and p.span_offset < len(cand):
         route(req, p)
         if p.verified:

@@ -99,7 +99,7 @@ def conforming_picks(req: Request, p: DraftStep, chosen: list[int]) -> list[int]
 
 def jump_forward(req: Request, p: DraftStep) -> int:
     """Fill the forced drafts of the run of consecutive slots from the frontier (see the module
-    docstring; their confidence becomes 1); returns how many were forced."""
+    docstring; their confidence and acceptance estimate become 1); returns how many were forced."""
     g = sync(req)
     if g.terminated:
         return 0
@@ -111,6 +111,8 @@ def jump_forward(req: Request, p: DraftStep) -> int:
         s += 1
     filled, forced = g.forced_fill([v.drafts[i] for i in run])
     for i, tok, f in zip(run, filled, forced, strict=True):
-        if f:
+        if f:  # certain: the planner and the router may count on it
             v.drafts[i], v.conf[i] = tok, 1.0
+            if v.alpha is not None:
+                v.alpha[i] = 1.0
     return sum(forced)

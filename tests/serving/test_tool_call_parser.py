@@ -82,3 +82,37 @@ def test_formats_by_name_and_detected():
     assert detect_format("<role>HUMAN</role>{{ x }}<role>OBSERVATION</role>").name == "llada2"
     assert detect_format("<|im_start|>{{ tools }}<tool_call>").name == "hermes"
     assert detect_format(None).name == "hermes"
+
+
+def test_responses_events_of_text_then_calls():
+    """The Responses stream of a reply with text and two calls: each item opened, filled and closed in
+    order, and the final response's output equal to what the events built."""
+    import json
+    from types import SimpleNamespace
+
+    from s2d2.serving.openai_responses.reply import EventWriter, ResponseHead
+
+    body = SimpleNamespace(
+        instructions=None, max_output_tokens=None, parallel_tool_calls=None, temperature=None,
+        tool_choice=None, tools=None, top_p=None, text=None, metadata=None,
+    )  # fmt: skip
+    parser, writer = ToolCallParser(FMT, _ids()), EventWriter(ResponseHead("m", body))
+    lines = writer.start()
+    for piece in (TWO_CALLS[:9], TWO_CALLS[9:40], TWO_CALLS[40:]):
+        lines += writer.feed(parser.feed(piece))
+    stats = SimpleNamespace(cached_prompt_tokens=0)
+    outcome = SimpleNamespace(finish_reason="stop", stats=stats, completion_tokens=9)
+    lines += writer.feed(parser.finish()) + writer.finish(outcome, 3)
+    events = [json.loads(line.split("data: ", 1)[1]) for line in lines]
+    assert [e["sequence_number"] for e in events] == list(range(len(events)))
+    kinds = [e["type"] for e in events]
+    assert kinds[:4] == ["response.created", "response.in_progress", "response.output_item.added",
+                         "response.content_part.added"]  # fmt: skip
+    assert kinds.count("response.output_item.added") == kinds.count("response.output_item.done") == 3
+    assert kinds[-1] == "response.completed"
+    output = events[-1]["response"]["output"]
+    assert [o["type"] for o in output] == ["message", "function_call", "function_call"]
+    assert output[0]["content"][0]["text"] == "Sure."
+    args = "".join(e["delta"] for e in events if e["type"] == "response.function_call_arguments.delta")
+    assert args == output[1]["arguments"] + output[2]["arguments"]
+    assert (output[1]["name"], output[2]["name"], output[2]["arguments"]) == ("f", "g", "{}")

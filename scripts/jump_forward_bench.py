@@ -1,7 +1,8 @@
 """Jump-forward on schema-constrained tool calls (issue 61): NFE/token and wall time with and without it,
-side by side, on the tool-call tests' random SDAR model (tests/tool_fixtures.py: byte-level tokenizer,
-Hermes template): N prompts x 3 schemas (nested objects, arrays, enums), ``tool_choice`` required (one
-call), through the server's request path; the tokens must be identical.
+side by side, on the tool-call tests' random SDAR and LLaDA2 models (tests/tool_fixtures.py: byte-level
+tokenizers, Hermes / LLaDA2-style templates): N prompts x 3 schemas (nested objects, arrays, enums),
+``tool_choice`` required (one call), through the server's request path; the tokens must be identical
+(and equal constrained AR greedy's under the lossless presets).
 
     PYTHONPATH=src python scripts/jump_forward_bench.py [N]
 """
@@ -19,7 +20,7 @@ import s2d2  # noqa: E402
 from s2d2.serving.prepare import prepare  # noqa: E402
 from s2d2.serving.protocol import ChatCompletionRequest  # noqa: E402
 from structured_fixtures import SCHEMAS  # noqa: E402
-from tool_fixtures import make_sdar_tool_model  # noqa: E402
+from tool_fixtures import make_llada2_tool_model, make_sdar_tool_model  # noqa: E402
 
 NAMES = ("nested", "array", "enum")
 
@@ -52,11 +53,16 @@ def run(model, preps) -> tuple[list, float, float]:
 
 
 def main(n: int) -> None:
-    path = make_sdar_tool_model(Path(tempfile.mkdtemp()) / "model")
+    for make in (make_sdar_tool_model, make_llada2_tool_model):
+        bench(make, n)
+
+
+def bench(make, n: int) -> None:
+    path = make(Path(tempfile.mkdtemp()) / "model")
     model = s2d2.load(path, device="cpu", dtype="fp32", max_num_seqs=16)
     run(model, requests(model, 2, {}))  # warm up
-    ar, _, _ = run(model, requests(model, n, {"decoder": "ar"}))
-    print(f"{3 * n} calls; block size {model.info.default_block_size}")
+    ar, _, _ = run(model, requests(model, n, {"decoder": "ar", "causal_cache": True}))
+    print(f"{model.info.family}: {3 * n} calls; block size {model.info.default_block_size}")
     for preset in ("lossless", "lossless-fused", "lossless-auto", None):
         base = {"preset": preset} if preset else {}
         on = run(model, requests(model, n, {**base, "jump_forward": True}))

@@ -2,9 +2,9 @@
 a random LLaDA2 model (LLaDA2-style template): 20 prompts x 3 schemas (nested objects, arrays, enums)
 through the server's own request path (``prepare``: the chat template with ``tools``,
 ``tool_choice`` required, one call), decoded by the engine. Every call (constrained AR and the default
-decoding) parses and validates against its schema, and on the SDAR model every lossless preset gives the
-same tokens as constrained AR greedy under the same constraint. (On the random LLaDA2 fixture the
-lossless presets and ``decoder="ar"`` differ even without a constraint, so that comparison is SDAR's.)"""
+decoding) parses and validates against its schema, every lossless preset gives the same tokens as
+constrained AR greedy under the same constraint (``decoder="ar"`` with the causal cache the presets use),
+and jump-forward changes no token."""
 
 from __future__ import annotations
 
@@ -69,7 +69,8 @@ def _decode(model, preps):
 
 
 def _ar_tokens(model):
-    return {name: _decode(model, _prepared(model, name, decoder="ar")) for name in NAMES}
+    """Constrained AR greedy (with the causal cache the lossless presets use)."""
+    return {name: _decode(model, _prepared(model, name, decoder="ar", causal_cache=True)) for name in NAMES}
 
 
 @pytest.fixture(scope="module")
@@ -77,10 +78,18 @@ def ar_tokens(sdar):
     return _ar_tokens(sdar)
 
 
-@pytest.mark.parametrize("family", ["sdar", "llada2"])
+@pytest.fixture(scope="module")
+def llada2_ar_tokens(llada2):
+    return _ar_tokens(llada2)
+
+
+FAMILIES = {"sdar": "ar_tokens", "llada2": "llada2_ar_tokens"}
+
+
+@pytest.mark.parametrize("family", list(FAMILIES))
 def test_every_call_validates(request, family):
     model = request.getfixturevalue(family)
-    tokens = request.getfixturevalue("ar_tokens") if family == "sdar" else _ar_tokens(model)
+    tokens = request.getfixturevalue(FAMILIES[family])
     for name in NAMES:
         _validate(model, name, tokens[name])
     for name in NAMES:  # the default decoding (S2D2) too
@@ -98,8 +107,9 @@ def _validate(model, name, outputs):
 
 
 @pytest.mark.parametrize("preset", ["lossless", "lossless-fused", "lossless-auto"])
-def test_lossless_presets_equal_constrained_ar(sdar, ar_tokens, preset):
-    model = sdar
+@pytest.mark.parametrize("family", list(FAMILIES))
+def test_lossless_presets_equal_constrained_ar(request, family, preset):
+    model, ar_tokens = request.getfixturevalue(family), request.getfixturevalue(FAMILIES[family])
     for name in NAMES:
         got = _decode(model, _prepared(model, name, preset=preset))
         for ref, ids in zip(ar_tokens[name], got, strict=True):

@@ -135,6 +135,13 @@ ToolParserOpt = Annotated[
         "template (hermes when it says nothing).",
     ),
 ]
+AutoToolOpt = Annotated[
+    bool,
+    typer.Option(
+        "--enable-auto-tool-choice",
+        help="Accepted as vLLM takes it; tool_choice auto is always available here.",
+    ),
+]
 BatchedTokensOpt = Annotated[
     int | None,
     typer.Option(
@@ -174,6 +181,7 @@ def serve_command(
     revision: RevisionOpt = None,
     enforce_eager: EnforceEagerOpt = False,
     tool_call_parser: ToolParserOpt = None,
+    enable_auto_tool_choice: AutoToolOpt = False,
 ) -> None:
     """Serve MODEL over an OpenAI-compatible HTTP API (completions, chat completions, streaming)."""
     _need_serve_extra()

@@ -116,3 +116,21 @@ def test_responses_events_of_text_then_calls():
     args = "".join(e["delta"] for e in events if e["type"] == "response.function_call_arguments.delta")
     assert args == output[1]["arguments"] + output[2]["arguments"]
     assert (output[1]["name"], output[2]["name"], output[2]["arguments"]) == ("f", "g", "{}")
+
+
+def test_a_template_that_fails_on_the_conversation_is_a_400():
+    from tokenizers import Tokenizer, models
+    from transformers import PreTrainedTokenizerFast
+
+    from s2d2.serving.errors import APIError
+    from s2d2.serving.tools.render import apply_template
+
+    tok = PreTrainedTokenizerFast(tokenizer_object=Tokenizer(models.WordLevel({"x": 0}, unk_token="x")))
+    tok.chat_template = (
+        "{% for m in messages %}{% if m.role == 'tool' %}"
+        "{{ raise_exception('no tools') }}{% endif %}{% endfor %}"
+    )
+    conv = [{"role": "user", "content": "x"}, {"role": "tool", "content": "1", "tool_call_id": "c"}]
+    with pytest.raises(APIError) as err:
+        apply_template(tok, conv, None, None)
+    assert err.value.status == 400 and err.value.param == "messages" and "no tools" in err.value.message

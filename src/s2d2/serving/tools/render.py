@@ -98,7 +98,18 @@ def fallback_text(m: Any, fmt: ToolFormat | None) -> str:
 def apply_template(
     tok: Any, conv: list[dict[str, Any]], tools: list[dict] | None, fmt: ToolFormat | None
 ) -> Any:
-    """``apply_chat_template`` with ``tools`` (the fallback instructions where it ignores them)."""
+    """``apply_chat_template`` with ``tools`` (the fallback instructions where it ignores them); a
+    template that fails on the conversation (one that raises on a role it does not know, say) is a 400."""
+    try:
+        return _apply(tok, conv, tools, fmt)
+    except Exception as exc:  # jinja2's TemplateError and what a template raises itself
+        message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise bad_request(
+            f"the model's chat template cannot render this conversation: {message[:200]}", param="messages"
+        ) from None
+
+
+def _apply(tok: Any, conv: list[dict[str, Any]], tools: list[dict] | None, fmt: ToolFormat | None) -> Any:
     if not tools or fmt is None:
         return tok.apply_chat_template(conv, add_generation_prompt=True, tokenize=True)
     with_tools = tok.apply_chat_template(conv, tools=tools, add_generation_prompt=True, tokenize=False)

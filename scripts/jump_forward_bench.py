@@ -2,7 +2,8 @@
 side by side, on the tool-call tests' random SDAR and LLaDA2 models (tests/tool_fixtures.py: byte-level
 tokenizers, Hermes / LLaDA2-style templates): N prompts x 3 schemas (nested objects, arrays, enums),
 ``tool_choice`` required (one call), through the server's request path; the tokens must be identical
-(and equal constrained AR greedy's under the lossless presets).
+(and equal constrained AR greedy's under the lossless presets). Rows: constrained AR (``ar``), the
+lossless presets and the model's default settings.
 
     PYTHONPATH=src python scripts/jump_forward_bench.py [N]
 """
@@ -61,10 +62,11 @@ def bench(make, n: int) -> None:
     path = make(Path(tempfile.mkdtemp()) / "model")
     model = s2d2.load(path, device="cpu", dtype="fp32", max_num_seqs=16)
     run(model, requests(model, 2, {}))  # warm up
-    ar, _, _ = run(model, requests(model, n, {"decoder": "ar", "causal_cache": True}))
+    ar_settings = {"decoder": "ar", "causal_cache": True}
+    ar, _, _ = run(model, requests(model, n, {**ar_settings, "jump_forward": False}))
     print(f"{model.info.family}: {3 * n} calls; block size {model.info.default_block_size}")
-    for preset in ("lossless", "lossless-fused", "lossless-auto", None):
-        base = {"preset": preset} if preset else {}
+    for preset in ("ar", "lossless", "lossless-fused", "lossless-auto", None):
+        base = ar_settings if preset == "ar" else {"preset": preset} if preset else {}
         on = run(model, requests(model, n, {**base, "jump_forward": True}))
         off = run(model, requests(model, n, {**base, "jump_forward": False}))
         same = sum(a == b for a, b in zip(on[0], off[0], strict=True))

@@ -174,8 +174,8 @@ class DecodeConfig:
     #: smallest's (while a forward is bound by reading the weights, as on a GPU at low load, a bigger
     #: block is free). The tokens are AR greedy's whichever is chosen. Empty: ``block_size`` always.
     plan_block_sizes: tuple[int, ...] = ()
-    #: Structured output: drafts where the grammar allows exactly one token are set to it before they
-    #: are verified (jump-forward; the tokens are unchanged, spans run further).
+    #: Structured output (jump-forward): tokens the grammar forces (it allows exactly one) are committed
+    #: without a forward, and forced drafts are set to them before verification; the tokens are unchanged.
     jump_forward: bool = True
     #: Record a per-step trace of what was committed and how.
     trace: bool = False

@@ -116,12 +116,16 @@ def test_lossless_presets_equal_constrained_ar(request, family, preset):
             assert ids == ref, (preset, name, model.decode_ids(ids), model.decode_ids(ref))
 
 
-def test_jump_forward_keeps_the_tokens_and_saves_forwards(sdar, ar_tokens):
-    """Forced drafts (the grammar allows one token) are filled before verification: the same tokens as
-    without it (and as constrained AR), in fewer forwards."""
+@pytest.mark.parametrize(
+    "settings", [{"preset": "lossless-fused"}, {"decoder": "ar", "causal_cache": True}], ids=["fused", "ar"]
+)
+def test_jump_forward_keeps_the_tokens_and_saves_forwards(sdar, ar_tokens, settings):
+    """Forced tokens (the grammar allows one) are committed without a forward, and forced drafts are
+    filled before verification: the same tokens as without it (and as constrained AR), in fewer
+    forwards, constrained AR included."""
     nfe = {}
     for on in (True, False):
-        preps = [p for name in NAMES for p in _prepared(sdar, name, preset="lossless-fused", jump_forward=on)]
+        preps = [p for name in NAMES for p in _prepared(sdar, name, jump_forward=on, **settings)]
         outs = sdar.engine.generate(
             [p.prompt_ids for p in preps],
             [p.config for p in preps],
@@ -129,4 +133,4 @@ def test_jump_forward_keeps_the_tokens_and_saves_forwards(sdar, ar_tokens):
         )
         assert [o.token_ids for o in outs] == [ids for name in NAMES for ids in ar_tokens[name]]
         nfe[on] = sum(o.stats.nfe for o in outs)
-    assert nfe[True] < 0.8 * nfe[False], nfe
+    assert nfe[True] < 0.7 * nfe[False], nfe

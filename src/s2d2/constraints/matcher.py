@@ -65,6 +65,21 @@ class GrammarState:
             m.rollback(n)
         return n
 
+    def forced_tokens(self, limit: int, avoid: frozenset[int] = frozenset()) -> list[int]:
+        """The tokens the grammar forces from the committed state (each the one token it allows), at
+        most ``limit``, stopping before a token of ``avoid``. State unchanged."""
+        m, out = self.matcher, []
+        row = torch.zeros((1, self.words), dtype=torch.int32)
+        while len(out) < limit and not m.is_terminated():
+            m.fill_next_token_bitmask(row, 0)
+            only = _single_token(row[0])
+            if only is None or only in avoid or not m.accept_token(only):
+                break
+            out.append(only)
+        if out:
+            m.rollback(len(out))
+        return out
+
     def forced_fill(self, drafts: Sequence[int]) -> tuple[list[int], list[bool]]:
         """Jump-forward: ``drafts`` (consecutive positions from the committed prefix) with every position
         where the grammar allows exactly one token set to that token, walked while the grammar accepts;

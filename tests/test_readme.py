@@ -1,8 +1,11 @@
 """README.md runs as written: every fenced code block is run here, except those marked on the line before
 with ``<!-- readme-test: skip (REASON) -->`` (the network, a long-running server, minutes of work, a
-file's shape). Python blocks run each in a fresh namespace (so each is complete on its own, as a reader
-copies it) with an unknown-word warning as an error; shell blocks run in bash with ``s2d2`` the command
-line of this checkout, each in an empty directory."""
+file's shape). A block marked ``<!-- readme-test: tool-server (WHAT) -->`` is an OpenAI client's code
+against ``s2d2 serve`` on port 8000: it runs against a real server on a free port, serving a model that
+can write JSON and tool calls (tests/tool_fixtures.py) under the name the block uses. Python blocks run
+each in a fresh namespace (so each is complete on its own, as a reader copies it) with an unknown-word
+warning as an error; shell blocks run in bash with ``s2d2`` the command line of this checkout, each in an
+empty directory."""
 
 from __future__ import annotations
 
@@ -20,6 +23,8 @@ from conftest import REPO, tiny_model_path
 
 README = REPO / "README.md"
 SKIP = re.compile(r"^<!-- readme-test: skip \((.+)\) -->$")
+TOOL_SERVER = re.compile(r"^<!-- readme-test: tool-server \((.+)\) -->$")
+README_URL = "http://127.0.0.1:8000/v1"
 RUNS = ("python", "bash")
 
 
@@ -29,6 +34,7 @@ class Block:
     lang: str
     code: str
     skip: str | None  # the marker's reason
+    tool_server: bool = False  # runs against a served tool-calling fixture
 
 
 def readme_blocks() -> list[Block]:
@@ -40,8 +46,10 @@ def readme_blocks() -> list[Block]:
             j = i + 1
             while not lines[j].startswith("```"):
                 j += 1
-            marker = SKIP.match(lines[i - 1].strip()) if i > 0 else None
-            blocks.append(Block(start + 1, lang, "\n".join(lines[i + 1 : j]) + "\n", marker and marker[1]))
+            before = lines[i - 1].strip() if i > 0 else ""
+            marker = SKIP.match(before)
+            code = "\n".join(lines[i + 1 : j]) + "\n"
+            blocks.append(Block(start + 1, lang, code, marker and marker[1], bool(TOOL_SERVER.match(before))))
             i = j
         i += 1
     return blocks
@@ -63,7 +71,9 @@ def _need_model():
         pytest.skip("the built-in tiny-gsm model is not installed")
 
 
-@pytest.mark.parametrize("block", [b for b in TO_RUN if b.lang == "python"], ids=lambda b: f"line{b.line}")
+@pytest.mark.parametrize(
+    "block", [b for b in TO_RUN if b.lang == "python" and not b.tool_server], ids=lambda b: f"line{b.line}"
+)
 def test_python_block(block, tmp_path, monkeypatch, capsys):
     from s2d2.model import UnknownWordsWarning
 
@@ -106,3 +116,25 @@ def test_shell_block(block, tmp_path):
     if "--output results.jsonl" in block.code:
         lines = Path(work / "results.jsonl").read_text().splitlines()
         assert len(lines) == 2 and all('"token_ids"' in line for line in lines)
+
+
+@pytest.mark.parametrize("block", [b for b in TO_RUN if b.tool_server], ids=lambda b: f"line{b.line}")
+def test_tool_server_block(block, tmp_path, capsys):
+    pytest.importorskip("xgrammar")
+    pytest.importorskip("uvicorn")
+    pytest.importorskip("openai")
+    sys.path.insert(0, str(REPO / "tests" / "serving"))
+    from test_server import running_server
+
+    import s2d2
+    from s2d2.serving.app import create_app
+    from tool_fixtures import make_sdar_tool_model
+
+    served = re.search(r'model = "([^"]+)"', block.code)[1]
+    model = s2d2.load(make_sdar_tool_model(tmp_path / "model"), device="cpu", dtype="fp32")
+    assert README_URL in block.code
+    with running_server(create_app(model, served_name=served)) as base:
+        code = block.code.replace(README_URL, base + "/v1")
+        exec(compile(code, f"README.md:{block.line}", "exec"), {"__name__": "__readme__"})
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("tool_calls get_weather {") and out[-1].startswith("function_call get_weather {")

@@ -174,6 +174,9 @@ class DecodeConfig:
     #: smallest's (while a forward is bound by reading the weights, as on a GPU at low load, a bigger
     #: block is free). The tokens are AR greedy's whichever is chosen. Empty: ``block_size`` always.
     plan_block_sizes: tuple[int, ...] = ()
+    #: Structured output (jump-forward): tokens the grammar forces (it allows exactly one) are committed
+    #: without a forward, and forced drafts are set to them before verification; the tokens are unchanged.
+    jump_forward: bool = True
     #: Record a per-step trace of what was committed and how.
     trace: bool = False
     #: Report each committed token's log-probability (``None``: off; 0: the token's own; k: also the k most

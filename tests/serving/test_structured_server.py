@@ -1,6 +1,6 @@
 """Structured output on the server (issue 51), through the official ``openai`` client against a real
-server on 127.0.0.1: ``response_format`` json_schema (whole and streamed), vLLM's extras, a forced tool
-call, and a bad schema or an unsupported ``tool_choice`` as a 400 naming the field."""
+server on 127.0.0.1: ``response_format`` json_schema (whole and streamed), vLLM's extras (tool calls:
+test_tool_calls.py), and a bad schema or a ``tool_choice`` naming no tool as a 400 naming the field."""
 
 from __future__ import annotations
 
@@ -92,26 +92,6 @@ def test_guided_choice_and_regex(model, client):
     assert len(out.choices[0].text) == 3 and out.choices[0].text.isdigit()
 
 
-def test_named_tool_choice_is_a_call_with_valid_arguments(model, client):
-    tools = [
-        {"type": "function", "function": {"name": "other", "parameters": {"type": "object"}}},
-        {"type": "function", "function": {"name": "set_user", "parameters": SCHEMA}},
-    ]
-    out = client.chat.completions.create(
-        model=model.name,
-        messages=MESSAGES,
-        max_tokens=64,
-        tools=tools,
-        tool_choice={"type": "function", "function": {"name": "set_user"}},
-    )
-    choice = out.choices[0]
-    assert choice.finish_reason == "tool_calls"
-    assert choice.message.content is None
-    (call,) = choice.message.tool_calls
-    assert call.function.name == "set_user"
-    jsonschema.validate(json.loads(call.function.arguments), SCHEMA)
-
-
 @pytest.mark.parametrize(
     "extra, param, words",
     [
@@ -126,11 +106,6 @@ def test_named_tool_choice_is_a_call_with_valid_arguments(model, client):
             "schema",
         ),
         ({"guided_regex": "([a"}, "guided_regex", "regex"),
-        (
-            {"tools": [{"type": "function", "function": {"name": "f"}}], "tool_choice": "auto"},
-            "tool_choice",
-            "auto",
-        ),
         (
             {
                 "tools": [{"type": "function", "function": {"name": "f"}}],

@@ -127,6 +127,21 @@ CostProfileOpt = Annotated[
         "missing) or roofline:NAME.",
     ),
 ]
+ToolParserOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--tool-call-parser",
+        help="The tool-call format the model writes (hermes, llada2); default: detected from the chat "
+        "template (hermes when it says nothing).",
+    ),
+]
+AutoToolOpt = Annotated[
+    bool,
+    typer.Option(
+        "--enable-auto-tool-choice",
+        help="Accepted as vLLM takes it; tool_choice auto is always available here.",
+    ),
+]
 BatchedTokensOpt = Annotated[
     int | None,
     typer.Option(
@@ -165,6 +180,8 @@ def serve_command(
     max_num_batched_tokens: BatchedTokensOpt = None,
     revision: RevisionOpt = None,
     enforce_eager: EnforceEagerOpt = False,
+    tool_call_parser: ToolParserOpt = None,
+    enable_auto_tool_choice: AutoToolOpt = False,
 ) -> None:
     """Serve MODEL over an OpenAI-compatible HTTP API (completions, chat completions, streaming)."""
     _need_serve_extra()
@@ -191,6 +208,7 @@ def serve_command(
         body_timeout=body_timeout,
         api_key=api_key,
         allowed_hosts=hosts or default_allowed_hosts(host),
+        tool_call_parser=tool_call_parser,
     )
     if ray:
         if cost_profile is not None or max_num_batched_tokens is not None:

@@ -17,6 +17,7 @@ from typing import Any
 
 from ..errors import ConfigError
 from .spec import OutputConstraint
+from .tool_calls import structural_tag
 
 MISSING_LIBRARY = "structured output needs `pip install s2d2[structured]` (the xgrammar library)"
 #: Compiled grammars a cache keeps (least recently used dropped first).
@@ -165,4 +166,7 @@ class GrammarCache:
             return comp.compile_grammar(_choice_grammar([self.lead + o for o in c.source]))
         if c.kind == "grammar":
             return comp.compile_grammar(c.source)
+        if c.kind == "tool_calls":
+            tag = structural_tag(c.source, lambda schema: json_schema_grammar(xgrammar(), schema))
+            return comp.compile_structural_tag(json.dumps(tag))
         raise ConfigError(f"unknown constraint kind {c.kind!r}")

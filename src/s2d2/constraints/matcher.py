@@ -65,6 +65,42 @@ class GrammarState:
             m.rollback(n)
         return n
 
+    def forced_tokens(self, limit: int, avoid: frozenset[int] = frozenset()) -> list[int]:
+        """The tokens the grammar forces from the committed state (each the one token it allows), at
+        most ``limit``, stopping before a token of ``avoid``. State unchanged."""
+        m, out = self.matcher, []
+        row = torch.zeros((1, self.words), dtype=torch.int32)
+        while len(out) < limit and not m.is_terminated():
+            m.fill_next_token_bitmask(row, 0)
+            only = _single_token(row[0])
+            if only is None or only in avoid or not m.accept_token(only):
+                break
+            out.append(only)
+        if out:
+            m.rollback(len(out))
+        return out
+
+    def forced_fill(self, drafts: Sequence[int]) -> tuple[list[int], list[bool]]:
+        """Jump-forward: ``drafts`` (consecutive positions from the committed prefix) with every position
+        where the grammar allows exactly one token set to that token, walked while the grammar accepts;
+        and which positions were forced. State unchanged. A forced token is the only one constrained AR
+        could emit there, so a verification always accepts it."""
+        m, out, forced, walked = self.matcher, list(drafts), [False] * len(drafts), 0
+        row = torch.zeros((1, self.words), dtype=torch.int32)
+        for i in range(len(out)):
+            if m.is_terminated():
+                break
+            m.fill_next_token_bitmask(row, 0)
+            only = _single_token(row[0])
+            if only is not None:
+                out[i], forced[i] = only, True
+            if not m.accept_token(int(out[i])):
+                break
+            walked += 1
+        if walked:
+            m.rollback(walked)
+        return out, forced
+
     def masks(self, drafts: Sequence[int], n_rows: int) -> torch.Tensor:
         """Host int32 bitmask ``[n_rows, words]``: row i allows the tokens the grammar accepts after the
         committed prefix and ``drafts[:i]``. Rows after a draft the grammar refuses (or after it ended)
@@ -81,3 +117,15 @@ class GrammarState:
         if walked:
             m.rollback(walked)
         return out
+
+
+def _single_token(row: torch.Tensor) -> int | None:
+    """The one token a bitmask row ``[words]`` (int32) allows, or None when it allows several (or none)."""
+    nonzero = torch.nonzero(row).flatten()
+    if nonzero.numel() != 1:
+        return None
+    word = int(nonzero[0])
+    bits = int(row[word]) & 0xFFFFFFFF
+    if bits & (bits - 1):
+        return None
+    return word * 32 + bits.bit_length() - 1

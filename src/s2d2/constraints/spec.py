@@ -15,13 +15,14 @@ from typing import Any
 from ..errors import ConfigError
 
 #: The kinds of constraint, as the API names them.
-KINDS = ("json_schema", "json_object", "regex", "choice", "grammar")
+KINDS = ("json_schema", "json_object", "regex", "choice", "grammar", "tool_calls")
 
 
 @dataclass(frozen=True)
 class OutputConstraint:
     """``kind`` (one of :data:`KINDS`) and its source: the schema as canonical JSON text, the regex, the
-    EBNF grammar, or (``choice``) the candidate strings; ``json_object`` has no source."""
+    EBNF grammar, (``choice``) the candidate strings, or (``tool_calls``) the calls' description
+    (:func:`.tool_calls.tool_calls_source`); ``json_object`` has no source."""
 
     kind: str
     source: str | tuple[str, ...] = ""

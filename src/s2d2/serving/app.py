@@ -1,6 +1,7 @@
 """The FastAPI app: OpenAI-compatible endpoints on one batched engine (``create_app(model, ...)``).
 
-``POST /v1/completions`` and ``POST /v1/chat/completions`` (streamed or not), ``GET /v1/models``,
+``POST /v1/completions``, ``POST /v1/chat/completions`` and ``POST /v1/responses``
+(:mod:`.openai_responses`; streamed or not), ``GET /v1/models``,
 ``GET /health``, ``GET /metrics``, ``GET /openapi.json`` and ``GET /docs`` (:mod:`.docs_ui`). The app
 owns an :class:`EngineThread` (started and stopped by the app's lifespan); each request is checked
 (:mod:`.prepare`), submitted, and answered from its own queue (:mod:`.responses`). See ``docs`` of
@@ -34,6 +35,8 @@ from .engine_thread import Draining, EngineThread, QueueFull
 from .errors import APIError, bad_request, install_error_handlers
 from .limits import DEFAULT_BODY_TIMEOUT_S, DEFAULT_MAX_BODY_BYTES, BodySizeLimit
 from .metrics import ServerMetrics
+from .openai_responses.request import ResponsesRequest
+from .openai_responses.serve import serve_response
 from .prepare import Prepared, check_model_name, prepare
 from .prompt_scoring import prompt_scores, prompt_top
 from .protocol import (
@@ -46,8 +49,18 @@ from .protocol import (
     ModelList,
 )
 from .request_checks import check_body_text
-from .responses import Renderer, collect_all, completion_body, score_only_events, sse_chunks, text_events
+from .responses import (
+    Delta,
+    Renderer,
+    collect_all,
+    completion_body,
+    score_only_events,
+    sse_chunks,
+    text_events,
+)
 from .security import AccessControl
+from .tools.formats import format_named
+from .tools.reply import tool_events
 
 log = logging.getLogger("s2d2.serving")
 
@@ -75,6 +88,8 @@ class ServerState:
         #: the routing-state file written back at shutdown, and whether that (or the shutdown) failed
         self.routing_file: Path | None = None
         self.shutdown_failed = False
+        #: ``--tool-call-parser`` (None: detected from the chat template)
+        self.tool_parser: str | None = None
 
     def write_routing_state(self) -> bool:
         """Write the engine's routing statistics to :attr:`routing_file` (if any); False if that failed
@@ -161,6 +176,7 @@ def create_app(
     body_timeout: float = DEFAULT_BODY_TIMEOUT_S,
     api_key: str | None = None,
     allowed_hosts: list[str] | None = None,
+    tool_call_parser: str | None = None,
 ) -> FastAPI:
     """An app serving ``model`` (an :class:`s2d2.S2D2Model`) with its own streaming engine.
 
@@ -173,9 +189,12 @@ def create_app(
     model's, else the engine's default), ``max_routing_tables`` (engine-scope routing tables kept),
     ``body_timeout`` (seconds a body may take, 408 after), ``api_key`` (required as a Bearer token on
     every ``/v1`` route, ``/docs`` and ``/openapi.json``) and ``allowed_hosts`` (``Host`` header names;
-    default: the loopback names).
+    default: the loopback names). ``tool_call_parser``: the tool-call format (:mod:`.tools.formats`;
+    default: detected from the chat template).
     """
     _check_preset(model, preset)
+    if tool_call_parser is not None:
+        format_named(tool_call_parser)  # a one-line error now for an unknown name
     rows = max_num_seqs or model.max_num_seqs
     limit = max_query_tokens_per_row or getattr(model, "max_query_tokens_per_row", None)
     engine = LLMEngine(
@@ -195,6 +214,7 @@ def create_app(
     thread = EngineThread(engine, max_queue=max_queue, metrics=ServerMetrics(rows))
     state = ServerState(model, thread, name=served_name or model.name, preset=preset)
     state.routing_file = state_file
+    state.tool_parser = tool_call_parser
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -253,6 +273,10 @@ def _routes(app: FastAPI, state: ServerState) -> None:
     async def chat_completions(body: ChatCompletionRequest, request: Request) -> Any:
         return await _serve(state, body, request, chat=True)
 
+    @app.post("/v1/responses", responses=ERROR_RESPONSES)
+    async def responses(body: ResponsesRequest, request: Request) -> Any:
+        return await serve_response(state, body, request, prepare=_prepare, submit=_submit)
+
 
 async def _submit(state: ServerState, prep: Prepared) -> list[Any]:
     """One engine request per choice, all or none (a refusal aborts the choices already queued)."""
@@ -284,7 +308,9 @@ def _prepare(state: ServerState, body: Any) -> Prepared:
     """The request's text checks (:mod:`.request_checks`), then :func:`.prepare.prepare` (tokenising):
     run in a worker thread, so a long prompt never holds the event loop."""
     check_body_text(body, state.model.info.max_length)
-    return prepare(state.model, body, served_name=state.name, server_preset=state.preset)
+    return prepare(
+        state.model, body, served_name=state.name, server_preset=state.preset, tool_parser=state.tool_parser
+    )
 
 
 async def _serve(state: ServerState, body: Any, request: Request, *, chat: bool) -> Any:
@@ -301,6 +327,8 @@ async def _serve(state: ServerState, body: Any, request: Request, *, chat: bool)
             for sub in subs
         ]
     r = Renderer(prep, chat, state.name, state.model.decode_ids, scores)
+    if prep.stream and prep.tools is not None and prep.tools.parses:
+        streams = [tool_events(s, prep.tools, Delta) for s in streams]
     if prep.stream:
         headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
         return StreamingResponse(sse_chunks(r, streams), media_type="text/event-stream", headers=headers)

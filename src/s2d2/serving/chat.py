@@ -26,6 +26,8 @@ from typing import Any
 
 from .errors import bad_request
 from .protocol import ChatMessage
+from .tools.formats import ToolFormat
+from .tools.render import apply_template, fallback_text, template_message
 
 #: How the fallback template names each role.
 ROLE_NAMES = {
@@ -54,15 +56,26 @@ def spells_role_names(model: Any) -> bool:
     return unk is None or unk not in encode_text(model, " ".join(f"{n}:" for n in ROLE_NAMES.values()))
 
 
-def fallback_chat_text(messages: Sequence[ChatMessage], *, role_names: bool = True) -> str:
-    """The fallback template (see the module docstring); ``role_names``: the labelled form."""
+def fallback_chat_text(
+    messages: Sequence[ChatMessage],
+    *,
+    role_names: bool = True,
+    tools: list[dict[str, Any]] | None = None,
+    fmt: ToolFormat | None = None,
+) -> str:
+    """The fallback template (see the module docstring); ``role_names``: the labelled form; ``tools``
+    (with their ``fmt``): described in a system turn first (:mod:`.tools.render`)."""
     if not any(m.role == "user" for m in messages):
         raise bad_request("messages must contain at least one user message", param="messages")
-    if len(messages) == 1:
-        return messages[0].text()
+    texts = [fallback_text(m, fmt) for m in messages]
+    roles = [m.role for m in messages]
+    if tools and fmt is not None:
+        texts, roles = [fmt.instructions(tools), *texts], ["system", *roles]
+    if len(texts) == 1:
+        return texts[0]
     if not role_names:
-        return "\n\n".join(m.text() for m in messages)
-    turns = [f"{ROLE_NAMES[m.role]}: {m.text()}" for m in messages]
+        return "\n\n".join(texts)
+    turns = [f"{ROLE_NAMES[r]}: {t}" for r, t in zip(roles, texts, strict=True)]
     return "\n\n".join([*turns, f"{ROLE_NAMES['assistant']}:"])
 
 
@@ -71,17 +84,23 @@ def uses_fallback(model: Any, messages: Sequence[ChatMessage]) -> bool:
     return not getattr(model.tokenizer, "chat_template", None) and len(messages) > 1
 
 
-def chat_prompt_ids(model: Any, messages: Sequence[ChatMessage]) -> list[int]:
-    """Token ids of the conversation, ending where the assistant's reply begins."""
+def chat_prompt_ids(
+    model: Any,
+    messages: Sequence[ChatMessage],
+    tools: list[dict[str, Any]] | None = None,
+    fmt: ToolFormat | None = None,
+) -> list[int]:
+    """Token ids of the conversation, ending where the assistant's reply begins; ``tools`` (with the
+    call format ``fmt``) rendered as :mod:`.tools.render` says."""
     tok = model.tokenizer
     if tok is None:
         raise bad_request(
             f"model {model.name} has no tokenizer: use /v1/completions with token ids", param="messages"
         )
     if getattr(tok, "chat_template", None):
-        conv = [{"role": m.role, "content": m.text()} for m in messages]
-        ids = tok.apply_chat_template(conv, add_generation_prompt=True, tokenize=True)
+        ids = apply_template(tok, [template_message(m) for m in messages], tools, fmt)
         if isinstance(ids, dict) or hasattr(ids, "input_ids"):
             ids = ids["input_ids"]
         return [int(i) for i in ids]
-    return encode_text(model, fallback_chat_text(messages, role_names=spells_role_names(model)))
+    text = fallback_chat_text(messages, role_names=spells_role_names(model), tools=tools, fmt=fmt)
+    return encode_text(model, text)

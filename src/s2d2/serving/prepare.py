@@ -30,7 +30,8 @@ from .chat import FALLBACK_NOTE, chat_prompt_ids, encode_text, uses_fallback
 from .errors import APIError, bad_request
 from .prompt_scoring import scoring_request
 from .protocol import ChatCompletionRequest, CompletionRequest
-from .structured import check_stream, compile_for, structured_of
+from .structured import compile_for, structured_of
+from .tools.request import ToolPlan, chat_tool_plan, refuse_legacy
 
 MAX_STOP = 4
 #: Most choices (prompts x n) one request may ask for: each is an engine request.
@@ -91,10 +92,10 @@ class Prepared:
     logprobs: int | None = None
     #: warnings about the settings, reported in the response's ``s2d2.notes``
     notes: list[str] = field(default_factory=list)
-    #: structured output: the compiled constraint of every choice (None: free text), and the function a
-    #: forced tool call names (the answer is that call, its arguments the constrained text)
+    #: structured output: the compiled constraint of every choice (None: free text); a chat request's
+    #: tools (the reply is read for calls unless tool_choice is none)
     constraint: Any = None
-    tool_name: str | None = None
+    tools: ToolPlan | None = None
     #: ``max_tokens: 0`` with ``echo``: only the prompts are scored, nothing is decoded
     score_only: bool = False
     #: vLLM's ``prompt_logprobs``: alternatives per prompt token (None: not asked for)
@@ -125,8 +126,10 @@ def _unsupported_value(message: str, param: str) -> APIError:
 
 def _refused(body: CompletionRequest | ChatCompletionRequest) -> None:
     """OpenAI options the server does not implement: a 400 naming them unless they are neutral."""
-    if isinstance(body, CompletionRequest) and body.tool_choice not in (None, "none"):
-        raise _unsupported_value("tool_choice is for chat completions", "tool_choice")
+    refuse_legacy(body)
+    if isinstance(body, CompletionRequest) and (body.tool_choice not in (None, "none") or body.tools):
+        name = "tools" if body.tools else "tool_choice"
+        raise _unsupported_value(f"{name} is for chat completions", name)
     if body.stream_options is not None and not body.stream:
         raise bad_request(
             "stream_options is only allowed with stream=true", param="stream_options", code="invalid_value"
@@ -277,13 +280,18 @@ def derived_seed(seed: int | None, choice: int) -> int | None:
     return value - 2**64 if value > INT64[1] else value
 
 
-def _prompts(model: Any, body: CompletionRequest | ChatCompletionRequest) -> list[tuple[list[int], Any]]:
-    """The request's prompts, checked as the engine checks them."""
+def _prompts(
+    model: Any, body: CompletionRequest | ChatCompletionRequest, tools: ToolPlan | None = None
+) -> list[tuple[list[int], Any]]:
+    """The request's prompts, checked as the engine checks them (``tools`` rendered unless none)."""
     chat = isinstance(body, ChatCompletionRequest)
     param = "messages" if chat else "prompt"
     try:
         if chat:
-            prompts = [(chat_prompt_ids(model, body.messages), None)]
+            shown = tools if tools is not None and tools.parses else None
+            fmt = shown.format if shown is not None else None
+            ids = chat_prompt_ids(model, body.messages, shown.tools if shown else None, fmt)
+            prompts = [(ids, None)]
         else:
             prompts = _completion_prompts(model, body.prompt)
         for ids, _ in prompts:
@@ -336,17 +344,20 @@ def prepare(
     *,
     served_name: str,
     server_preset: str | None = None,
+    tool_parser: str | None = None,
 ) -> Prepared:
     """Check ``body`` and translate it (see the module docstring); raises a 4xx APIError."""
     check_model_name(body.model, served_name)
     _refused(body)
     body, score_only = scoring_request(body)
-    structured = structured_of(body)
-    check_stream(structured, bool(body.stream))
+    chat = isinstance(body, ChatCompletionRequest)
+    tools = chat_tool_plan(model, body, tool_parser) if chat else None
+    forced = tools is not None and tools.mode in ("required", "named")
+    structured = structured_of(body, tools.constraint if tools is not None else None, forced)
     stop = stop_strings(body.stop)
     config, given = build_config(model, body, server_preset)
     constraint = compile_for(model, structured)
-    prompts = _prompts(model, body)
+    prompts = _prompts(model, body, tools)
     ids = [p for p, _ in prompts]
     _check_length(ids, config, given, model.info)
     echo = isinstance(body, CompletionRequest) and bool(body.echo)
@@ -361,7 +372,7 @@ def prepare(
         prompt_texts=texts,
         logprobs=config.logprobs,
         constraint=constraint,
-        tool_name=structured.tool_name,
+        tools=tools,
         notes=_notes(config, model, body),
         score_only=score_only,
         prompt_logprobs=getattr(body, "prompt_logprobs", None),

@@ -116,9 +116,14 @@ class _Sampling(BaseModel):
     response_format: ResponseFormat | None = Field(
         None, description='`{"type": "text"}`, `{"type": "json_object"}` or `{"type": "json_schema", ...}`.'
     )
-    tools: list[Any] | None = Field(None, description="Functions `tool_choice` may name (chat).")
+    tools: list[Any] | None = Field(None, description="Function tools the model may call (chat).")
     tool_choice: Any = Field(
-        None, description="`none`, or a named function: the answer calls it, arguments within its schema."
+        None,
+        description="`auto` (default with tools), `required`, `none`, or a named function; calls' arguments "
+        "always match the tool's schema.",
+    )
+    parallel_tool_calls: bool | None = Field(
+        None, description="Several calls in one reply (default true); false: at most one."
     )
     structured_outputs: dict[str, Any] | None = Field(
         None, description="vLLM's: one of `json` (a schema), `regex`, `choice` (strings), `grammar` (EBNF)."
@@ -127,8 +132,8 @@ class _Sampling(BaseModel):
     guided_regex: str | None = Field(None, description="vLLM's older name of `structured_outputs.regex`.")
     guided_choice: list[str] | None = Field(None, description="vLLM's older `structured_outputs.choice`.")
     guided_grammar: str | None = Field(None, description="vLLM's older `structured_outputs.grammar`.")
-    functions: list[Any] | None = Field(None, description="Not supported (a 400 unless empty).")
-    function_call: Any = Field(None, description="Not supported (a 400 unless `none`).")
+    functions: list[Any] | None = Field(None, description="Deprecated: use `tools` (a 400 unless empty).")
+    function_call: Any = Field(None, description="Deprecated: use `tool_choice` (a 400 unless `none`).")
     user: str | None = Field(None, description=_NO_EFFECT)
     metadata: dict[str, str] | None = Field(None, description=_NO_EFFECT)
     store: bool | None = Field(None, description=_NO_EFFECT)
@@ -168,6 +173,9 @@ class ChatMessage(BaseModel):
     role: Literal["system", "developer", "user", "assistant", "tool"]
     content: str | list[ContentPart] | None = None
     name: str | None = None
+    #: an assistant turn's calls (OpenAI's shape), and a tool turn's answer to one of them
+    tool_calls: list[Any] | None = None
+    tool_call_id: str | None = None
 
     def text(self) -> str:
         if self.content is None:
@@ -282,7 +290,8 @@ class CompletionResponse(BaseModel):
 
 class AssistantMessage(BaseModel):
     role: str = "assistant"
-    content: str
+    content: str | None
+    tool_calls: list[dict[str, Any]] | None = None
 
 
 class ChatChoice(BaseModel):

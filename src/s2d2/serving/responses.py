@@ -22,8 +22,8 @@ from typing import Any
 from .detokenizer import TextStream
 from .engine_thread import EngineThread, Submission
 from .errors import APIError
+from .merged_events import merged
 from .prepare import Prepared
-from .structured import tool_call_message
 from .token_logprobs import (
     Scored,
     TokenTexts,
@@ -32,6 +32,7 @@ from .token_logprobs import (
     prompt_logprobs_format,
     scored_tokens,
 )
+from .tools.reply import finish_reason, tool_message
 
 
 @dataclass
@@ -41,6 +42,8 @@ class Delta:
     text: str
     token_ids: list[int]
     logprobs: list[Any] | None = None
+    #: chat with tools: the ``delta.tool_calls`` entries read from this text (``text`` is then the content)
+    tool_calls: list[Any] | None = None
 
 
 @dataclass
@@ -273,10 +276,10 @@ def completion_body(r: Renderer, results: Sequence[ChoiceResult]) -> dict[str, A
         if r.prep.prompt_logprobs is not None and r.prompt_scores is not None:
             scores = r.prompt_scores[row.prompt_index]
             choice["prompt_logprobs"] = prompt_logprobs_format(scores, r.prep.prompt_logprobs)
-        if r.chat and r.prep.tool_name is not None:
-            choice["message"] = tool_call_message(r.prep.tool_name, res.text, new_id("call"))
-            if res.outcome.finish_reason == "stop":
-                choice["finish_reason"] = "tool_calls"
+        if r.chat and r.prep.tools is not None and r.prep.tools.parses:
+            choice["message"] = tool_message(r.prep.tools, res.text)
+            called = "tool_calls" in choice["message"]
+            choice["finish_reason"] = finish_reason(res.outcome.finish_reason, called)
         elif r.chat:
             choice["message"] = {"role": "assistant", "content": res.text}
         else:
@@ -291,40 +294,15 @@ def completion_body(r: Renderer, results: Sequence[ChoiceResult]) -> dict[str, A
     }
 
 
+def _tool_delta(d: Delta) -> dict[str, Any] | None:
+    """A chat delta with ``tool_calls`` entries (None: the plain ``{"content": ...}`` delta)."""
+    if d.tool_calls is None:
+        return None
+    return {"content": d.text, "tool_calls": d.tool_calls} if d.text else {"tool_calls": d.tool_calls}
+
+
 def _sse(obj: Any) -> str:
     return f"data: {json.dumps(obj, ensure_ascii=False)}\n\n"
-
-
-async def merged(
-    streams: Sequence[AsyncIterator[Delta | Outcome]],
-) -> AsyncIterator[tuple[int, Delta | Outcome]]:
-    """``(choice, item)`` from every stream as items arrive; closing this closes (aborts) them all."""
-    queue: asyncio.Queue[tuple[int, Any]] = asyncio.Queue()
-
-    async def pump(i: int, stream: AsyncIterator[Delta | Outcome]) -> None:
-        try:
-            async for item in stream:
-                queue.put_nowait((i, item))
-        except Exception as exc:  # handed to the consumer, raised there
-            queue.put_nowait((i, exc))
-        finally:
-            queue.put_nowait((i, None))
-
-    tasks = [asyncio.ensure_future(pump(i, s)) for i, s in enumerate(streams)]
-    left = len(tasks)
-    try:
-        while left:
-            i, item = await queue.get()
-            if item is None:
-                left -= 1
-            elif isinstance(item, Exception):
-                raise item
-            else:
-                yield i, item
-    finally:
-        for t in tasks:
-            t.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
 
 
 @dataclass
@@ -376,7 +354,8 @@ async def sse_chunks(r: Renderer, streams: Sequence[AsyncIterator[Delta | Outcom
         index, st = r.prep.rows[i].index, states[i]
         if isinstance(item, Delta):
             scored = r.scored(st.pieces, item.token_ids, item.logprobs)
-            yield chunk(index, text=item.text, logprobs=r.logprobs(scored, st.offset))
+            logprobs = r.logprobs(scored, st.offset)
+            yield chunk(index, text=item.text, delta=_tool_delta(item), logprobs=logprobs)
             st.offset += sum(len(t) for t in scored.texts) if scored is not None else 0
             continue
         outcomes[i] = item
@@ -384,13 +363,12 @@ async def sse_chunks(r: Renderer, streams: Sequence[AsyncIterator[Delta | Outcom
             err = APIError(500, f"the request failed while decoding: {item.error}", code="decode_failed")
             yield _sse(err.body())
             continue
-        text, logprobs = None, None
+        text, logprobs, delta = None, None, None
         if item.last is not None:
-            text = item.last.text or None
+            text, delta = item.last.text or None, _tool_delta(item.last)
             logprobs = r.logprobs(r.scored(st.pieces, item.last.token_ids, item.last.logprobs), st.offset)
-        yield chunk(
-            index, text=text, logprobs=logprobs, finish=item.finish_reason, s2d2=s2d2_stats(r.prep, [item])
-        )
+        stats = s2d2_stats(r.prep, [item])
+        yield chunk(index, text=text, delta=delta, logprobs=logprobs, finish=item.finish_reason, s2d2=stats)
     done = [o for o in outcomes if o is not None]
     if r.prep.include_usage and len(done) == len(outcomes):
         yield _sse({**head, "choices": [], "usage": usage(r.prep, done), "s2d2": s2d2_stats(r.prep, done)})

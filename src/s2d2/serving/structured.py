@@ -4,10 +4,8 @@
   "json_schema": {"name": ..., "schema": {...}}}``;
 - vLLM's extras: ``structured_outputs`` (``{"json": ..., "regex": ..., "choice": [...], "grammar": ...}``)
   and the older top-level ``guided_json`` / ``guided_regex`` / ``guided_choice`` / ``guided_grammar``;
-- chat ``tools`` with ``tool_choice`` naming a function (``{"type": "function", "function": {"name": N}}``):
-  the answer is a call of N whose arguments match its ``parameters`` schema. ``tool_choice`` ``auto`` /
-  ``required`` would need the model's own tool-call format, so they are a 400; ``none`` (or no
-  ``tool_choice``) decodes plain text.
+- chat ``tools`` (:mod:`.tools.request`): under ``tool_choice`` auto, required or a named function the
+  calls' names and arguments are constrained (a structural tag over the model's call markup).
 
 At most one of them per request; each problem is a 400 naming the field.
 """
@@ -19,7 +17,7 @@ from typing import Any
 
 from ..constraints import OutputConstraint, constraint_of
 from ..errors import S2D2Error
-from .errors import APIError, bad_request
+from .errors import bad_request
 
 #: vLLM's ``structured_outputs`` keys, as :func:`s2d2.constraints.constraint_of` names them.
 _VLLM_KEYS = {"json": "json_schema", "regex": "regex", "choice": "choice", "grammar": "grammar"}
@@ -33,44 +31,17 @@ _GUIDED = {
 
 @dataclass
 class Structured:
-    """The request's constraint, its field (for errors) and, for a forced tool call, the function."""
+    """The request's constraint and its field (for errors)."""
 
     constraint: OutputConstraint | None
     param: str | None = None
-    tool_name: str | None = None
 
 
-def _forced_tool(body: Any) -> tuple[str, Any] | None:
-    """``(name, parameters schema)`` of the function ``tool_choice`` names; None: no tool call."""
-    tools, choice = getattr(body, "tools", None), getattr(body, "tool_choice", None)
-    for name in ("functions", "function_call"):
-        if getattr(body, name, None) not in (None, "none", []):
-            raise bad_request(f"{name} is not supported: use tools with a named tool_choice", param=name)
-    if choice is None and tools:
-        raise bad_request(
-            "tools need a tool_choice naming a function (tool_choice auto is not supported)", param="tools"
-        )
-    if choice in (None, "none"):
-        return None
-    if choice in ("auto", "required"):
-        raise bad_request(
-            f"tool_choice {choice!r} is not supported: name a function "
-            '({"type": "function", "function": {"name": ...}}), whose arguments are then constrained',
-            param="tool_choice",
-            code="unsupported_value",
-        )
-    name = choice.get("function", {}).get("name") if isinstance(choice, dict) else None
-    if not isinstance(name, str):
-        raise bad_request("tool_choice must name a function", param="tool_choice", code="invalid_value")
-    for tool in tools or []:
-        fn = tool.get("function") if isinstance(tool, dict) else None
-        if isinstance(fn, dict) and fn.get("name") == name:
-            return name, fn.get("parameters") or {"type": "object"}
-    raise bad_request(f"tool_choice names {name!r}, which tools do not define", param="tool_choice")
-
-
-def structured_of(body: Any) -> Structured:
-    """The request's structured-output constraint (see the module docstring); a 400 on bad input."""
+def structured_of(body: Any, tools: OutputConstraint | None = None, forced: bool = False) -> Structured:
+    """The request's structured-output constraint (see the module docstring); ``tools``: the tool calls'
+    constraint (:class:`.tools.request.ToolPlan`), if any; a 400 on bad input. ``forced``: the reply
+    only calls (tool_choice required or named), so a ``response_format`` (which shapes text) is checked
+    and the calls' constraint applies; with tool_choice auto the two cannot both apply (a 400)."""
     given: list[tuple[str, str, Any]] = []  # (field, constraint_of keyword, value)
     rf = getattr(body, "response_format", None)
     if rf is not None and rf.type != "text":
@@ -84,20 +55,24 @@ def structured_of(body: Any) -> Structured:
             raise bad_request(f"structured_outputs.{key} is not supported", param="structured_outputs")
         if value is not None:
             given.append((f"structured_outputs.{key}", _VLLM_KEYS[key], value))
-    tool = _forced_tool(body)
-    if tool is not None:
-        given.append(("tool_choice", "json_schema", tool[1]))
+    if tools is not None and forced and [g[0] for g in given] == ["response_format"]:
+        structured_of(body)  # the format is still checked
+        given = []
+    if tools is not None:
+        given.append(("tools", "tool_calls", tools))
     if len(given) > 1:
         names = ", ".join(g[0] for g in given)
         raise bad_request(f"give at most one output constraint, got {names}", param=given[1][0])
     if not given:
         return Structured(None)
     param, key, value = given[0]
+    if key == "tool_calls":
+        return Structured(value, param)
     try:
         constraint = constraint_of(**{key: value})
     except S2D2Error as exc:
         raise bad_request(str(exc), param=param, code="invalid_value") from None
-    return Structured(constraint, param, tool[0] if tool is not None else None)
+    return Structured(constraint, param)
 
 
 def compile_for(model: Any, structured: Structured) -> Any:
@@ -106,19 +81,3 @@ def compile_for(model: Any, structured: Structured) -> Any:
         return model.compile_constraint(structured.constraint)
     except S2D2Error as exc:
         raise bad_request(str(exc), param=structured.param, code="invalid_value") from None
-
-
-def check_stream(structured: Structured, stream: bool) -> None:
-    if structured.tool_name is not None and stream:
-        raise APIError(
-            400,
-            "a forced tool call is answered whole: stream must be false",
-            param="stream",
-            code="unsupported_value",
-        )
-
-
-def tool_call_message(name: str, arguments: str, call_id: str) -> dict[str, Any]:
-    """A chat message calling function ``name`` with ``arguments`` (JSON text, constrained to its schema)."""
-    call = {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
-    return {"role": "assistant", "content": None, "tool_calls": [call]}

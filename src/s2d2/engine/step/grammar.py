@@ -10,6 +10,16 @@ its output left to right within the grammar:
   position, given the drafts before it (the matcher walks the drafts and rolls back). The device half
   masks the logits with them (:mod:`.device_math`), so strict acceptance commits the constrained AR
   argmax and a draft the grammar forbids is rejected like any mismatch;
+- :func:`forced_commits` (``config.jump_forward``): before a row's next draft, the tokens the grammar
+  forces at the open block's first masked slots are committed outright, without drafting or verifying
+  them (AR mode too): each is the only token constrained AR could emit. A block is closed this way only
+  while the committed tokens waiting to be cached stay within what a draft forward may feed
+  (:func:`~..request_limits.draft_room`'s pending part);
+  stop tokens, and rows that report log-probabilities or a trace, are left to the normal step;
+- :func:`jump_forward` (``config.jump_forward``) sets the drafts of the consecutive slots from the
+  frontier where the grammar allows exactly one token (keys of a schema, brackets, closing tags) to that
+  token before they are verified: the only token constrained AR could emit there, so verification (strict
+  or probabilistic: its masked probability is 1) accepts it and spans run further;
 - :func:`conforming_picks` keeps what a baseline rule (or S2D2's fallback) commits without verification
   to the run of consecutive slots from the frontier that the grammar allows (the frontier's own draft
   at least, which was drawn under its mask), so every decoder's output conforms.
@@ -91,3 +101,45 @@ def conforming_picks(req: Request, p: DraftStep, chosen: list[int]) -> list[int]
         run.append(index[s])
         s += 1
     return run[: g.accepted_prefix([v.drafts[i] for i in run])]
+
+
+def jump_forward(req: Request, p: DraftStep) -> int:
+    """Fill the forced drafts of the run of consecutive slots from the frontier (see the module
+    docstring; their confidence and acceptance estimate become 1); returns how many were forced."""
+    g = sync(req)
+    if g.terminated:
+        return 0
+    v, s = p.drafts, frontier_slot(req)
+    index = {slot: i for i, slot in enumerate(v.slots) if not p.done[i]}
+    run = []
+    while s in index:
+        run.append(index[s])
+        s += 1
+    filled, forced = g.forced_fill([v.drafts[i] for i in run])
+    for i, tok, f in zip(run, filled, forced, strict=True):
+        if f:  # certain: the planner and the router may count on it
+            v.drafts[i], v.conf[i] = tok, 1.0
+            if v.alpha is not None:
+                v.alpha[i] = 1.0
+    return sum(forced)
+
+
+def forced_commits(req: Request, cand: list[int]) -> bool:
+    """Commit the forced tokens at the open block's first candidates ``cand`` (masked slots, in order;
+    see the module docstring); True when any was committed (the caller walks the block again)."""
+    cfg, cur, st = req.config, req.cursor, req.cache.state
+    if cfg.logprobs is not None or req.tracer.steps is not None or not cand:
+        return False
+    g = sync(req)
+    if g.terminated or cand[0] != frontier_slot(req):
+        return False
+    run = 1
+    while run < len(cand) and cand[run] == cand[0] + run:
+        run += 1
+    room = max(cfg.block_size, req.cache.fold_limit)  # pending tokens a draft forward may feed
+    if run == len(cand) and st is not None and cur.start + cur.length - st.length > room:
+        run -= 1  # closing the block would leave the next forward more to cache than it may feed
+    tokens = g.forced_tokens(run, frozenset(req.stop_set))
+    for i, tok in enumerate(tokens):
+        cur.ids[cand[i]] = tok
+    return bool(tokens)

@@ -25,7 +25,7 @@ from ..request import Action, Request, Status
 from ..row_forward import RowForward
 from .device_math import DraftQuery, VerifyQuery
 from .fusion import pick_group, stale_drafts
-from .grammar import conforming_picks
+from .grammar import conforming_picks, forced_commits, jump_forward
 from .routing import f32, fallback_picks, route
 from .row_queries import RowWork
 
@@ -112,6 +112,8 @@ def advance(req: Request) -> None:
         end = (u + 1) * unit
         cur.candidates = cand if cand[-1] < end else [c for c in cand if c < end]
         cur.candidate_limit = hi
+        if req.grammar is not None and cfg.jump_forward and forced_commits(req, cur.candidates):
+            continue  # committed without a forward: walk the block again
         cur.n_committed = len(ids) - ids.count(mask_id)
         if req.predraft is not None and _take_predraft(req):
             continue
@@ -228,6 +230,8 @@ def _draft_step(
     elif req.info.shifted and cand[0] == 0:
         # a shifted model predicts slot 0 from the previous position: that draft IS the AR token
         _commit_first(req, p, values.drafts[0], _at(values.logprob, 0), _at(values.top, 0))
+    if req.grammar is not None and cfg.jump_forward:
+        jump_forward(req, p)
     if req.policy is not None and p.span_offset < len(cand):
         route(req, p)
         if p.verified:

@@ -1,0 +1,98 @@
+"""Tool calls that always match their schema: an xgrammar structural tag over a model's call markup.
+
+A tool-call constraint is an :class:`~.spec.OutputConstraint` of kind ``tool_calls`` whose source is
+the canonical JSON of :func:`tool_calls_source`: the trigger that opens a call (``<tool_call>``), the
+markup of one call (``begin`` + the function's name
++ ``middle`` + the arguments + ``end``, e.g. Qwen/Hermes' ``<tool_call>\\n{"name": "f", "arguments": ``
+... ``}\\n</tool_call>``), the separator between calls, the functions (name and ``parameters`` schema)
+and the mode:
+
+- ``auto``: free text until the trigger (the begin tag) appears; from there the name is one of the
+  functions and the arguments match that function's schema until the end tag, then free text again;
+- ``required``: one or more calls (``parallel``) or exactly one, separated by the separator, nothing
+  else (a named function is ``required`` over that one function).
+
+``parallel`` false stops the output after the first call. The arguments' grammar is the one JSON
+schemas get everywhere (:func:`.compiler.json_schema_grammar`: compact, no raw control characters).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ..errors import ConfigError
+
+MODES = ("auto", "required")
+
+
+def tool_calls_source(
+    *,
+    trigger: str,
+    begin: str,
+    middle: str,
+    end: str,
+    separator: str,
+    functions: Sequence[tuple[str, Any]],
+    mode: str,
+    parallel: bool,
+) -> str:
+    """The constraint's source text (canonical JSON; equal requests share one compiled grammar)."""
+    if mode not in MODES:
+        raise ConfigError(f"tool-call mode must be one of {', '.join(MODES)}, got {mode!r}")
+    if not functions:
+        raise ConfigError("a tool-call constraint needs at least one function")
+    if not begin.startswith(trigger):
+        raise ConfigError("a tool call's begin text must start with its trigger")
+    spec = {
+        "trigger": trigger,
+        "begin": begin,
+        "middle": middle,
+        "end": end,
+        "separator": separator,
+        "functions": [[name, schema] for name, schema in functions],
+        "mode": mode,
+        "parallel": bool(parallel),
+    }
+    return json.dumps(spec, separators=(",", ":"))
+
+
+def _schema(schema: Any) -> str:
+    if isinstance(schema, str):
+        return schema
+    if not isinstance(schema, (Mapping, bool)):
+        raise ConfigError("a function's parameters must be a JSON schema object")
+    return json.dumps(schema, separators=(",", ":"))
+
+
+def structural_tag(source: str, arguments_grammar: Any) -> dict[str, Any]:
+    """xgrammar's structural-tag description of ``source`` (:func:`tool_calls_source`);
+    ``arguments_grammar(schema_text)`` gives the EBNF of one function's arguments."""
+    spec = json.loads(source)
+    tags = [
+        {
+            "type": "tag",
+            "begin": spec["begin"] + name + spec["middle"],
+            "content": {"type": "grammar", "grammar": arguments_grammar(_schema(schema))},
+            "end": spec["end"],
+        }
+        for name, schema in spec["functions"]
+    ]
+    parallel = spec["parallel"]
+    if spec["mode"] == "auto":
+        fmt: dict[str, Any] = {
+            "type": "triggered_tags",
+            "triggers": [spec["trigger"]],
+            "tags": tags,
+            "stop_after_first": not parallel,
+        }
+    else:
+        fmt = {
+            "type": "tags_with_separator",
+            "tags": tags,
+            "separator": spec["separator"],
+            "at_least_one": True,
+            "stop_after_first": not parallel,
+        }
+    return {"type": "structural_tag", "format": fmt}

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Annotated
@@ -31,20 +32,54 @@ def _int_list(text: str, flag: str) -> list[int]:
     return values
 
 
-def _cost(m, cost_profile: str | None, simulate: str | None, shape: Path | None):
-    """The step-cost profile of the run and, for a simulation, its label (figures are projected)."""
+def _cost(m, cost_profile: str | None, simulate: str | None, shape: Path | None, tp: int = 1):
+    """The step-cost profile of the run and, for a simulation, its label (figures are projected);
+    ``tp``: with --simulate roofline:NAME, the GPUs the projected forward runs on in tensor parallel."""
     from ..cost.profile import resolve_cost_profile
 
     if simulate is not None and cost_profile is not None:
         raise S2D2Error("give --cost-profile or --simulate, not both")
+    if tp < 1:
+        raise S2D2Error(f"--tensor-parallel-size must be >= 1, got {tp}")
     if simulate is None:
+        if tp > 1:
+            raise S2D2Error("real tensor parallelism: see s2d2.load(tensor_parallel_size=...)")
         if shape is not None:
             raise S2D2Error("--shape goes with --simulate")
         return resolve_cost_profile(cost_profile, m.adapter, model_path=m.path, model_name=m.name), None
     if not simulate.startswith("roofline:"):
+        if tp > 1:
+            raise S2D2Error("--tensor-parallel-size with --simulate needs roofline:NAME")
         return _measured_elsewhere(simulate, shape)
     cost = resolve_cost_profile(simulate, m.adapter, model_path=m.path, model_name=m.name, shape=shape)
-    return cost, f"{simulate} of {shape if shape is not None else m.name}"
+    if tp > 1:
+        cost = dataclasses.replace(cost, tp=tp)  # checks that tp ranks can shard the model
+    return cost, f"{simulate} of {shape if shape is not None else m.name} at tensor parallel {tp}"
+
+
+def _memory_fit(
+    m, cost, limits: list[int], n: int, max_new_tokens: int, shared_prefix: int
+) -> dict[int, str]:
+    """A projection's limits whose rows do not fit one GPU's memory, each with its one-line reason: a
+    rank's weights plus the keys and values of ``limit`` rows, each as long as the longest problem's
+    prompt (with the shared prefix) and its ``max_new_tokens``; none for a profile without a memory."""
+    if not hasattr(cost, "memory_line"):
+        return {}
+    from ..bench.suites import load_problems
+
+    longest = max(len(m.encode(p["question"])) for p in load_problems("tiny-gsm", "test", n))
+    per_row = longest + shared_prefix + max_new_tokens
+    lines = {limit: cost.memory_line(limit * per_row) for limit in limits}
+    return {limit: line for limit, line in lines.items() if line is not None}
+
+
+def _mark_unfit(results: dict, unfit: dict[int, str]) -> None:
+    """The projected figures of rows that do not fit replaced by "does not fit"."""
+    for row in results["rows"]:
+        if row["max_num_seqs"] in unfit:
+            for key in ("predicted_ms_per_step", "projected_tokens_per_s", "projected_forward_tokens_per_s"):
+                row[key] = "does not fit"
+            row["memory"] = unfit[row["max_num_seqs"]]
 
 
 def _measured_elsewhere(path: str, shape: Path | None):
@@ -120,6 +155,15 @@ def bench_batch_command(
             show_default=False,
         ),
     ] = None,
+    tensor_parallel_size: Annotated[
+        int,
+        typer.Option(
+            "--tensor-parallel-size",
+            "-tp",
+            help="GPUs in tensor parallel; with --simulate roofline:NAME, the projected forward runs on N "
+            "GPUs of one NVLink node (weights and KV split N ways, plus the all-reduces).",
+        ),
+    ] = 1,
     revision: RevisionOpt = None,
     enforce_eager: EnforceEagerOpt = False,
 ) -> None:
@@ -148,7 +192,14 @@ def bench_batch_command(
         torch.set_num_threads(threads)
     m = load(model, device=device, dtype=dtype, revision=revision, enforce_eager=enforce_eager)
     freeze_loaded_heap()
-    cost, label = _cost(m, cost_profile, simulate, shape)
+    cost, label = _cost(m, cost_profile, simulate, shape, tensor_parallel_size)
+    unfit = _memory_fit(m, cost, lims, n, max_new_tokens, shared_prefix) if label else {}
+    if unfit and len(unfit) == len(lims):  # not even the smallest batch: nothing to run
+        typer.echo(f"PROJECTED {label}: {unfit[min(lims)]}")
+        if json_out is not None:
+            verdict = {"projected": label, "fits": False, "memory": unfit}
+            json_out.write_text(json.dumps(verdict, indent=1) + "\n")
+        return
     results = throughput.run_throughput(
         m,
         n=n,
@@ -165,6 +216,9 @@ def bench_batch_command(
         shared_prefix=shared_prefix,
         request_rate=request_rate,
     )
+    _mark_unfit(results, unfit)
     typer.echo(throughput_table.render(results))
+    for limit, line in sorted(unfit.items()):
+        typer.echo(f"PROJECTED at {limit} rows: {line}")
     if json_out is not None:
         json_out.write_text(json.dumps(results, indent=1) + "\n")

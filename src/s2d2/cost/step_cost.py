@@ -13,7 +13,10 @@ it attends to. Two profiles predict its time:
 * :class:`RooflineCost`: computed from a model's config and a hardware description (:data:`HARDWARE`,
   from the vendors' data sheets): the larger of compute time (2 x parameters x tokens plus attention
   FLOPs, at an efficiency) and memory time (weights read once per forward plus every row's keys and
-  values, at an efficiency), plus a fixed overhead per forward. Figures from it are projections.
+  values, at an efficiency), plus a fixed overhead per forward. Figures from it are projections. On
+  N GPUs in tensor parallel it prices one rank's share (:mod:`.model_shape`: weights and KV split N
+  ways, replicated parts whole) plus the forward's all-reduces over NVLink (:mod:`.hardware`), and
+  says when a rank's weights and KV do not fit its GPU's memory.
 """
 
 from __future__ import annotations
@@ -30,6 +33,8 @@ import torch
 
 from ..errors import S2D2Error
 from ..files import write_text_atomically
+from .hardware import HARDWARE, Hardware
+from .model_shape import ModelShape
 
 
 @dataclass(frozen=True)
@@ -207,71 +212,18 @@ def measured_profile(
 
 # ---------------------------------------------------------------------------------------------- roofline
 @dataclass(frozen=True)
-class Hardware:
-    """A device's data-sheet figures and the share of them a decode step reaches."""
-
-    name: str
-    #: dense bf16 tensor FLOP/s and memory bytes/s
-    peak_flops: float
-    bandwidth: float
-    #: fixed cost of one forward (launches, small ops), seconds
-    overhead_s: float = 40e-6
-    compute_efficiency: float = 0.6
-    memory_efficiency: float = 0.8
-
-
-#: Data-sheet figures: H200 SXM (989 TFLOP/s bf16 dense, 4.8 TB/s HBM3e), H100 SXM (989 TFLOP/s, 3.35 TB/s),
-#: A100 80GB SXM (312 TFLOP/s, 2.04 TB/s).
-HARDWARE: dict[str, Hardware] = {
-    "h200": Hardware("h200", 989e12, 4.8e12),
-    "h100": Hardware("h100", 989e12, 3.35e12),
-    "a100": Hardware("a100", 312e12, 2.039e12),
-}
-
-
-@dataclass(frozen=True)
-class ModelShape:
-    """What a transformer's step cost depends on (read from a transformers-style config)."""
-
-    layers: int
-    hidden: int
-    heads: int
-    kv_heads: int
-    head_dim: int
-    intermediate: int
-    vocab: int
-    bytes_per_value: int = 2
-
-    @classmethod
-    def from_config(cls, config: dict[str, Any]) -> ModelShape:
-        try:
-            hidden, heads = int(config["hidden_size"]), int(config["num_attention_heads"])
-            return cls(
-                layers=int(config["num_hidden_layers"]),
-                hidden=hidden,
-                heads=heads,
-                kv_heads=int(config.get("num_key_value_heads") or heads),
-                head_dim=int(config.get("head_dim") or hidden // heads),
-                intermediate=int(config["intermediate_size"]),
-                vocab=int(config["vocab_size"]),
-            )
-        except (KeyError, TypeError, ValueError) as exc:
-            raise S2D2Error(f"the shape config lacks a transformer setting: {exc}") from None
-
-    @property
-    def params(self) -> int:
-        """Weights read by one forward (attention, gated MLP, LM head; embeddings are gathered)."""
-        attn = self.hidden * self.head_dim * (2 * self.heads + 2 * self.kv_heads)
-        mlp = 3 * self.hidden * self.intermediate
-        return self.layers * (attn + mlp) + self.hidden * self.vocab
-
-
-@dataclass(frozen=True)
 class RooflineCost:
-    """Projected step time of ``model`` on ``hw`` (see the module docstring)."""
+    """Projected step time of ``model`` on ``hw`` (see the module docstring), on ``tp`` GPUs of one node
+    in tensor parallel: each rank computes and reads its share (:meth:`ModelShape.read_params`, its
+    key/value heads' cache), and the ranks add their partial sums by all-reduces over NVLink
+    (:meth:`comm_s`). ``tp`` 1 is the one-GPU price, with no communication."""
 
     model: ModelShape
     hw: Hardware
+    tp: int = 1
+
+    def __post_init__(self) -> None:
+        self.model.check_tensor_parallel(self.tp)
 
     def predict_ms(self, shape: StepShape) -> float:
         kv = sum(c + q for q, c in zip(shape.queries, shape.contexts, strict=True))
@@ -279,15 +231,49 @@ class RooflineCost:
 
     def predict_totals(self, rows: int, tokens: int, attention: float, kv: int, padded: float) -> float:
         m, hw = self.model, self.hw
-        flops = 2 * m.params * tokens + 4 * m.layers * m.heads * m.head_dim * attention
-        nbytes = m.bytes_per_value * (m.params + 2 * m.layers * m.kv_heads * m.head_dim * kv)
+        flops = m.flops(tokens, attention, self.tp)
+        nbytes = m.bytes_per_value * m.read_params(tokens, self.tp) + m.kv_bytes_per_position(self.tp) * kv
         compute = flops / (hw.peak_flops * hw.compute_efficiency)
         memory = nbytes / (hw.bandwidth * hw.memory_efficiency)
-        return 1e3 * (max(compute, memory) + hw.overhead_s)
+        return 1e3 * (max(compute, memory) + hw.overhead_s + self.comm_s(tokens))
+
+    def comm_s(self, tokens: int) -> float:
+        """The all-reduces of one forward of ``tokens`` tokens, seconds (0 on one GPU): the vocab-parallel
+        embedding's, and per layer two of the hidden states (tokens x hidden): after attention and after
+        the MLP or MoE block (routed and shared experts reduced together, one reduction per MoE layer);
+        then the vocab-parallel LM head's, a small one per token (each rank's best logit, its index and
+        its sum of exponentials, 3 float32: the device half needs no full-vocabulary gather)."""
+        if self.tp == 1:
+            return 0.0
+        m, hw = self.model, self.hw
+        hidden_bytes = tokens * m.hidden * m.bytes_per_value
+        hidden_states = (1 + 2 * m.layers) * hw.all_reduce_s(hidden_bytes, self.tp)
+        return hidden_states + hw.all_reduce_s(12 * tokens, self.tp)
+
+    def weight_bytes(self) -> float:
+        """Bytes of weights one rank holds."""
+        return self.model.bytes_per_value * self.model.held_params(self.tp)
+
+    def memory_line(self, kv_positions: int) -> str | None:
+        """``None`` when one rank holds its weights and the keys and values of ``kv_positions`` cached
+        positions within the GPU's usable memory; else the one-line reason it does not fit."""
+        weights = self.weight_bytes()
+        kv = self.model.kv_bytes_per_position(self.tp) * kv_positions
+        usable = self.hw.memory_bytes * self.hw.memory_usable
+        if weights + kv <= usable:
+            return None
+        return (
+            f"does not fit: per GPU {weights / 1e9:.1f} GB of weights + {kv / 1e9:.1f} GB of KV "
+            f"({kv_positions} positions) > {usable / 1e9:.1f} GB usable of {self.hw.name}'s "
+            f"{self.hw.memory_bytes / 1e9:.0f} GB at tensor parallel {self.tp}"
+        )
 
 
-def roofline(spec: str, shape_config: str | os.PathLike[str] | dict[str, Any]) -> RooflineCost:
-    """``roofline:NAME`` for the model of ``shape_config`` (a config.json path or its dict)."""
+def roofline(
+    spec: str, shape_config: str | os.PathLike[str] | dict[str, Any], tensor_parallel_size: int = 1
+) -> RooflineCost:
+    """``roofline:NAME`` for the model of ``shape_config`` (a config.json path or its dict), on
+    ``tensor_parallel_size`` GPUs in tensor parallel (a one-line error when they cannot shard it)."""
     name = spec.split(":", 1)[1] if ":" in spec else spec
     if name not in HARDWARE:
         raise S2D2Error(f"unknown hardware {name!r}; choose one of: {', '.join(HARDWARE)}")
@@ -296,7 +282,7 @@ def roofline(spec: str, shape_config: str | os.PathLike[str] | dict[str, Any]) -
             shape_config = json.loads(Path(shape_config).read_text())
         except (OSError, json.JSONDecodeError) as exc:
             raise S2D2Error(f"cannot read the shape config {shape_config}: {exc}") from None
-    return RooflineCost(ModelShape.from_config(shape_config), HARDWARE[name])
+    return RooflineCost(ModelShape.from_config(shape_config), HARDWARE[name], tensor_parallel_size)
 
 
 def median_abs_error(pairs: Sequence[tuple[float, float]]) -> float:

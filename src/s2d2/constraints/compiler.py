@@ -12,10 +12,11 @@ import json
 import re
 from collections import OrderedDict
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import ConfigError
+from .liveness import COMPILE_BUDGET, COMPILE_DEPTH, Liveness, can_complete
 from .spec import OutputConstraint
 
 MISSING_LIBRARY = "structured output needs `pip install s2d2[structured]` (the xgrammar library)"
@@ -39,6 +40,11 @@ class CompiledConstraint:
     constraint: OutputConstraint
     grammar: Any
     vocab_size: int
+    #: the grammar's dead-end look-aheads, memoised for every request that shares it (:mod:`.liveness`)
+    liveness: Liveness = field(init=False, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "liveness", Liveness(self.vocab_size))
 
 
 def _choice_grammar(options: Sequence[str]) -> str:
@@ -142,27 +148,33 @@ class GrammarCache:
         return compiled
 
     def _check_vocabulary(self, constraint: OutputConstraint, grammar: Any) -> None:
-        """A grammar none of whose first tokens the vocabulary holds is a ConfigError (the built-in
-        model's vocabulary has no braces or quotes, so it cannot begin a JSON object)."""
-        xgr = xgrammar()
-        bits = xgr.allocate_token_bitmask(1, self.vocab_size)
-        xgr.GrammarMatcher(grammar).fill_next_token_bitmask(bits, 0)
-        if not bool(bits.any()):
+        """A grammar that no token sequence of the vocabulary can complete is a ConfigError: a bounded
+        search (:func:`~.liveness.can_complete`) from its start finds a way to its end or proves there
+        is none (the built-in model's vocabulary has no braces or quotes, so it cannot begin a JSON
+        object; it has ``" a"`` but nothing that writes ``"vocado"`` after it)."""
+        matcher = xgrammar().GrammarMatcher(grammar)
+        if can_complete(matcher, self.vocab_size, COMPILE_BUDGET, COMPILE_DEPTH) is False:
             raise ConfigError(
-                f"this model's vocabulary cannot begin any output the {constraint.kind.replace('_', ' ')} "
-                "constraint allows"
+                f"this model's vocabulary cannot write any output the {constraint.kind.replace('_', ' ')} "
+                "constraint allows (no sequence of its tokens completes it)"
             )
 
     def _build(self, c: OutputConstraint) -> Any:
-        comp = self._compiler
+        """The compiled grammar of ``c``. Regexes, choices and grammars are held to the decoded text, so
+        they get :attr:`lead` before them as a whole (a regex ``67|42`` as ``" (?:67|42)"``, a grammar
+        as the lead then its root); ``json_object`` is any JSON object (not any JSON value)."""
+        comp, xgr = self._compiler, xgrammar()
         if c.kind == "json_schema":
-            return comp.compile_grammar(json_schema_grammar(xgrammar(), c.source))
+            return comp.compile_grammar(json_schema_grammar(xgr, c.source))
         if c.kind == "json_object":
-            return comp.compile_builtin_json_grammar()
+            return comp.compile_grammar(json_schema_grammar(xgr, '{"type":"object"}'))
         if c.kind == "regex":
-            return comp.compile_regex(self.lead + c.source)  # a space is itself in a regex
+            return comp.compile_regex(f"{self.lead}(?:{c.source})" if self.lead else c.source)
         if c.kind == "choice":
             return comp.compile_grammar(_choice_grammar([self.lead + o for o in c.source]))
         if c.kind == "grammar":
-            return comp.compile_grammar(c.source)
+            grammar = xgr.Grammar.from_ebnf(c.source)
+            if self.lead:
+                grammar = xgr.Grammar.concat(xgr.Grammar.from_ebnf(_choice_grammar([self.lead])), grammar)
+            return comp.compile_grammar(grammar)
         raise ConfigError(f"unknown constraint kind {c.kind!r}")

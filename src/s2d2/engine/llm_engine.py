@@ -50,6 +50,7 @@ from .step import (
 )  # fmt: skip
 from .step.grammar import attach_masks
 from .step.lanes import Lanes
+from .step.progress import check_progress
 from .step_timing import StepTiming
 
 
@@ -278,6 +279,9 @@ class LLMEngine:
                     f.segment.keep_prediction()
             with self.device.phase():
                 self._postprocess(rows, logits, parts)
+            for req in rows:
+                if not req.status.done:
+                    self._guarded(req, check_progress)
             self.scheduler.publish(rows)
         outputs = []
         if self.stream:

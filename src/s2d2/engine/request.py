@@ -199,6 +199,9 @@ class Request:
         #: the log-probability of each committed position (``config.logprobs``), by absolute position
         self.logprobs: dict[int, TokenLogprob] | None = {} if cfg.logprobs is not None else None
         self.t_start: float | None = None
+        #: the row's progress when it last changed, and forwards run since (:mod:`.step.progress`)
+        self.progress_mark: tuple[int, ...] | None = None
+        self.stalled_forwards = 0
 
     @property
     def state(self) -> KVState | None:

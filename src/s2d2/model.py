@@ -14,6 +14,7 @@ import torch
 from .adapters import ModelAdapter, load_adapter
 from .adapters.checkpoint import load_tokenizer
 from .adapters.kv_pool import DEFAULT_PAGE_SIZE
+from .adapters.word_pieces import continuation_prefix, decoded
 from .applicability import refuse_for_family
 from .config import DecodeConfig, checked_preset_file
 from .constraints import CompiledConstraint, GrammarCache, OutputConstraint, constraint_of
@@ -166,7 +167,9 @@ class S2D2Model(Likelihoods):
             ids = ids[:-1]
         if self.tokenizer is None:
             return " ".join(str(i) for i in ids)
-        return self.tokenizer.decode(ids, skip_special_tokens=True)
+        if not hasattr(self, "_piece_prefix"):
+            self._piece_prefix = continuation_prefix(self.tokenizer)
+        return decoded(self.tokenizer, ids, self._piece_prefix, skip_special_tokens=True)
 
     # ------------------------------------------------------------------ structured output
     def compile_constraint(self, constraint: OutputConstraint | None) -> CompiledConstraint | None:

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..adapters.word_pieces import continuation_prefix
 from ..errors import ConfigError
 from .liveness import COMPILE_BUDGET, COMPILE_DEPTH, Liveness, can_complete
 from .spec import OutputConstraint
@@ -73,15 +74,6 @@ def _one_line(exc: BaseException) -> str:
     return text if len(text) <= 200 else text[:197] + "..."
 
 
-def _word_piece_prefix(tokenizer: Any) -> str | None:
-    """The continuation prefix of a WordPiece decoder (the built-in model's: ``@@``), else None."""
-    backend = getattr(tokenizer, "backend_tokenizer", None)
-    decoder = getattr(backend, "decoder", None)
-    if decoder is None or type(decoder).__name__ != "WordPiece":
-        return None
-    return decoder.prefix
-
-
 def _tokenizer_info(xgr: Any, tokenizer: Any, vocab_size: int, stops: list[int]) -> Any:
     """xgrammar's view of the vocabulary: each token as the text it adds to the decoded output.
 
@@ -89,7 +81,7 @@ def _tokenizer_info(xgr: Any, tokenizer: Any, vocab_size: int, stops: list[int])
     xgrammar's own reading of such a vocabulary would see no spaces, so the grammar would constrain a
     different text than the one returned. Here every token but a continuation carries its space: the
     constrained text is the decoded one after one leading space (:attr:`GrammarCache.lead`)."""
-    prefix = _word_piece_prefix(tokenizer)
+    prefix = continuation_prefix(tokenizer)
     if prefix is None:
         return xgr.TokenizerInfo.from_huggingface(tokenizer, vocab_size=vocab_size, stop_token_ids=stops)
     special = set(getattr(tokenizer, "all_special_tokens", []))
@@ -119,7 +111,7 @@ class GrammarCache:
         self.vocab_size = vocab_size
         #: what the grammar's text has before the decoded text (a WordPiece vocabulary's first space);
         #: regex and choice constraints are compiled after it, so they match the decoded text
-        self.lead = " " if _word_piece_prefix(tokenizer) is not None else ""
+        self.lead = " " if continuation_prefix(tokenizer) is not None else ""
         self._compiler = xgr.GrammarCompiler(info, max_threads=1)
         self._entries: OrderedDict[OutputConstraint, CompiledConstraint] = OrderedDict()
         self.max_entries = max_entries

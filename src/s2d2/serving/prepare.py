@@ -55,6 +55,8 @@ TOP_LEVEL = {
     "stop_token_ids": "stop_token_ids",
     "presence_penalty": "presence_penalty",
     "frequency_penalty": "frequency_penalty",
+    "min_p": "min_p",
+    "repetition_penalty": "repetition_penalty",
     "logit_bias": "logit_bias",
 }
 STRICT_SAMPLING_NOTE = (

@@ -160,7 +160,7 @@ class S2D2Model(Likelihoods):
             stacklevel=5,
         )
 
-    def decode_ids(self, ids: Sequence[int]) -> str:
+    def decode_ids(self, ids: Sequence[int], skip_special_tokens: bool = True) -> str:
         stops = set(self.info.eos_token_ids)
         ids = list(ids)
         if ids and ids[-1] in stops:
@@ -169,7 +169,7 @@ class S2D2Model(Likelihoods):
             return " ".join(str(i) for i in ids)
         if not hasattr(self, "_piece_prefix"):
             self._piece_prefix = continuation_prefix(self.tokenizer)
-        return decoded(self.tokenizer, ids, self._piece_prefix, skip_special_tokens=True)
+        return decoded(self.tokenizer, ids, self._piece_prefix, skip_special_tokens=skip_special_tokens)
 
     # ------------------------------------------------------------------ structured output
     def compile_constraint(self, constraint: OutputConstraint | None) -> CompiledConstraint | None:

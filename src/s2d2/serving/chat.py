@@ -27,6 +27,8 @@ from typing import Any
 from .errors import bad_request
 from .protocol import ChatMessage
 
+#: apply_chat_template arguments the server sets itself (never taken from ``chat_template_kwargs``)
+_TEMPLATE_OWN = {"conversation", "add_generation_prompt", "tokenize", "return_dict", "return_tensors"}
 #: How the fallback template names each role.
 ROLE_NAMES = {
     "system": "System",
@@ -71,8 +73,11 @@ def uses_fallback(model: Any, messages: Sequence[ChatMessage]) -> bool:
     return not getattr(model.tokenizer, "chat_template", None) and len(messages) > 1
 
 
-def chat_prompt_ids(model: Any, messages: Sequence[ChatMessage]) -> list[int]:
-    """Token ids of the conversation, ending where the assistant's reply begins."""
+def chat_prompt_ids(
+    model: Any, messages: Sequence[ChatMessage], template_kwargs: dict[str, Any] | None = None
+) -> list[int]:
+    """Token ids of the conversation, ending where the assistant's reply begins; ``template_kwargs``:
+    vLLM's ``chat_template_kwargs``, extra variables of the chat template (unused by the fallback)."""
     tok = model.tokenizer
     if tok is None:
         raise bad_request(
@@ -80,7 +85,8 @@ def chat_prompt_ids(model: Any, messages: Sequence[ChatMessage]) -> list[int]:
         )
     if getattr(tok, "chat_template", None):
         conv = [{"role": m.role, "content": m.text()} for m in messages]
-        ids = tok.apply_chat_template(conv, add_generation_prompt=True, tokenize=True)
+        extra = {k: v for k, v in (template_kwargs or {}).items() if k not in _TEMPLATE_OWN}
+        ids = tok.apply_chat_template(conv, add_generation_prompt=True, tokenize=True, **extra)
         if isinstance(ids, dict) or hasattr(ids, "input_ids"):
             ids = ids["input_ids"]
         return [int(i) for i in ids]

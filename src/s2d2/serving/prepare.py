@@ -86,6 +86,9 @@ class Prepared:
     stop: list[str] = field(default_factory=list)
     stream: bool = False
     include_usage: bool = False
+    #: vLLM's ``include_stop_str_in_output`` and ``skip_special_tokens``
+    include_stop: bool = False
+    skip_special: bool = True
     #: completions' ``echo``: each choice's text starts with its prompt's text (``prompt_texts``)
     echo: bool = False
     prompt_texts: list[str] = field(default_factory=list)
@@ -285,7 +288,7 @@ def _prompts(model: Any, body: CompletionRequest | ChatCompletionRequest) -> lis
     param = "messages" if chat else "prompt"
     try:
         if chat:
-            prompts = [(chat_prompt_ids(model, body.messages), None)]
+            prompts = [(chat_prompt_ids(model, body.messages, body.chat_template_kwargs), None)]
         else:
             prompts = _completion_prompts(model, body.prompt)
         for ids, _ in prompts:
@@ -359,6 +362,8 @@ def prepare(
         stop=stop,
         stream=bool(body.stream),
         include_usage=bool(body.stream_options and body.stream_options.include_usage),
+        include_stop=bool(body.include_stop_str_in_output),
+        skip_special=body.skip_special_tokens is not False,
         echo=echo,
         prompt_texts=texts,
         logprobs=config.logprobs,

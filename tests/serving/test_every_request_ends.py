@@ -147,3 +147,15 @@ def test_no_output_begins_with_a_raw_continuation_piece(client):
         assert not out.choices[0].text.startswith("@@")
         assert not lp.tokens[0].startswith("@@")
         assert not any(k.startswith("@@") for k in lp.top_logprobs[0])
+
+
+@pytest.mark.parametrize(
+    ("extra", "param"),
+    [({"ignore_eos": True}, "ignore_eos"), ({"s2d2": {"ignore_eos": True}}, "s2d2.ignore_eos")],
+)
+def test_a_setting_a_constraint_cannot_honour_is_named(client, extra, param):
+    with pytest.raises(openai.BadRequestError) as err:
+        client.completions.create(
+            model="tiny-gsm", prompt=BEN, max_tokens=8, extra_body={"guided_regex": "[0-9]+", **extra}
+        )
+    assert err.value.body["param"] == param and "guided_regex" in err.value.body["message"]

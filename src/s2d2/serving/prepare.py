@@ -30,7 +30,7 @@ from .chat import FALLBACK_NOTE, chat_prompt_ids, encode_text, uses_fallback
 from .errors import APIError, bad_request
 from .prompt_scoring import scoring_request
 from .protocol import ChatCompletionRequest, CompletionRequest
-from .structured import check_stream, compile_for, structured_of
+from .structured import check_settings, check_stream, compile_for, structured_of
 
 MAX_STOP = 4
 #: Most choices (prompts x n) one request may ask for: each is an engine request.
@@ -351,6 +351,7 @@ def prepare(
     stop = stop_strings(body.stop)
     config, given = build_config(model, body, server_preset)
     constraint = compile_for(model, structured)
+    check_settings(structured, config, given)
     prompts = _prompts(model, body)
     ids = [p for p, _ in prompts]
     _check_length(ids, config, given, model.info)

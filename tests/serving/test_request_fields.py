@@ -136,3 +136,17 @@ def test_unknown_nested_keys_are_a_400_naming_their_path(client, kwargs, param):
     with pytest.raises(openai.BadRequestError) as err:
         client.post("/chat/completions", body={"model": "tiny-gsm", "max_tokens": 4, **body}, cast_to=object)
     assert err.value.body["param"] == param and err.value.body["code"] == "unknown_parameter"
+
+
+def test_a_json_body_without_a_json_content_type_is_told_what_is_wrong(client):
+    import httpx
+
+    url = str(client.base_url).rstrip("/") + "/completions"
+    body = '{"prompt": "hi", "max_tokens": 2}'
+    for headers in [{"content-type": "text/plain"}, {}]:
+        resp = httpx.post(url, content=body, headers=headers, timeout=30)
+        err = resp.json()["error"]
+        assert resp.status_code == 400 and err["code"] == "invalid_content_type"
+        assert "Content-Type: application/json" in err["message"]
+    ok = httpx.post(url, content=body, headers={"content-type": "application/json"}, timeout=30)
+    assert ok.status_code == 200

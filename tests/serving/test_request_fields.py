@@ -150,3 +150,12 @@ def test_a_json_body_without_a_json_content_type_is_told_what_is_wrong(client):
         assert "Content-Type: application/json" in err["message"]
     ok = httpx.post(url, content=body, headers={"content-type": "application/json"}, timeout=30)
     assert ok.status_code == 200
+
+
+def test_a_prompt_with_unknown_words_gets_a_note(client):
+    plain = client.completions.create(model="tiny-gsm", prompt=Q, max_tokens=4, echo=True, logprobs=0)
+    assert not any("unknown token" in n for n in plain.model_extra["s2d2"]["notes"])
+    odd = client.completions.create(
+        model="tiny-gsm", prompt="Ben has 3 zebras.", max_tokens=4, echo=True, logprobs=0
+    )
+    assert any("unknown token" in n and "text_offset" in n for n in odd.model_extra["s2d2"]["notes"])

@@ -50,6 +50,19 @@ def encode_text(model: Any, text: str) -> list[int]:
         return model.encode(text)
 
 
+UNKNOWN_WORDS_NOTE = (
+    "the prompt holds words outside the model's vocabulary, read as its unknown token: the answer is "
+    "unlikely to mean anything, and with echo the prompt's text and text_offsets are of the decoded "
+    "prompt (each such word shown as the unknown token)"
+)
+
+
+def unknown_words_notes(model: Any, prompts: Sequence[Sequence[int]]) -> list[str]:
+    """``[UNKNOWN_WORDS_NOTE]`` when a prompt holds the tokenizer's unknown token, else ``[]``."""
+    unk = getattr(model.tokenizer, "unk_token_id", None)
+    return [UNKNOWN_WORDS_NOTE] if unk is not None and any(unk in p for p in prompts) else []
+
+
 def spells_role_names(model: Any) -> bool:
     """Whether ``model``'s tokenizer reads every fallback role name without its unknown token."""
     unk = getattr(model.tokenizer, "unk_token_id", None)

@@ -26,7 +26,7 @@ from typing import Any
 from ..config import PRESETS, DecodeConfig
 from ..engine.request import check_prompt
 from ..errors import S2D2Error
-from .chat import FALLBACK_NOTE, chat_prompt_ids, encode_text, uses_fallback
+from .chat import FALLBACK_NOTE, chat_prompt_ids, encode_text, unknown_words_notes, uses_fallback
 from .errors import APIError, bad_request
 from .prompt_scoring import scoring_request
 from .protocol import ChatCompletionRequest, CompletionRequest
@@ -370,7 +370,7 @@ def prepare(
         logprobs=config.logprobs,
         constraint=constraint,
         tool_name=structured.tool_name,
-        notes=_notes(config, model, body),
+        notes=_notes(config, model, body) + unknown_words_notes(model, ids),
         score_only=score_only,
         prompt_logprobs=getattr(body, "prompt_logprobs", None),
     )

@@ -159,3 +159,20 @@ def test_a_setting_a_constraint_cannot_honour_is_named(client, extra, param):
             model="tiny-gsm", prompt=BEN, max_tokens=8, extra_body={"guided_regex": "[0-9]+", **extra}
         )
     assert err.value.body["param"] == param and "guided_regex" in err.value.body["message"]
+
+
+def test_a_request_that_cannot_end_is_a_422_with_its_reason(client, monkeypatch):
+    """A row that commits nothing (its step frozen) fails alone after the no-progress bound: the client
+    reads why, in a 422, not a 500 "internal error"; the next request decodes as usual."""
+    from s2d2.engine import llm_engine
+    from s2d2.engine.step.progress import NO_PROGRESS_FORWARDS
+
+    real = llm_engine.apply
+    monkeypatch.setattr(llm_engine, "apply", lambda w: None if w.req.cursor.ids is not None else real(w))
+    monkeypatch.setattr(llm_engine.Lanes, "take", lambda self, req, lg, fwd: False)
+    with pytest.raises(openai.APIStatusError) as err:
+        client.completions.create(model="tiny-gsm", prompt=BEN, max_tokens=8)
+    assert err.value.status_code == 422 and err.value.body["code"] == "cannot_end"
+    assert f"no progress in {NO_PROGRESS_FORWARDS} forwards" in err.value.body["message"]
+    monkeypatch.undo()
+    assert client.completions.create(model="tiny-gsm", prompt=BEN, max_tokens=8).choices[0].text

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 import torch
 
-from ..errors import S2D2Error
+from ..errors import RequestCannotEnd, S2D2Error
 from .compiler import CompiledConstraint, xgrammar
 from .liveness import clear_bit
 
@@ -21,7 +21,7 @@ class ConstraintViolation(S2D2Error):
     """A committed token the grammar does not allow (the engine never commits one; a bug if raised)."""
 
 
-class ConstraintDeadEnd(S2D2Error):
+class ConstraintDeadEnd(RequestCannotEnd):
     """No token of the vocabulary continues the committed output within the grammar: the row cannot go
     on (a dead end the look-ahead of :mod:`.liveness` could not see in advance). The row fails alone."""
 

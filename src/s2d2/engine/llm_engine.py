@@ -279,9 +279,8 @@ class LLMEngine:
                     f.segment.keep_prediction()
             with self.device.phase():
                 self._postprocess(rows, logits, parts)
-            for req in rows:
-                if not req.status.done:
-                    self._guarded(req, check_progress)
+            for req in rows:  # (every row ends: engine/step/progress.py)
+                self._guarded(req, check_progress)
             self.scheduler.publish(rows)
         outputs = []
         if self.stream:

@@ -29,6 +29,7 @@ ERROR_TYPES = {
     405: "invalid_request_error",
     408: "invalid_request_error",
     413: "invalid_request_error",
+    422: "invalid_request_error",
     429: "rate_limit_exceeded",
     500: "server_error",
     503: "server_error",
@@ -65,6 +66,14 @@ class APIError(Exception):
 
 def bad_request(message: str, param: str | None = None, code: str | None = None) -> APIError:
     return APIError(400, message, param=param, code=code)
+
+
+def decode_error(reason: str | None, cannot_end: bool) -> APIError:
+    """The answer for a choice that failed in the engine: a 422 (``cannot_end``) with its reason where
+    the request could not go on (:class:`~s2d2.errors.RequestCannotEnd`), else a 500 (``decode_failed``)."""
+    if cannot_end:
+        return APIError(422, f"the request could not be completed: {reason}", code="cannot_end")
+    return APIError(500, f"the request failed while decoding: {reason}", code="decode_failed")
 
 
 def _validation_error(exc: RequestValidationError, content_type: str = "application/json") -> APIError:

@@ -10,14 +10,14 @@ run until its client gave up. With ``max_tokens`` it bounds every row's forwards
 
 from __future__ import annotations
 
-from ...errors import S2D2Error
+from ...errors import RequestCannotEnd
 from ..request import Request
 
 #: consecutive forwards without progress after which a row fails (documented in docs/ENGINE.md)
 NO_PROGRESS_FORWARDS = 64
 
 
-class NoProgress(S2D2Error):
+class NoProgress(RequestCannotEnd):
     """A row ran :data:`NO_PROGRESS_FORWARDS` forwards without committing anything."""
 
 
@@ -32,7 +32,10 @@ def progress_mark(req: Request) -> tuple[int, ...]:
 
 
 def check_progress(req: Request) -> None:
-    """Count a forward the row ran (after its step); raises NoProgress at the bound."""
+    """Count a forward the row ran (after its step; a row that ended is left alone); raises NoProgress
+    at the bound."""
+    if req.status.done:
+        return
     mark = progress_mark(req)
     if mark != req.progress_mark:
         req.progress_mark, req.stalled_forwards = mark, 0

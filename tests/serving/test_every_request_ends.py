@@ -33,9 +33,18 @@ def client():
 
 
 @pytest.fixture(scope="module")
-def json_client(tmp_path_factory):
-    model = s2d2.load(make_json_model(tmp_path_factory.mktemp("json_obj")), device="cpu", dtype="fp32")
-    with running_server(create_app(model, max_num_seqs=8, max_queue=32)) as base:
+def json_model(tmp_path_factory):
+    return s2d2.load(make_json_model(tmp_path_factory.mktemp("json_obj")), device="cpu", dtype="fp32")
+
+
+@pytest.fixture(scope="module")
+def json_bracket(json_model):
+    return json_model.tokenizer.convert_tokens_to_ids("[")
+
+
+@pytest.fixture(scope="module")
+def json_client(json_model):
+    with running_server(create_app(json_model, max_num_seqs=8, max_queue=32)) as base:
         yield openai.OpenAI(base_url=base + "/v1", api_key="none", max_retries=0, timeout=30)
 
 
@@ -123,19 +132,18 @@ def test_every_alternative_of_a_regex_is_written_whole(client, regex, settings):
         assert out.choices[0].finish_reason == "stop"
 
 
-def test_json_object_gives_objects(json_client):
-    name, finished = json_client.models.list().data[0].id, 0
+def test_json_object_gives_objects(json_client, json_bracket):
+    """20 of 20 objects, even where the model leans towards an array (its ``[`` token favoured)."""
+    name = json_client.models.list().data[0].id
     for seed in range(20):
         out = json_client.completions.create(
             model=name, prompt="user ab 3", max_tokens=40, temperature=1.0, seed=seed,
-            extra_body={"response_format": {"type": "json_object"}},
+            logit_bias={str(json_bracket): 8}, extra_body={"response_format": {"type": "json_object"}},
         )  # fmt: skip
         text = out.choices[0].text
         assert text.startswith("{"), text  # an object from its first character (never an array)
-        if out.choices[0].finish_reason == "stop":
+        if out.choices[0].finish_reason == "stop":  # (else cut at max_tokens inside the object)
             assert isinstance(json.loads(text), dict)
-            finished += 1
-    assert finished >= 1
 
 
 def test_no_output_begins_with_a_raw_continuation_piece(client):

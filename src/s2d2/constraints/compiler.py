@@ -17,7 +17,7 @@ from typing import Any
 
 from ..adapters.word_pieces import continuation_prefix
 from ..errors import ConfigError
-from .liveness import COMPILE_BUDGET, COMPILE_DEPTH, Liveness, can_complete
+from .liveness import COMPILE_BUDGET, COMPILE_DEPTH, Liveness, can_complete, writes_every_byte
 from .spec import OutputConstraint
 
 MISSING_LIBRARY = "structured output needs `pip install s2d2[structured]` (the xgrammar library)"
@@ -41,11 +41,13 @@ class CompiledConstraint:
     constraint: OutputConstraint
     grammar: Any
     vocab_size: int
+    #: whether the vocabulary may add dead ends (it does not write every byte): the look-ahead runs
+    lookahead: bool = True
     #: the grammar's dead-end look-aheads, memoised for every request that shares it (:mod:`.liveness`)
     liveness: Liveness = field(init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "liveness", Liveness(self.vocab_size))
+        object.__setattr__(self, "liveness", Liveness(self.vocab_size, enabled=self.lookahead))
 
 
 def _choice_grammar(options: Sequence[str]) -> str:
@@ -113,6 +115,8 @@ class GrammarCache:
         #: regex and choice constraints are compiled after it, so they match the decoded text
         self.lead = " " if continuation_prefix(tokenizer) is not None else ""
         self._compiler = xgr.GrammarCompiler(info, max_threads=1)
+        #: whether masks need the dead-end look-ahead (:func:`~.liveness.writes_every_byte`)
+        self.lookahead = not writes_every_byte(list(info.decoded_vocab))
         self._entries: OrderedDict[OutputConstraint, CompiledConstraint] = OrderedDict()
         self.max_entries = max_entries
         #: grammars compiled (cache misses); a test reads it to show a long generation never recompiles
@@ -133,7 +137,7 @@ class GrammarCache:
             raise ConfigError(f"invalid {constraint.kind.replace('_', ' ')}: {_one_line(exc)}") from None
         self._check_vocabulary(constraint, grammar)
         self.compiles += 1
-        compiled = CompiledConstraint(constraint, grammar, self.vocab_size)
+        compiled = CompiledConstraint(constraint, grammar, self.vocab_size, self.lookahead)
         self._entries[constraint] = compiled
         if len(self._entries) > self.max_entries:
             self._entries.popitem(last=False)

@@ -81,11 +81,20 @@ def can_complete(matcher: Any, vocab: int, budget: int, depth: int) -> bool | No
     return search(depth)
 
 
-class Liveness:
-    """Memoised look-aheads of one compiled grammar (see the module docstring), keyed by token path."""
+def writes_every_byte(decoded_vocab: list[bytes]) -> bool:
+    """Whether the vocabulary has a token for each of the 256 single bytes (a byte-level BPE's does):
+    then any text the grammar allows can be continued byte by byte, and the vocabulary adds no dead end
+    (the look-ahead is skipped; only the grammar's own start is searched at compile time)."""
+    return len({t for t in decoded_vocab if len(t) == 1}) == 256
 
-    def __init__(self, vocab: int, max_entries: int = MEMO_ENTRIES):
+
+class Liveness:
+    """Memoised look-aheads of one compiled grammar (see the module docstring), keyed by token path.
+    ``enabled`` False (a vocabulary that writes every byte): rows are not pruned, only counted."""
+
+    def __init__(self, vocab: int, max_entries: int = MEMO_ENTRIES, *, enabled: bool = True):
         self.vocab = vocab
+        self.enabled = enabled
         self.max_entries = max_entries
         self._memo: OrderedDict[tuple[int, ...], bool] = OrderedDict()
 
@@ -101,7 +110,10 @@ class Liveness:
 
     def prune_row(self, matcher: Any, path: tuple[int, ...], bits: torch.Tensor, index: int) -> int:
         """Clear from bitmask row ``index`` (the matcher's next-token mask at ``path``) every token after
-        which the state is a proven dead end; returns how many tokens the row still allows."""
+        which the state is a proven dead end; returns how many tokens the row still allows (when not
+        :attr:`enabled`: 1 for a row that allows any, else 0)."""
+        if not self.enabled:
+            return int(bool(bits[index].any()))
         ids = allowed_ids(bits, index, self.vocab)
         if len(ids) > MAX_CHECKED_TOKENS:
             return len(ids)

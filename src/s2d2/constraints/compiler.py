@@ -147,9 +147,17 @@ class GrammarCache:
         """A grammar that no token sequence of the vocabulary can complete is a ConfigError: a bounded
         search (:func:`~.liveness.can_complete`) from its start finds a way to its end or proves there
         is none (the built-in model's vocabulary has no braces or quotes, so it cannot begin a JSON
-        object; it has ``" a"`` but nothing that writes ``"vocado"`` after it)."""
-        matcher = xgrammar().GrammarMatcher(grammar)
-        if can_complete(matcher, self.vocab_size, COMPILE_BUDGET, COMPILE_DEPTH) is False:
+        object; it has ``" a"`` but nothing that writes ``"vocado"`` after it). A vocabulary writing every
+        byte only needs a first token."""
+        xgr = xgrammar()
+        matcher = xgr.GrammarMatcher(grammar)
+        if not self.lookahead:  # every byte is a token: whatever the grammar allows can be written
+            bits = xgr.allocate_token_bitmask(1, self.vocab_size)
+            matcher.fill_next_token_bitmask(bits, 0)
+            dead = not bool(bits.any())
+        else:
+            dead = can_complete(matcher, self.vocab_size, COMPILE_BUDGET, COMPILE_DEPTH) is False
+        if dead:
             raise ConfigError(
                 f"this model's vocabulary cannot write any output the {constraint.kind.replace('_', ' ')} "
                 "constraint allows (no sequence of its tokens completes it)"

@@ -96,14 +96,16 @@ class Liveness:
         self.vocab = vocab
         self.enabled = enabled
         self.max_entries = max_entries
-        self._memo: OrderedDict[tuple[int, ...], bool] = OrderedDict()
+        #: keyed by the path's length and hash (a path may be thousands of tokens: not kept itself)
+        self._memo: OrderedDict[tuple[int, int], bool] = OrderedDict()
 
     def dead(self, matcher: Any, path: tuple[int, ...]) -> bool:
         """Whether the state ``matcher`` is at (reached by ``path``) is proven a dead end."""
-        hit = self._memo.get(path)
+        key = (len(path), hash(path))
+        hit = self._memo.get(key)
         if hit is None:
             hit = can_complete(matcher, self.vocab, LOOKAHEAD_BUDGET, LOOKAHEAD_DEPTH) is False
-            self._memo[path] = hit
+            self._memo[key] = hit
             if len(self._memo) > self.max_entries:
                 self._memo.popitem(last=False)
         return hit

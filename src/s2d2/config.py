@@ -124,6 +124,8 @@ class DecodeConfig:
     temperature: float = 0.0
     top_k: int = 0
     top_p: float = 1.0
+    #: Drop tokens whose probability is below ``min_p`` times the most likely one's (0 = off; vLLM's).
+    min_p: float = 0.0
     seed: int | None = None
     # --- length and stopping ---
     max_new_tokens: int = 256
@@ -137,6 +139,9 @@ class DecodeConfig:
     logit_bias: dict[int, float] = field(default_factory=dict)
     #: Subtracted from a token's logit once it occurs among the generated tokens, in [-2, 2].
     presence_penalty: float = 0.0
+    #: vLLM's: a logit of a token in the prompt or the output so far is divided by it (if positive) or
+    #: multiplied by it (if negative); 1 = off, in (0, 2].
+    repetition_penalty: float = 1.0
     #: Subtracted from a token's logit per occurrence among the generated tokens, in [-2, 2].
     frequency_penalty: float = 0.0
     # --- family-specific (ignored where a family does not use them) ---

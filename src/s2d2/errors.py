@@ -20,5 +20,10 @@ class ConfigError(S2D2Error):
     """Decoding settings are invalid or contradict each other."""
 
 
+class RequestCannotEnd(S2D2Error):
+    """A request that could not go on after admission (a constraint's dead end no look-ahead saw, a row
+    that made no progress): it fails alone with this one-line reason, which the server passes on (a 422)."""
+
+
 class PromptError(S2D2Error):
     """The prompt cannot be decoded (too long, empty, wrong type)."""

@@ -29,6 +29,7 @@ from .generation_result import GenerationResult
 from .model_source import BUILTIN_MODELS, builtin_path, resolve_model_path  # noqa: F401 - re-exported
 from .presets import MODEL_PRESET_FILE, PresetFile
 from .scoring.likelihoods import Likelihoods
+from .word_pieces import continuation_prefix, decoded
 
 DEFAULT_MODEL = "tiny-gsm"
 #: Keywords of ``generate`` / ``generate_batch`` (and request files) that ask for structured output.
@@ -159,14 +160,16 @@ class S2D2Model(Likelihoods):
             stacklevel=5,
         )
 
-    def decode_ids(self, ids: Sequence[int]) -> str:
+    def decode_ids(self, ids: Sequence[int], skip_special_tokens: bool = True) -> str:
         stops = set(self.info.eos_token_ids)
         ids = list(ids)
         if ids and ids[-1] in stops:
             ids = ids[:-1]
         if self.tokenizer is None:
             return " ".join(str(i) for i in ids)
-        return self.tokenizer.decode(ids, skip_special_tokens=True)
+        if not hasattr(self, "_piece_prefix"):
+            self._piece_prefix = continuation_prefix(self.tokenizer)
+        return decoded(self.tokenizer, ids, self._piece_prefix, skip_special_tokens=skip_special_tokens)
 
     # ------------------------------------------------------------------ structured output
     def compile_constraint(self, constraint: OutputConstraint | None) -> CompiledConstraint | None:

@@ -95,6 +95,8 @@ def _check_sampling(cfg: Any) -> None:
         _fail(f"top_k must be an integer >= 0 (0 = off), got {cfg.top_k!r}")
     if not (0.0 < cfg.top_p <= 1.0):
         _fail(f"top_p must be in (0, 1], got {cfg.top_p}")
+    if not (0.0 <= cfg.min_p <= 1.0):
+        _fail(f"min_p must be in [0, 1], got {cfg.min_p}")
 
 
 def _check_lengths(cfg: Any) -> None:
@@ -115,6 +117,9 @@ def _check_adjust(cfg: Any, fail: Any) -> None:
         value = getattr(cfg, name)
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not -2.0 <= value <= 2.0:
             fail(f"{name} must be a number in [-2, 2], got {value!r}")
+    rep = cfg.repetition_penalty
+    if isinstance(rep, bool) or not isinstance(rep, (int, float)) or not 0.0 < rep <= 2.0:
+        fail(f"repetition_penalty must be a number in (0, 2] (1 = off), got {rep!r}")
     if not isinstance(cfg.logit_bias, dict):
         fail(f"logit_bias must map token ids to numbers, got {cfg.logit_bias!r}")
     for tok, bias in cfg.logit_bias.items():

@@ -15,7 +15,7 @@ from test_server import running_server  # noqa: E402
 
 import s2d2  # noqa: E402
 from s2d2.serving.app import create_app  # noqa: E402
-from s2d2.serving.chat import FALLBACK_NOTE, chat_prompt_ids, spells_role_names  # noqa: E402
+from s2d2.serving.chat import FALLBACK_NOTE, UNKNOWN_WORDS_NOTE, chat_prompt_ids, spells_role_names  # noqa: E402
 from s2d2.serving.protocol import ChatMessage  # noqa: E402
 from s2d2.tasks.tiny_gsm.scoring import is_correct  # noqa: E402
 from s2d2.tasks.tiny_gsm.splits import load_split  # noqa: E402
@@ -58,7 +58,7 @@ def test_a_system_message_keeps_the_answers_right(client):
         text, notes = _ask(
             client, [{"role": "system", "content": SYSTEM}, {"role": "user", "content": p["question"]}]
         )
-        assert notes == [FALLBACK_NOTE]
+        assert notes == [FALLBACK_NOTE, UNKNOWN_WORDS_NOTE]  # (the system message: words it cannot read)
         right += is_correct(text, p["final"])
         single, single_notes = _ask(client, [{"role": "user", "content": p["question"]}])
         assert single_notes == []  # one user message is the model's own form: nothing to note

@@ -8,6 +8,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import uuid
 
@@ -74,6 +75,19 @@ def _processes_with(marker: str) -> list[tuple[int, str]]:
     return found
 
 
+def _probe_until_refused(base: str, body: dict, seen: list) -> None:
+    """New requests after the stop signal, until one is not a 200 (kept last in ``seen``) or 20 s."""
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        try:
+            seen.append(httpx.post(base + "/v1/completions", json=body, timeout=30))
+        except httpx.TransportError:
+            return
+        if seen[-1].status_code != 200:
+            return
+        time.sleep(0.05)
+
+
 def _wait_gone(marker: str, timeout: float) -> list[tuple[int, str]]:
     deadline = time.monotonic() + timeout
     while (left := _processes_with(marker)) and time.monotonic() < deadline:
@@ -112,15 +126,22 @@ def test_serve_ray_stops_on_a_signal_with_exit_0_and_no_ray_process_left(sig):
         assert out.status_code == 200 and out.json()["usage"]["completion_tokens"] > 0
         long = {**body, "max_tokens": 400, "stream": True, "s2d2": {"decoder": "ar", "ignore_eos": True}}
         lines: list[str] = []
+        during: list[httpx.Response] = []
+        prober = threading.Thread(target=_probe_until_refused, args=(base, body, during), daemon=True)
         with httpx.stream("POST", base + "/v1/completions", json=long, timeout=120) as resp:
             assert resp.status_code == 200
             for line in resp.iter_lines():
                 lines.append(line)
                 if len(lines) == 1:
                     proc.send_signal(sig)
+                    prober.start()
         data = [line for line in lines if line.startswith("data: ")]
         assert data[-1] == "data: [DONE]" and len(data) > 2, data[-3:]
         assert not any('"error"' in line for line in data)  # it ran to its end within the grace
+        prober.join(30)
+        # a request that arrives while the replicas drain: 503 + Retry-After (as the plain server), not 404
+        assert during and during[-1].status_code == 503, [r.status_code for r in during]
+        assert during[-1].headers.get("retry-after") and during[-1].json()["error"]["code"] == "draining"
         output = proc.communicate(timeout=120)[0].decode()
         assert proc.returncode == 0, output[-3000:]
         # (Ray's raylet may still log "ServeController.graceful_shutdown failed ... killed by ray.kill":

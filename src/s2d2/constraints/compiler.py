@@ -12,10 +12,12 @@ import json
 import re
 from collections import OrderedDict
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import ConfigError
+from ..word_pieces import continuation_prefix
+from .liveness import COMPILE_BUDGET, COMPILE_DEPTH, Liveness, can_complete, writes_every_byte
 from .spec import OutputConstraint
 from .tool_calls import structural_tag
 
@@ -40,6 +42,13 @@ class CompiledConstraint:
     constraint: OutputConstraint
     grammar: Any
     vocab_size: int
+    #: whether the vocabulary may add dead ends (it does not write every byte): the look-ahead runs
+    lookahead: bool = True
+    #: the grammar's dead-end look-aheads, memoised for every request that shares it (:mod:`.liveness`)
+    liveness: Liveness = field(init=False, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "liveness", Liveness(self.vocab_size, enabled=self.lookahead))
 
 
 def _choice_grammar(options: Sequence[str]) -> str:
@@ -68,15 +77,6 @@ def _one_line(exc: BaseException) -> str:
     return text if len(text) <= 200 else text[:197] + "..."
 
 
-def _word_piece_prefix(tokenizer: Any) -> str | None:
-    """The continuation prefix of a WordPiece decoder (the built-in model's: ``@@``), else None."""
-    backend = getattr(tokenizer, "backend_tokenizer", None)
-    decoder = getattr(backend, "decoder", None)
-    if decoder is None or type(decoder).__name__ != "WordPiece":
-        return None
-    return decoder.prefix
-
-
 def _tokenizer_info(xgr: Any, tokenizer: Any, vocab_size: int, stops: list[int]) -> Any:
     """xgrammar's view of the vocabulary: each token as the text it adds to the decoded output.
 
@@ -84,7 +84,7 @@ def _tokenizer_info(xgr: Any, tokenizer: Any, vocab_size: int, stops: list[int])
     xgrammar's own reading of such a vocabulary would see no spaces, so the grammar would constrain a
     different text than the one returned. Here every token but a continuation carries its space: the
     constrained text is the decoded one after one leading space (:attr:`GrammarCache.lead`)."""
-    prefix = _word_piece_prefix(tokenizer)
+    prefix = continuation_prefix(tokenizer)
     if prefix is None:
         return xgr.TokenizerInfo.from_huggingface(tokenizer, vocab_size=vocab_size, stop_token_ids=stops)
     special = set(getattr(tokenizer, "all_special_tokens", []))
@@ -114,8 +114,10 @@ class GrammarCache:
         self.vocab_size = vocab_size
         #: what the grammar's text has before the decoded text (a WordPiece vocabulary's first space);
         #: regex and choice constraints are compiled after it, so they match the decoded text
-        self.lead = " " if _word_piece_prefix(tokenizer) is not None else ""
+        self.lead = " " if continuation_prefix(tokenizer) is not None else ""
         self._compiler = xgr.GrammarCompiler(info, max_threads=1)
+        #: whether masks need the dead-end look-ahead (:func:`~.liveness.writes_every_byte`)
+        self.lookahead = not writes_every_byte(list(info.decoded_vocab))
         self._entries: OrderedDict[OutputConstraint, CompiledConstraint] = OrderedDict()
         self.max_entries = max_entries
         #: grammars compiled (cache misses); a test reads it to show a long generation never recompiles
@@ -136,36 +138,50 @@ class GrammarCache:
             raise ConfigError(f"invalid {constraint.kind.replace('_', ' ')}: {_one_line(exc)}") from None
         self._check_vocabulary(constraint, grammar)
         self.compiles += 1
-        compiled = CompiledConstraint(constraint, grammar, self.vocab_size)
+        compiled = CompiledConstraint(constraint, grammar, self.vocab_size, self.lookahead)
         self._entries[constraint] = compiled
         if len(self._entries) > self.max_entries:
             self._entries.popitem(last=False)
         return compiled
 
     def _check_vocabulary(self, constraint: OutputConstraint, grammar: Any) -> None:
-        """A grammar none of whose first tokens the vocabulary holds is a ConfigError (the built-in
-        model's vocabulary has no braces or quotes, so it cannot begin a JSON object)."""
+        """A grammar that no token sequence of the vocabulary can complete is a ConfigError: a bounded
+        search (:func:`~.liveness.can_complete`) from its start finds a way to its end or proves there
+        is none (the built-in model's vocabulary has no braces or quotes, so it cannot begin a JSON
+        object; it has ``" a"`` but nothing that writes ``"vocado"`` after it). A vocabulary writing every
+        byte only needs a first token."""
         xgr = xgrammar()
-        bits = xgr.allocate_token_bitmask(1, self.vocab_size)
-        xgr.GrammarMatcher(grammar).fill_next_token_bitmask(bits, 0)
-        if not bool(bits.any()):
+        matcher = xgr.GrammarMatcher(grammar)
+        if not self.lookahead:  # every byte is a token: whatever the grammar allows can be written
+            bits = xgr.allocate_token_bitmask(1, self.vocab_size)
+            matcher.fill_next_token_bitmask(bits, 0)
+            dead = not bool(bits.any())
+        else:
+            dead = can_complete(matcher, self.vocab_size, COMPILE_BUDGET, COMPILE_DEPTH) is False
+        if dead:
             raise ConfigError(
-                f"this model's vocabulary cannot begin any output the {constraint.kind.replace('_', ' ')} "
-                "constraint allows"
+                f"this model's vocabulary cannot write any output the {constraint.kind.replace('_', ' ')} "
+                "constraint allows (no sequence of its tokens completes it)"
             )
 
     def _build(self, c: OutputConstraint) -> Any:
-        comp = self._compiler
+        """The compiled grammar of ``c``. Regexes, choices and grammars are held to the decoded text, so
+        they get :attr:`lead` before them as a whole (a regex ``67|42`` as ``" (?:67|42)"``, a grammar
+        as the lead then its root); ``json_object`` is any JSON object (not any JSON value)."""
+        comp, xgr = self._compiler, xgrammar()
         if c.kind == "json_schema":
-            return comp.compile_grammar(json_schema_grammar(xgrammar(), c.source))
+            return comp.compile_grammar(json_schema_grammar(xgr, c.source))
         if c.kind == "json_object":
-            return comp.compile_builtin_json_grammar()
+            return comp.compile_grammar(json_schema_grammar(xgr, '{"type":"object"}'))
         if c.kind == "regex":
-            return comp.compile_regex(self.lead + c.source)  # a space is itself in a regex
+            return comp.compile_regex(f"{self.lead}(?:{c.source})" if self.lead else c.source)
         if c.kind == "choice":
             return comp.compile_grammar(_choice_grammar([self.lead + o for o in c.source]))
         if c.kind == "grammar":
-            return comp.compile_grammar(c.source)
+            grammar = xgr.Grammar.from_ebnf(c.source)
+            if self.lead:
+                grammar = xgr.Grammar.concat(xgr.Grammar.from_ebnf(_choice_grammar([self.lead])), grammar)
+            return comp.compile_grammar(grammar)
         if c.kind == "tool_calls":
             tag = structural_tag(c.source, lambda schema: json_schema_grammar(xgrammar(), schema))
             return comp.compile_structural_tag(json.dumps(tag))

@@ -12,12 +12,18 @@ from collections.abc import Sequence
 
 import torch
 
-from ..errors import S2D2Error
+from ..errors import RequestCannotEnd, S2D2Error
 from .compiler import CompiledConstraint, xgrammar
+from .liveness import clear_bit
 
 
 class ConstraintViolation(S2D2Error):
     """A committed token the grammar does not allow (the engine never commits one; a bug if raised)."""
+
+
+class ConstraintDeadEnd(RequestCannotEnd):
+    """No token of the vocabulary continues the committed output within the grammar: the row cannot go
+    on (a dead end the look-ahead of :mod:`.liveness` could not see in advance). The row fails alone."""
 
 
 def bitmask_words(vocab_size: int) -> int:
@@ -35,6 +41,8 @@ class GrammarState:
         self.words = bitmask_words(compiled.vocab_size)
         #: generated tokens the matcher has consumed (all committed; stops growing once terminated)
         self.fed = 0
+        #: those tokens (the token path the dead-end look-ahead is memoised by)
+        self.path: tuple[int, ...] = ()
 
     @property
     def terminated(self) -> bool:
@@ -53,16 +61,20 @@ class GrammarState:
                     f"{self.compiled.constraint.kind} constraint"
                 )
             self.fed += 1
+            self.path = (*self.path, int(t))
 
     def accepted_prefix(self, tokens: Sequence[int]) -> int:
-        """How many leading ``tokens`` the grammar allows from the committed state (state unchanged)."""
+        """How many leading ``tokens`` the grammar allows from the committed state, each within the rows
+        :meth:`masks` gives (so no dead end is entered); the state is unchanged."""
+        if not tokens:
+            return 0
+        rows = self.masks(tokens, len(tokens))
         m, n = self.matcher, 0
-        for t in tokens:
-            if m.is_terminated() or not m.accept_token(int(t)):
+        for i, t in enumerate(tokens):
+            if m.is_terminated() or not _allows(rows, i, int(t)) or not m.accept_token(int(t)):
                 break
             n += 1
-        if n:
-            m.rollback(n)
+        self._rollback(n)
         return n
 
     def forced_tokens(self, limit: int, avoid: frozenset[int] = frozenset()) -> list[int]:
@@ -103,20 +115,45 @@ class GrammarState:
 
     def masks(self, drafts: Sequence[int], n_rows: int) -> torch.Tensor:
         """Host int32 bitmask ``[n_rows, words]``: row i allows the tokens the grammar accepts after the
-        committed prefix and ``drafts[:i]``. Rows after a draft the grammar refuses (or after it ended)
-        allow everything: a verification stops at or before that draft anyway."""
+        committed prefix and ``drafts[:i]``, less those after which the grammar is a proven dead end
+        (:meth:`~.liveness.Liveness.prune_row`: the same rule for every decoder). Rows after a draft
+        the row before refuses (or after the grammar ended) allow everything: a verification stops at
+        or before that draft anyway. A first row that allows nothing raises ConstraintDeadEnd."""
         out = torch.full((n_rows, self.words), -1, dtype=torch.int32)
-        m, walked = self.matcher, 0
+        m, walked, live = self.matcher, 0, self.compiled.liveness
+        path = self.path
         for i in range(n_rows):
             if m.is_terminated():
                 break
             m.fill_next_token_bitmask(out, i)
-            if i + 1 == n_rows or i >= len(drafts) or not m.accept_token(int(drafts[i])):
+            if live.prune_row(m, path, out, i) == 0:
+                if i == 0:
+                    self._rollback(walked)
+                    raise ConstraintDeadEnd(
+                        f"no token of this model's vocabulary continues the "
+                        f"{self.compiled.constraint.kind.replace('_', ' ')} constraint after "
+                        f"{self.fed} generated tokens"
+                    )
+                clear_bit(out, i - 1, int(drafts[i - 1]))  # that draft leads nowhere: refused there
+                out[i:] = -1
                 break
+            if i + 1 == n_rows or i >= len(drafts) or not _allows(out, i, int(drafts[i])):
+                break
+            if not m.accept_token(int(drafts[i])):
+                break
+            path = (*path, int(drafts[i]))
             walked += 1
-        if walked:
-            m.rollback(walked)
+        self._rollback(walked)
         return out
+
+    def _rollback(self, n: int) -> None:
+        if n:
+            self.matcher.rollback(n)
+
+
+def _allows(bits: torch.Tensor, index: int, token: int) -> bool:
+    word, bit = divmod(token, 32)
+    return bool((int(bits[index, word]) >> bit) & 1)
 
 
 def _single_token(row: torch.Tensor) -> int | None:

@@ -15,12 +15,18 @@ import torch
 
 
 def probs_from_logits(
-    logits: torch.Tensor, temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0
+    logits: torch.Tensor,
+    temperature: float = 0.0,
+    top_k: int = 0,
+    top_p: float = 1.0,
+    min_p: float = 0.0,
 ) -> torch.Tensor:
-    """Full distributions ``[n, V]`` after temperature, top-k and top-p (nucleus) transforms.
+    """Full distributions ``[n, V]`` after temperature, top-k, top-p (nucleus) and min-p transforms.
 
     Temperature 0 means greedy sampling; the distribution itself is then taken at temperature 1 (it
-    still feeds confidence, entropy, estimators and the probabilistic acceptance rule).
+    still feeds confidence, entropy, estimators and the probabilistic acceptance rule). Every filter
+    keeps each row's most likely token, so a row with one finite logit (a grammar-masked row allows at
+    least one token) keeps a finite distribution: no NaN reaches a draw.
     """
     if logits.dtype != torch.float32:  # (a float32 tensor as it is: no call)
         logits = logits.float()
@@ -36,6 +42,10 @@ def probs_from_logits(
         drop_sorted = (torch.cumsum(sorted_probs, dim=-1) - sorted_probs) >= top_p
         drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
         logits = logits.masked_fill(drop, float("-inf"))
+    if min_p > 0.0:
+        # p >= min_p * p_max  <=>  logit >= max_logit + log(min_p) (the most likely token always stays)
+        floor = logits.amax(dim=-1, keepdim=True) + math.log(min_p)
+        logits = logits.masked_fill(logits < floor, float("-inf"))
     return torch.softmax(logits, dim=-1)
 
 

@@ -10,7 +10,9 @@ generated before it::
 
     adjusted[v] = logits[v] - presence_penalty * (count[v] > 0) - frequency_penalty * count[v] + bias[v]
 
-and, while ``generated < min_tokens``, every stop / EOS id gets ``-inf``.
+and, while ``generated < min_tokens``, every stop / EOS id gets ``-inf``. vLLM's ``repetition_penalty``
+``r`` (1 = off) then divides a positive logit by ``r`` and multiplies a negative one by ``r`` for every
+token that occurs in the prompt or among the tokens generated before the position.
 """
 
 from __future__ import annotations
@@ -35,13 +37,19 @@ class LogitsAdjust:
     frequency_penalty: float = 0.0
     min_tokens: int = 0
     stop_ids: tuple[int, ...] = ()
+    repetition_penalty: float = 1.0
+    #: the prompt's distinct token ids (only kept when ``repetition_penalty`` is set)
+    prompt_ids: tuple[int, ...] = ()
 
     @classmethod
-    def of(cls, cfg: Any, stop_ids: Sequence[int] = ()) -> LogitsAdjust:
+    def of(cls, cfg: Any, stop_ids: Sequence[int] = (), prompt_ids: Sequence[int] = ()) -> LogitsAdjust:
         """From a :class:`~s2d2.config.DecodeConfig`; ``stop_ids``: the ids that end the request (the
-        model's EOS ids unless ``ignore_eos``, plus ``cfg.stop_token_ids``)."""
+        model's EOS ids unless ``ignore_eos``, plus ``cfg.stop_token_ids``); ``prompt_ids``: its prompt."""
         bias = tuple(sorted((int(t), float(b)) for t, b in cfg.logit_bias.items() if b != 0))
+        rep = float(getattr(cfg, "repetition_penalty", 1.0))
         return cls(
+            repetition_penalty=rep,
+            prompt_ids=tuple(sorted({int(t) for t in prompt_ids})) if rep != 1.0 else (),
             bias=bias,
             presence_penalty=float(cfg.presence_penalty),
             frequency_penalty=float(cfg.frequency_penalty),
@@ -52,7 +60,7 @@ class LogitsAdjust:
     @property
     def needs_counts(self) -> bool:
         """Whether :func:`adjust_logits` reads ``counts`` (a penalty is set)."""
-        return self.presence_penalty != 0.0 or self.frequency_penalty != 0.0
+        return self.presence_penalty != 0.0 or self.frequency_penalty != 0.0 or self.repetition_penalty != 1.0
 
     @functools.cached_property
     def active(self) -> bool:
@@ -102,6 +110,11 @@ def adjust_logits(
             raise ValueError(f"adjust_logits needs counts of shape ({n}, {vocab}) for the penalties")
         c = counts.to(device=out.device, dtype=torch.float32)
         out = out - adjust.presence_penalty * (c > 0).to(torch.float32) - adjust.frequency_penalty * c
+        if adjust.repetition_penalty != 1.0:
+            in_prompt = _row([(t, 1.0) for t in adjust.prompt_ids], vocab, out.device) > 0
+            seen = (c > 0) | in_prompt.view(1, vocab)
+            r = adjust.repetition_penalty
+            out = torch.where(seen, torch.where(out > 0, out / r, out * r), out)
     if adjust.bias:
         out = out + _row(adjust.bias, vocab, out.device)
     if adjust.min_tokens > 0 and adjust.stop_ids:

@@ -41,6 +41,7 @@ from .step import (
     apply_plans,
 )  # fmt: skip
 from .step.postprocess import postprocess
+from .step.progress import check_progress
 from .step_timing import StepTiming
 
 
@@ -269,6 +270,8 @@ class LLMEngine:
                     f.segment.keep_prediction()
             with self.device.phase():
                 postprocess(self.device, rows, logits, parts, self._fail, self.lanes)
+            for req in rows:  # (every row ends: engine/step/progress.py)
+                self._guarded(req, check_progress)
             self.scheduler.publish(rows)
         outputs = []
         if self.stream:

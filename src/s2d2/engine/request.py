@@ -162,7 +162,7 @@ class Request:
         stop = set(cfg.stop_token_ids) | (set() if cfg.ignore_eos else set(info.eos_token_ids))
         self.stop_set = frozenset(stop)
         #: OpenAI logit adjustments, applied to the drafter's and the verifier's logits alike
-        self.adjust = LogitsAdjust.of(cfg, stop_ids=sorted(stop))
+        self.adjust = LogitsAdjust.of(cfg, stop_ids=sorted(stop), prompt_ids=self.prompt.tolist())
         #: every position's token id on the host (the mask token where not decided yet)
         self.tokens: list[int] = self.prompt.tolist() + [info.mask_token_id] * (
             self.limit + cfg.block_size - self.n_prompt
@@ -199,6 +199,9 @@ class Request:
         #: the log-probability of each committed position (``config.logprobs``), by absolute position
         self.logprobs: dict[int, TokenLogprob] | None = {} if cfg.logprobs is not None else None
         self.t_start: float | None = None
+        #: the row's progress when it last changed, and forwards run since (:mod:`.step.progress`)
+        self.progress_mark: tuple[int, ...] | None = None
+        self.stalled_forwards = 0
 
     @property
     def state(self) -> KVState | None:

@@ -11,6 +11,7 @@ owns an :class:`EngineThread` (started and stopped by the app's lifespan); each 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 import sys
@@ -315,6 +316,9 @@ def _prepare(state: ServerState, body: Any) -> Prepared:
 
 async def _serve(state: ServerState, body: Any, request: Request, *, chat: bool) -> Any:
     prep = await asyncio.to_thread(_prepare, state, body)
+    decode = state.model.decode_ids
+    if not prep.skip_special:
+        decode = functools.partial(state.model.decode_ids, skip_special_tokens=False)
     k = prompt_top(prep)
     scores = None if k is None else await asyncio.to_thread(prompt_scores, state.model, prep.prompts, k)
     if prep.score_only:
@@ -322,11 +326,12 @@ async def _serve(state: ServerState, body: Any, request: Request, *, chat: bool)
     else:
         subs = await _submit(state, prep)
         want = prep.logprobs is not None
+        keep = prep.include_stop
         streams = [
-            text_events(state.engine, sub, TextStream(state.model.decode_ids, prep.stop), logprobs=want)
+            text_events(state.engine, sub, TextStream(decode, prep.stop, include_stop=keep), logprobs=want)
             for sub in subs
         ]
-    r = Renderer(prep, chat, state.name, state.model.decode_ids, scores)
+    r = Renderer(prep, chat, state.name, decode, scores)
     if prep.stream and prep.tools is not None and prep.tools.parses:
         streams = [tool_events(s, prep.tools, Delta) for s in streams]
     if prep.stream:

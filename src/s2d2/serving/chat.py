@@ -29,6 +29,10 @@ from .protocol import ChatMessage
 from .tools.formats import ToolFormat
 from .tools.render import apply_template, fallback_text, template_message
 
+#: apply_chat_template arguments the server sets itself (never taken from ``chat_template_kwargs``)
+_TEMPLATE_OWN = {
+    "conversation", "add_generation_prompt", "tokenize", "return_dict", "return_tensors", "tools",
+}  # fmt: skip
 #: How the fallback template names each role.
 ROLE_NAMES = {
     "system": "System",
@@ -48,6 +52,19 @@ def encode_text(model: Any, text: str) -> list[int]:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         return model.encode(text)
+
+
+UNKNOWN_WORDS_NOTE = (
+    "the prompt holds words outside the model's vocabulary, read as its unknown token: the answer is "
+    "unlikely to mean anything, and with echo the prompt's text and text_offsets are of the decoded "
+    "prompt (each such word shown as the unknown token)"
+)
+
+
+def unknown_words_notes(model: Any, prompts: Sequence[Sequence[int]]) -> list[str]:
+    """``[UNKNOWN_WORDS_NOTE]`` when a prompt holds the tokenizer's unknown token, else ``[]``."""
+    unk = getattr(model.tokenizer, "unk_token_id", None)
+    return [UNKNOWN_WORDS_NOTE] if unk is not None and any(unk in p for p in prompts) else []
 
 
 def spells_role_names(model: Any) -> bool:
@@ -89,16 +106,19 @@ def chat_prompt_ids(
     messages: Sequence[ChatMessage],
     tools: list[dict[str, Any]] | None = None,
     fmt: ToolFormat | None = None,
+    template_kwargs: dict[str, Any] | None = None,
 ) -> list[int]:
     """Token ids of the conversation, ending where the assistant's reply begins; ``tools`` (with the
-    call format ``fmt``) rendered as :mod:`.tools.render` says."""
+    call format ``fmt``) rendered as :mod:`.tools.render` says; ``template_kwargs``: vLLM's
+    ``chat_template_kwargs``, extra variables of the chat template (unused by the fallback)."""
     tok = model.tokenizer
     if tok is None:
         raise bad_request(
             f"model {model.name} has no tokenizer: use /v1/completions with token ids", param="messages"
         )
     if getattr(tok, "chat_template", None):
-        ids = apply_template(tok, [template_message(m) for m in messages], tools, fmt)
+        extra = {k: v for k, v in (template_kwargs or {}).items() if k not in _TEMPLATE_OWN}
+        ids = apply_template(tok, [template_message(m) for m in messages], tools, fmt, extra)
         if isinstance(ids, dict) or hasattr(ids, "input_ids"):
             ids = ids["input_ids"]
         return [int(i) for i in ids]

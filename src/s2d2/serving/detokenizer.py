@@ -25,9 +25,13 @@ REPLACEMENT = "\ufffd"
 class TextStream:
     """The text of one request, grown from its final token ids (see the module docstring)."""
 
-    def __init__(self, decode: Callable[[list[int]], str], stop: Sequence[str] = ()):
+    def __init__(
+        self, decode: Callable[[list[int]], str], stop: Sequence[str] = (), *, include_stop: bool = False
+    ):
         self._decode = decode
         self._stop = [s for s in stop if s]
+        #: vLLM's ``include_stop_str_in_output``: the text ends after the stop string, not before it
+        self.include_stop = include_stop
         self.ids: list[int] = []
         #: the text sent so far
         self.text = ""
@@ -80,7 +84,10 @@ class TextStream:
     def _emit(self, full: str, *, final: bool) -> str:
         hit = self._find_stop(full)
         if hit is not None:
-            full, final = full[:hit], True
+            end = hit
+            if self.include_stop:
+                end += max(len(s) for s in self._stop if full.startswith(s, hit))
+            full, final = full[:end], True
             self.stopped = True
             self.stop_at = self._stop_tokens()
         if not final:

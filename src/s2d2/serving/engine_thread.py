@@ -29,6 +29,7 @@ from ..config import DecodeConfig
 from ..decoding.stats import GenerationStats
 from ..engine.llm_engine import LLMEngine
 from ..engine.outputs import DecodeOutput, RequestOutput
+from ..errors import RequestCannotEnd
 from .metrics import ServerMetrics
 
 log = logging.getLogger("s2d2.serving")
@@ -204,8 +205,9 @@ class EngineThread:
             log.exception("engine step failed")
             outputs = self._fail_all()
         for out in outputs:
-            if out.finished and out.output is not None and out.output.status == "failed":
-                _hide_internal_error(out.output)
+            failed = out.finished and out.output is not None and out.output.status == "failed"
+            if failed and not isinstance(out.output.exception, RequestCannotEnd):
+                _hide_internal_error(out.output)  # (a request that cannot end keeps its own reason)
         self._dispatch(outputs)
         self.metrics.record_engine(self.engine)
 

@@ -29,6 +29,7 @@ ERROR_TYPES = {
     405: "invalid_request_error",
     408: "invalid_request_error",
     413: "invalid_request_error",
+    422: "invalid_request_error",
     429: "rate_limit_exceeded",
     500: "server_error",
     503: "server_error",
@@ -67,7 +68,15 @@ def bad_request(message: str, param: str | None = None, code: str | None = None)
     return APIError(400, message, param=param, code=code)
 
 
-def _validation_error(exc: RequestValidationError) -> APIError:
+def decode_error(reason: str | None, cannot_end: bool) -> APIError:
+    """The answer for a choice that failed in the engine: a 422 (``cannot_end``) with its reason where
+    the request could not go on (:class:`~s2d2.errors.RequestCannotEnd`), else a 500 (``decode_failed``)."""
+    if cannot_end:
+        return APIError(422, f"the request could not be completed: {reason}", code="cannot_end")
+    return APIError(500, f"the request failed while decoding: {reason}", code="decode_failed")
+
+
+def _validation_error(exc: RequestValidationError, content_type: str = "application/json") -> APIError:
     errors = exc.errors()
     if not errors:
         return bad_request("invalid request body")
@@ -84,6 +93,13 @@ def _validation_error(exc: RequestValidationError) -> APIError:
     if first.get("type") == "missing":
         return bad_request(f"missing required field {param!r}", param=param, code="missing_required_field")
     if first.get("type") == "model_attributes_type":
+        if "json" not in content_type.lower():  # FastAPI reads a body as JSON only under a JSON type
+            shown = content_type or "none"
+            return bad_request(
+                f"send the request body as JSON with the header Content-Type: application/json "
+                f"(this request's content type: {shown})",
+                code="invalid_content_type",
+            )
         return bad_request("the request body must be a JSON object", param=param)
     return bad_request(f"invalid value for {param or 'body'}: {msg}", param=param, code="invalid_value")
 
@@ -102,7 +118,7 @@ def install_error_handlers(app: FastAPI, metrics: Any = None) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
-        return answer(_validation_error(exc))
+        return answer(_validation_error(exc, request.headers.get("content-type", "")))
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:

@@ -26,11 +26,11 @@ from typing import Any
 from ..config import PRESETS, DecodeConfig
 from ..engine.request import check_prompt
 from ..errors import S2D2Error
-from .chat import FALLBACK_NOTE, chat_prompt_ids, encode_text, uses_fallback
+from .chat import FALLBACK_NOTE, chat_prompt_ids, encode_text, unknown_words_notes, uses_fallback
 from .errors import APIError, bad_request
 from .prompt_scoring import scoring_request
 from .protocol import ChatCompletionRequest, CompletionRequest
-from .structured import compile_for, structured_of
+from .structured import check_settings, compile_for, structured_of
 from .tools.request import ToolPlan, chat_tool_plan, refuse_legacy
 
 MAX_STOP = 4
@@ -56,6 +56,8 @@ TOP_LEVEL = {
     "stop_token_ids": "stop_token_ids",
     "presence_penalty": "presence_penalty",
     "frequency_penalty": "frequency_penalty",
+    "min_p": "min_p",
+    "repetition_penalty": "repetition_penalty",
     "logit_bias": "logit_bias",
 }
 STRICT_SAMPLING_NOTE = (
@@ -85,6 +87,9 @@ class Prepared:
     stop: list[str] = field(default_factory=list)
     stream: bool = False
     include_usage: bool = False
+    #: vLLM's ``include_stop_str_in_output`` and ``skip_special_tokens``
+    include_stop: bool = False
+    skip_special: bool = True
     #: completions' ``echo``: each choice's text starts with its prompt's text (``prompt_texts``)
     echo: bool = False
     prompt_texts: list[str] = field(default_factory=list)
@@ -290,7 +295,8 @@ def _prompts(
         if chat:
             shown = tools if tools is not None and tools.parses else None
             fmt = shown.format if shown is not None else None
-            ids = chat_prompt_ids(model, body.messages, shown.tools if shown else None, fmt)
+            tools_shown = shown.tools if shown else None
+            ids = chat_prompt_ids(model, body.messages, tools_shown, fmt, body.chat_template_kwargs)
             prompts = [(ids, None)]
         else:
             prompts = _completion_prompts(model, body.prompt)
@@ -357,6 +363,7 @@ def prepare(
     stop = stop_strings(body.stop)
     config, given = build_config(model, body, server_preset)
     constraint = compile_for(model, structured)
+    check_settings(structured, config, given)
     prompts = _prompts(model, body, tools)
     ids = [p for p, _ in prompts]
     _check_length(ids, config, given, model.info)
@@ -368,12 +375,14 @@ def prepare(
         stop=stop,
         stream=bool(body.stream),
         include_usage=bool(body.stream_options and body.stream_options.include_usage),
+        include_stop=bool(body.include_stop_str_in_output),
+        skip_special=body.skip_special_tokens is not False,
         echo=echo,
         prompt_texts=texts,
         logprobs=config.logprobs,
         constraint=constraint,
         tools=tools,
-        notes=_notes(config, model, body),
+        notes=_notes(config, model, body) + unknown_words_notes(model, ids),
         score_only=score_only,
         prompt_logprobs=getattr(body, "prompt_logprobs", None),
     )

@@ -20,6 +20,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from ..config import DecodeConfig
+from .openai_fields import OpenAIExtras, unknown_nested
 
 #: Decoding settings the ``s2d2`` object does not take (the server streams text, not step traces).
 _HIDDEN_SETTINGS = {"trace"}
@@ -72,7 +73,7 @@ class ResponseFormat(BaseModel):
     type: str = Field(description="`text`, `json_object` or `json_schema` (with `json_schema`).")
 
 
-class _Sampling(BaseModel):
+class _Sampling(OpenAIExtras):
     """Fields both endpoints share."""
 
     # extra fields are kept to be refused by name (unknown_fields), not silently dropped
@@ -169,7 +170,8 @@ class ContentPart(BaseModel):
 
 
 class ChatMessage(BaseModel):
-    model_config = ConfigDict(strict=True, extra="ignore", allow_inf_nan=False)
+    # extra keys are kept to be refused by path (openai_fields.unknown_nested), not silently dropped
+    model_config = ConfigDict(strict=True, extra="allow", allow_inf_nan=False)
     role: Literal["system", "developer", "user", "assistant", "tool"]
     content: str | list[ContentPart] | None = None
     name: str | None = None
@@ -197,13 +199,14 @@ class ChatCompletionRequest(_Sampling):
 
 
 def unknown_fields(body: BaseModel) -> list[str]:
-    """The request's top-level fields and ``stream_options`` keys that no model declares, by their path,
-    in the order sent."""
+    """The request's top-level fields and ``stream_options`` keys that no model declares, then unknown keys
+    of its messages, ``response_format`` and ``tools`` (:func:`.openai_fields.unknown_nested`), by
+    their path."""
     names = list(body.model_extra or {})
     options = getattr(body, "stream_options", None)
     if options is not None:
         names += [f"stream_options.{k}" for k in options.model_extra or {}]
-    return names
+    return names + unknown_nested(body)
 
 
 # ---------------------------------------------------------------------------------------------- responses

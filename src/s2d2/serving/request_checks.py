@@ -19,6 +19,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from .errors import bad_request
+from .openai_fields import unsupported
 from .protocol import unknown_fields
 
 #: Characters per token no real text exceeds on average (English BPE: about 4; the longest tokens of
@@ -45,7 +46,16 @@ def _texts(value: Any, path: str) -> Iterator[tuple[str, str]]:
 
 
 def check_known_fields(body: BaseModel) -> None:
-    """A 400 (``unknown_parameter``) naming the fields of ``body`` that no request model declares."""
+    """A 400 (``unsupported_parameter``) naming OpenAI's documented fields the server does not support
+    (:mod:`.openai_fields`), else one (``unknown_parameter``) naming the fields of ``body`` that no
+    request model declares."""
+    refused = unsupported(body)
+    if refused:
+        raise bad_request(
+            f"{', '.join(refused)} {'are' if len(refused) > 1 else 'is'} not supported by this server",
+            param=refused[0],
+            code="unsupported_parameter",
+        )
     names = unknown_fields(body)
     if names:
         plural = "s" if len(names) > 1 else ""

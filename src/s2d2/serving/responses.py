@@ -19,9 +19,10 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..errors import RequestCannotEnd
 from .detokenizer import TextStream
 from .engine_thread import EngineThread, Submission
-from .errors import APIError
+from .errors import decode_error
 from .merged_events import merged
 from .prepare import Prepared
 from .token_logprobs import (
@@ -55,6 +56,7 @@ class Outcome:
     completion_tokens: int
     stats: Any = None
     error: str | None = None
+    cannot_end: bool = False  # it failed as a request that cannot end (RequestCannotEnd): a 422
     #: the text (and tokens) that became final with the engine's last output: it rides with the finish
     last: Delta | None = None
 
@@ -121,7 +123,8 @@ async def text_events(
             engine.abort(sub.request_id)
     result = out.output
     if result.status == "failed":
-        yield Outcome("error", len(sub.prompt_ids), text.n_tokens, result.stats, result.error or "failed")
+        why, cannot = result.error or "failed", isinstance(result.exception, RequestCannotEnd)
+        yield Outcome("error", len(sub.prompt_ids), text.n_tokens, result.stats, why, cannot)
         return
     tail = piece + text.finish()
     last = delta(tail) if tail or text.n_tokens > counted else None
@@ -261,7 +264,7 @@ def completion_body(r: Renderer, results: Sequence[ChoiceResult]) -> dict[str, A
     outcomes = [res.outcome for res in results]
     for o in outcomes:
         if o.error is not None:
-            raise APIError(500, f"the request failed while decoding: {o.error}", code="decode_failed")
+            raise decode_error(o.error, o.cannot_end)
     choices = []
     for row, res in zip(r.prep.rows, results, strict=True):
         echo = r.echo_text(row)
@@ -360,8 +363,7 @@ async def sse_chunks(r: Renderer, streams: Sequence[AsyncIterator[Delta | Outcom
             continue
         outcomes[i] = item
         if item.error is not None:
-            err = APIError(500, f"the request failed while decoding: {item.error}", code="decode_failed")
-            yield _sse(err.body())
+            yield _sse(decode_error(item.error, item.cannot_end).body())
             continue
         text, logprobs, delta = None, None, None
         if item.last is not None:

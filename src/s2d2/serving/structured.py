@@ -81,3 +81,20 @@ def compile_for(model: Any, structured: Structured) -> Any:
         return model.compile_constraint(structured.constraint)
     except S2D2Error as exc:
         raise bad_request(str(exc), param=structured.param, code="invalid_value") from None
+
+
+def check_settings(structured: Structured, config: Any, given: dict[str, str]) -> None:
+    """A setting structured output cannot honour is a 400 naming that setting's field: the top-level
+    field that set it (``given``: setting -> field), else its ``s2d2`` setting."""
+    if structured.constraint is None:
+        return
+    for name, bad, why in (
+        ("ignore_eos", config.ignore_eos, "structured output ends where its grammar does"),
+        ("editing_threshold", config.editing_threshold is not None, "token editing rewrites tokens"),
+    ):
+        if bad:
+            raise bad_request(
+                f"{name} cannot be combined with {structured.param} ({why})",
+                param=given.get(name, f"s2d2.{name}"),
+                code="invalid_value",
+            )

@@ -44,18 +44,18 @@ class DraftQuery:
     result: SlotDrafts | None = None
 
 
-def _transforms(req: Request) -> tuple[float, int, float]:
+def _transforms(req: Request) -> tuple[float, int, float, float]:
     c = req.config
-    return (c.temperature, c.top_k, c.top_p)
+    return (c.temperature, c.top_k, c.top_p, c.min_p)
 
 
 def by_transforms(queries: Sequence[DraftQuery]) -> list[list[DraftQuery]]:
     """The queries with slots, grouped by sampling transforms (in order of first appearance)."""
-    groups: dict[tuple[float, int, float], list[DraftQuery]] = {}
+    groups: dict[tuple[float, int, float, float], list[DraftQuery]] = {}
     for q in queries:
         if q.slots:
             c = q.req.config
-            key = (c.temperature, c.top_k, c.top_p)
+            key = (c.temperature, c.top_k, c.top_p, c.min_p)
             if key in groups:
                 groups[key].append(q)
             else:
@@ -100,6 +100,7 @@ class _Wants:
     temperature: float
     top_k: int
     top_p: float
+    min_p: float
 
 
 def draft_group(queries: list[DraftQuery], dev: DeviceOps, fetch: Fetch, in_place: bool) -> DraftGroup:
@@ -140,7 +141,7 @@ def _values(
 ) -> dict[str, torch.Tensor]:
     """The device values of ``queries`` (rows ``[sum(sizes), vocab]`` of ``logits`` and ``masked``, in the
     model's dtype), by key, in float32; a query that keeps its distributions gets them here."""
-    probs = F.probs_from_logits(masked, wants.temperature, wants.top_k, wants.top_p)
+    probs = F.probs_from_logits(masked, wants.temperature, wants.top_k, wants.top_p, wants.min_p)
     drafts, conf = _draw(probs, queries, sizes)
     out = {"drafts": drafts, "conf": conf}
     if wants.entropy:

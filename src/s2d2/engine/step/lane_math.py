@@ -40,7 +40,7 @@ class GreedyDrafts:
         self.sizes = sizes
         if all(req.config is cfg for req, _, _ in rows) and sum(sizes) <= limit:  # the usual: one part
             taken = [(lg, cand, zero) for (_, lg, zero), cand in zip(rows, cands, strict=True)]
-            key = (cfg.temperature, cfg.top_k, cfg.top_p)
+            key = (cfg.temperature, cfg.top_k, cfg.top_p, cfg.min_p)
             self.parts.append([key, list(range(len(rows))), taken, sum(sizes)])
         else:
             self._split(rows, limit)
@@ -55,13 +55,13 @@ class GreedyDrafts:
     def _split(self, rows: Sequence[tuple[Request, torch.Tensor, int]], limit: int) -> None:
         """The rows' parts where they are not one: per sampling transforms, at most ``limit`` candidates
         a part (a row's candidates are never split)."""
-        open_: dict[tuple[float, int, float], list] = {}
+        open_: dict[tuple[float, int, float, float], list] = {}
         sizes = self.sizes
         last_cfg, key = None, None
         for i, (req, logits, zero) in enumerate(rows):
             c, cand = req.config, req.cursor.candidates
             if c is not last_cfg:  # rows of one request config make its key once
-                last_cfg, key = c, (c.temperature, c.top_k, c.top_p)
+                last_cfg, key = c, (c.temperature, c.top_k, c.top_p, c.min_p)
             n = sizes[i]
             part = open_.get(key)
             if part is None or part[3] + n > limit:
@@ -113,15 +113,15 @@ class GreedyTokens:
         self.mask_id = reqs[0].info.mask_token_id
         self.logits = logits
         #: per part of rows with one key: (key, row indices or None for every row); one config: one part
-        self.parts: list[tuple[tuple[float, int, float], list[int] | None]] = []
+        self.parts: list[tuple[tuple[float, int, float, float], list[int] | None]] = []
         first = reqs[0].config
         if all(r.config is first for r in reqs):
-            self.parts.append(((first.temperature, first.top_k, first.top_p), None))
+            self.parts.append(((first.temperature, first.top_k, first.top_p, first.min_p), None))
         else:
-            by_key: dict[tuple[float, int, float], list[int]] = {}
+            by_key: dict[tuple[float, int, float, float], list[int]] = {}
             for i, r in enumerate(reqs):
                 c = r.config
-                by_key.setdefault((c.temperature, c.top_k, c.top_p), []).append(i)
+                by_key.setdefault((c.temperature, c.top_k, c.top_p, c.min_p), []).append(i)
             self.parts = list(by_key.items()) if len(by_key) > 1 else [(next(iter(by_key)), None)]
         self.keys: list[int] = []
         self.tokens: list[int] = []
@@ -144,7 +144,7 @@ class GreedyTokens:
         self.tokens = tokens
 
 
-def _greedy_tokens(rows: torch.Tensor, key: tuple[float, int, float]) -> torch.Tensor:
+def _greedy_tokens(rows: torch.Tensor, key: tuple[float, int, float, float]) -> torch.Tensor:
     """The argmax of each row's distribution under the transforms ``key`` (``[n]``), in the parts the
     float32 math takes at once (:func:`~.logits_view.in_chunks`; one part: the rows as they are)."""
     n = rows.shape[0]

@@ -127,7 +127,9 @@ def without_mask_token(
 def adjusted(dev: DeviceOps, q: AdjustedQuery, rows: torch.Tensor) -> torch.Tensor:
     """``rows`` after the request's grammar mask (structured output: forbidden tokens at -inf) and its
     logit adjustments (:mod:`~s2d2.decoding.logits_adjust`): bias, penalties counted over the generated
-    tokens before each row's position, ``min_tokens``."""
+    tokens before each row's position, ``min_tokens``. A row the adjustments leave with no token the
+    grammar allows (a bias of -100 on each, ``min_tokens`` holding back the one stop token the grammar
+    allows) keeps its grammar-masked logits unadjusted: a constrained row always has a token to take."""
     if q.grammar_dev is not None:
         rows = masked_rows(rows, q.grammar_dev)
     if q.positions is None:
@@ -140,4 +142,8 @@ def adjusted(dev: DeviceOps, q: AdjustedQuery, rows: torch.Tensor) -> torch.Tens
         tokens = dev.tensor(q.context).expand(n, T)
         reach = dev.arange(T).view(1, T) < dev.tensor(before).view(n, 1)
         counts = token_counts(tokens, reach & (tokens != req.info.mask_token_id), rows.shape[-1])
-    return adjust_logits(rows, adjust, counts, dev.tensor(before))
+    out = adjust_logits(rows, adjust, counts, dev.tensor(before))
+    if q.grammar_dev is None:
+        return out
+    emptied = torch.isneginf(out).all(dim=-1, keepdim=True) & ~torch.isneginf(rows).all(dim=-1, keepdim=True)
+    return torch.where(emptied, rows.to(out.dtype), out)

@@ -150,7 +150,7 @@ def verify_probabilistic(q: VerifyQuery, dev: DeviceOps, fetch: Fetch) -> dict[s
     q_logits = adjusted(dev, q, q.q_rows)
     masked = q_logits.clone()
     masked[:, req.info.mask_token_id] = float("-inf")
-    probs = F.probs_from_logits(masked, c.temperature, c.top_k, c.top_p)
+    probs = F.probs_from_logits(masked, c.temperature, c.top_k, c.top_p, c.min_p)
     drafts = dev.tensor(q.drafts)
     uniforms = dev.rand(n, req.generator)
     p_tok, q_tok = F.token_probs(q.p_rows, drafts), F.token_probs(probs, drafts)

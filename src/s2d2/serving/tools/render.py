@@ -96,12 +96,17 @@ def fallback_text(m: Any, fmt: ToolFormat | None) -> str:
 
 
 def apply_template(
-    tok: Any, conv: list[dict[str, Any]], tools: list[dict] | None, fmt: ToolFormat | None
+    tok: Any,
+    conv: list[dict[str, Any]],
+    tools: list[dict] | None,
+    fmt: ToolFormat | None,
+    extra: dict[str, Any] | None = None,
 ) -> Any:
-    """``apply_chat_template`` with ``tools`` (the fallback instructions where it ignores them); a
-    template that fails on the conversation (one that raises on a role it does not know, say) is a 400."""
+    """``apply_chat_template`` with ``tools`` (the fallback instructions where it ignores them) and the
+    template's ``extra`` variables (``chat_template_kwargs``); a template that fails on the conversation
+    (one that raises on a role it does not know, say) is a 400."""
     try:
-        return _apply(tok, conv, tools, fmt)
+        return _apply(tok, conv, tools, fmt, extra or {})
     except Exception as exc:  # jinja2's TemplateError and what a template raises itself
         message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise bad_request(
@@ -109,12 +114,20 @@ def apply_template(
         ) from None
 
 
-def _apply(tok: Any, conv: list[dict[str, Any]], tools: list[dict] | None, fmt: ToolFormat | None) -> Any:
+def _apply(
+    tok: Any,
+    conv: list[dict[str, Any]],
+    tools: list[dict] | None,
+    fmt: ToolFormat | None,
+    extra: dict[str, Any],
+) -> Any:
     if not tools or fmt is None:
-        return tok.apply_chat_template(conv, add_generation_prompt=True, tokenize=True)
-    with_tools = tok.apply_chat_template(conv, tools=tools, add_generation_prompt=True, tokenize=False)
-    plain = tok.apply_chat_template(conv, add_generation_prompt=True, tokenize=False)
+        return tok.apply_chat_template(conv, add_generation_prompt=True, tokenize=True, **extra)
+    with_tools = tok.apply_chat_template(
+        conv, tools=tools, add_generation_prompt=True, tokenize=False, **extra
+    )
+    plain = tok.apply_chat_template(conv, add_generation_prompt=True, tokenize=False, **extra)
     if with_tools == plain:
         conv = with_instructions(conv, fmt, tools)
-        return tok.apply_chat_template(conv, add_generation_prompt=True, tokenize=True)
-    return tok.apply_chat_template(conv, tools=tools, add_generation_prompt=True, tokenize=True)
+        return tok.apply_chat_template(conv, add_generation_prompt=True, tokenize=True, **extra)
+    return tok.apply_chat_template(conv, tools=tools, add_generation_prompt=True, tokenize=True, **extra)

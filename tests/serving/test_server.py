@@ -199,7 +199,7 @@ def test_disconnect_frees_the_row(url, client, expected):
 
 
 def test_one_request_failing_fails_it_alone(url, client, expected, monkeypatch):
-    import s2d2.engine.llm_engine as llm
+    import s2d2.engine.step.postprocess as llm
 
     real = llm.apply
 

@@ -1,0 +1,58 @@
+"""The process of one tensor-parallel rank other than 0 (started by :mod:`.ranks`).
+
+It joins the group, loads its shard of the checkpoint (only its slices), reports ready (or its load
+error, one line) on its pipe, then runs the forwards rank 0 sends until rank 0 says stop
+(:func:`~s2d2.forward.rank_loop.serve_forwards`). It exits when rank 0's process is gone (checked twice
+a second), so no rank outlives the driver, whatever ended it.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from typing import Any
+
+#: how often a rank checks that the driver's process is still alive (seconds)
+PARENT_CHECK_S = 0.5
+
+
+def _exit_with_parent(parent: int) -> None:
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(PARENT_CHECK_S)
+        os._exit(0)
+
+    threading.Thread(target=watch, name="s2d2-rank-parent-watch", daemon=True).start()
+
+
+def rank_main(
+    rank: int, size: int, host: str, port: int, path: str, device: str, dtype: str, options: dict[str, Any],
+    timeout_s: float, threads: int, report: Any, parent: int | None = None,
+) -> None:  # fmt: skip
+    """The rank's whole life (the target of its process). Exit status 0 after rank 0's stop, 1 when
+    the group failed (rank 0 gone or a rank hung) or the load failed."""
+    _exit_with_parent(os.getppid() if parent is None else parent)
+    import torch
+
+    from ..errors import S2D2Error
+    from ..families import load_adapter
+    from ..forward.rank_loop import serve_forwards
+    from ..forward.tensor_parallel import RankFailure, process_groups
+
+    torch.set_num_threads(max(threads, 1))
+    dev = torch.device(device)
+    if dev.type == "cuda":
+        torch.cuda.set_device(dev)
+    try:
+        tp = process_groups(rank, size, host, port, dev, timeout_s)
+        adapter = load_adapter(path, device=dev, dtype=dtype, tp=tp, **options)
+    except (S2D2Error, RuntimeError, OSError, ValueError) as exc:
+        report.send(("error", f"rank {rank}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"))
+        os._exit(1)
+    report.send(("ready", sum(p.numel() * p.element_size() for p in adapter.model.parameters())))
+    try:
+        serve_forwards(adapter.fast, tp)
+    except RankFailure:
+        os._exit(1)
+    os._exit(0)

@@ -38,8 +38,8 @@ from ..layouts import layout
 from .base import ModelInfo
 from .checkpoint import find_mask_token, load_safetensors, matches_family, require_mask_token
 from .hf import HFAdapter
-from .sharding import local_config, rank_weights
 from .sdar import eos_ids
+from .sharding import local_config, rank_weights
 
 FAMILY = "fast_dllm_v2"
 MODEL_TYPES = ("fast_dllm_qwen",)

@@ -17,13 +17,13 @@ from typing import Any
 
 import torch
 
+from ..errors import ModelLoadError
 from ..forward.describe import Geometry, per_row
 from ..forward.fastpath import FastDecoder
 from ..forward.forward_batch import ForwardBatch
 from ..forward.kv_pool import KVPool, KVState
 from ..forward.segment import Predraft, Segment
 from ..layouts import family
-from ..errors import ModelLoadError
 from .base import ModelAdapter, ModelInfo
 
 
@@ -59,7 +59,9 @@ class HFAdapter(ModelAdapter):
         self.tp = tp
         if tp is not None:
             if self.fast is None:
-                raise ModelLoadError(f"{path}: tensor parallelism needs the lean forward, which this model lacks")
+                raise ModelLoadError(
+                    f"{path}: tensor parallelism needs the lean forward, which this model lacks"
+                )
             tp.vocab_size = info.vocab_size
 
     @property

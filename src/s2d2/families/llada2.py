@@ -50,8 +50,8 @@ from .base import ModelInfo
 from .checkpoint import find_mask_token, load_safetensors, matches_family, require_mask_token
 from .expert_parallel import renumber_experts, split_experts
 from .hf import HFAdapter
-from .sharding import local_config, rank_weights
 from .sdar import eos_ids
+from .sharding import local_config, rank_weights
 
 FAMILY = "llada2"
 MODEL_TYPES = ("llada2_moe",)

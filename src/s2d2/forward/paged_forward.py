@@ -173,7 +173,9 @@ def _gated(dec, w: LayerWeights, h: torch.Tensor) -> torch.Tensor:
     return F.silu(gu[:, : w.inter]).mul_(gu[:, w.inter :])
 
 
-def _rest_parallel(dec, layer: torch.nn.Module, w: LayerWeights, x: torch.Tensor, o: torch.Tensor) -> torch.Tensor:
+def _rest_parallel(
+    dec, layer: torch.nn.Module, w: LayerWeights, x: torch.Tensor, o: torch.Tensor
+) -> torch.Tensor:
     """:func:`_rest` on a tensor-parallel rank: the output projection (this rank's heads) and the MLP's
     down projection (its columns) or mixture of experts (its experts) are partial sums, added over the
     ranks by one all-reduce each (a bias once, after the sum)."""

@@ -108,7 +108,9 @@ class TensorParallel:
         outs = [torch.empty_like(local) for _ in range(self.size)] if self.driver else []
         opts = torch.distributed.GatherOptions()
         opts.rootRank = 0
-        self._guard("logits gather", lambda: self.group.gather([outs] if self.driver else [], [local], opts).wait())
+        self._guard(
+            "logits gather", lambda: self.group.gather([outs] if self.driver else [], [local], opts).wait()
+        )
         return torch.cat(outs, dim=1)[:, :vocab] if self.driver else None
 
     # ------------------------------------------------------------------ messages from rank 0

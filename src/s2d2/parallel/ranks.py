@@ -51,7 +51,9 @@ def check_parallel(path: Path, size: int, device: torch.device, backend: str) ->
     if not isinstance(size, int) or isinstance(size, bool) or size < 1:
         raise ModelLoadError(f"tensor_parallel_size must be an integer >= 1, got {size!r}")
     if backend not in BACKENDS:
-        raise ModelLoadError(f"unknown distributed_executor_backend {backend!r}; choose one of {', '.join(BACKENDS)}")
+        raise ModelLoadError(
+            f"unknown distributed_executor_backend {backend!r}; choose one of {', '.join(BACKENDS)}"
+        )
     problem = split_problem(read_config(path), size)
     if problem is not None:
         raise ModelLoadError(f"{path.name}: {problem}")
@@ -95,7 +97,9 @@ class Ranks:
                 p.join(1.0)
 
 
-def start_mp(path: Path, size: int, *, device: torch.device, dtype: str | None, options: dict[str, Any]) -> Ranks:
+def start_mp(
+    path: Path, size: int, *, device: torch.device, dtype: str | None, options: dict[str, Any]
+) -> Ranks:
     """Rank 0 here, ranks 1..N-1 spawned (``torch.multiprocessing``), all joined in one group; rank 0's
     own shard is loaded by the caller with ``tp`` (:attr:`Ranks.tp`)."""
     import torch.distributed as dist
@@ -113,8 +117,8 @@ def start_mp(path: Path, size: int, *, device: torch.device, dtype: str | None, 
     for rank in range(1, size):
         ours, theirs = ctx.Pipe(duplex=False)
         dev = f"cuda:{rank}" if device.type == "cuda" else str(device)
-        args = (rank, size, host, store.port, str(path), dev, dtype or "auto", options, limit, threads, theirs,
-                os.getpid())  # fmt: skip
+        args = (rank, size, host, store.port, str(path), dev, dtype or "auto", options, limit, threads,
+                theirs, os.getpid())  # fmt: skip
         p = ctx.Process(target=rank_main, args=args, daemon=True, name=f"s2d2-rank-{rank}")
         os.environ[RANK_ENV] = str(rank)  # the child's environment marks it
         try:

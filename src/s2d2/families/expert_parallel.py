@@ -26,18 +26,21 @@ class ExpertShard(torch.nn.Module):
         super().__init__()
         self.gate = glm.Glm4MoeTopkRouter(full_config)
         self.experts = glm.Glm4MoeExperts(local_config)
+        # transformers' expert kernels then skip (and zero) the pairs routed to index E_local (elsewhere)
+        self.experts._is_expert_parallel = True
         self.per_rank = full_config.n_routed_experts // size
         self.first = rank * self.per_rank
         shared = full_config.moe_intermediate_size * full_config.n_shared_experts
         self.shared_experts = glm.Glm4MoeMLP(local_config, intermediate_size=shared // size)
 
     def forward(self, h: torch.Tensor) -> torch.Tensor:
-        _, weights, index = self.gate(h)
+        flat = h.reshape(-1, h.shape[-1])
+        _, weights, index = self.gate(flat)
         local = index - self.first
         elsewhere = (local < 0) | (local >= self.per_rank)
-        # the native experts skip index E_local: an expert another rank holds adds nothing here
+        # index E_local is skipped by the experts: an expert another rank holds adds nothing here
         local = local.masked_fill(elsewhere, self.per_rank)
-        return self.experts(h, local, weights) + self.shared_experts(h)
+        return (self.experts(flat, local, weights) + self.shared_experts(flat)).view(h.shape)
 
 
 def split_experts(model: torch.nn.Module, full_config: Any, rank: int, size: int) -> None:

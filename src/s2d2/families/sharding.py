@@ -170,6 +170,7 @@ def local_config(cfg: Any, size: int, *, experts: bool = False) -> Any:
     if getattr(cfg, "intermediate_size", 0):
         local.intermediate_size = cfg.intermediate_size // size
     local.vocab_size = math.ceil(cfg.vocab_size / size)
+    local.pad_token_id = None  # the embedding's padding row matters to training only; it may be elsewhere
     if experts:
         local.n_routed_experts = cfg.n_routed_experts // size
     return local

@@ -35,7 +35,6 @@ def rank_main(
     _exit_with_parent(os.getppid() if parent is None else parent)
     import torch
 
-    from ..errors import S2D2Error
     from ..families import load_adapter
     from ..forward.rank_loop import serve_forwards
     from ..forward.tensor_parallel import RankFailure, process_groups
@@ -47,7 +46,7 @@ def rank_main(
     try:
         tp = process_groups(rank, size, host, port, dev, timeout_s)
         adapter = load_adapter(path, device=dev, dtype=dtype, tp=tp, **options)
-    except (S2D2Error, RuntimeError, OSError, ValueError) as exc:
+    except Exception as exc:  # the load's own error, one line, to rank 0 (which raises it)
         report.send(("error", f"rank {rank}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"))
         os._exit(1)
     report.send(("ready", sum(p.numel() * p.element_size() for p in adapter.model.parameters())))

@@ -1,0 +1,88 @@
+"""Tensor parallel = 2 (two processes on the CPU, gloo) decodes the same tokens as one process.
+
+The built-in tiny-gsm model (4 heads, 4 KV heads) loaded once alone and once over two ranks (the second
+rank a spawned process holding half of every split weight); 48 test problems decoded in batches of 16
+rows under each configuration: AR, lossless (verified apart and fused), lossless-auto (the planner), a
+routed s2d2 configuration (score routing) and dynamic decoding. Then lossless == AR under TP=2 and
+batch == alone under TP=2.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+import s2d2
+from conftest import tiny_model_path
+from s2d2.bench.suites import load_problems
+
+pytestmark = pytest.mark.tensor_parallel
+
+N_PROBLEMS = 48
+ROWS = 16
+NEW = 24
+CONFIGS = {
+    "ar": dict(decoder="ar"),
+    "lossless": dict(preset="lossless", block_size=8),
+    "lossless-fused": dict(preset="lossless-fused", block_size=8),
+    "lossless-auto": dict(preset="lossless-auto"),
+    "routed": dict(preset="paper-sdar-a"),
+    "dynamic": dict(decoder="dynamic", block_size=4, threshold=0.9),
+}
+
+
+def _load(tp: int):
+    if tiny_model_path() is None:
+        pytest.skip("the built-in tiny-gsm model is not installed")
+    return s2d2.load("tiny-gsm", device="cpu", dtype="fp32", max_num_seqs=ROWS, tensor_parallel_size=tp)
+
+
+@pytest.fixture(scope="module")
+def one():
+    return _load(1)
+
+
+@pytest.fixture(scope="module")
+def two():
+    model = _load(2)
+    yield model
+    model.adapter.ranks.close()
+
+
+@pytest.fixture(scope="module")
+def prompts(one):
+    return [one.encode(p["question"]) for p in load_problems("tiny-gsm", "test", N_PROBLEMS)]
+
+
+def _tokens(model, prompts, **cfg) -> list[list[int]]:
+    return [r.token_ids for r in model.generate_batch(prompts, max_new_tokens=NEW, **cfg)]
+
+
+@pytest.fixture(scope="module")
+def decoded_two(two, prompts):
+    return {name: _tokens(two, prompts, **cfg) for name, cfg in CONFIGS.items()}
+
+
+def test_each_rank_holds_half_of_the_weights(one, two):
+    total = sum(p.numel() * p.element_size() for p in one.adapter.model.parameters())
+    per_rank = two.adapter.ranks.param_bytes
+    assert len(per_rank) == 2
+    # every weight of this model is split (norms are replicated: a few hundred bytes a layer)
+    assert all(b <= total / 2 + 16 * 1024 for b in per_rank), (per_rank, total)
+    assert sum(per_rank) >= total
+
+
+@pytest.mark.parametrize("name", list(CONFIGS))
+def test_tp2_decodes_the_same_tokens_as_tp1(one, prompts, decoded_two, name):
+    assert len(decoded_two[name]) == N_PROBLEMS and all(decoded_two[name])
+    assert decoded_two[name] == _tokens(one, prompts, **CONFIGS[name])
+
+
+def test_lossless_equals_ar_under_tp2(decoded_two):
+    for name in ("lossless", "lossless-fused", "lossless-auto"):
+        assert decoded_two[name] == decoded_two["ar"], name
+
+
+def test_batch_equals_alone_under_tp2(two, prompts, decoded_two):
+    for i in (0, 17, 40):
+        for name in ("routed", "lossless-fused"):
+            assert _tokens(two, [prompts[i]], **CONFIGS[name])[0] == decoded_two[name][i], (i, name)

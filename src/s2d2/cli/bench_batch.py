@@ -14,10 +14,13 @@ from .options import (
     DeviceOpt,
     DtypeOpt,
     EnforceEagerOpt,
+    ExecutorBackendOpt,
     ModelOpt,
     ProgressOpt,
     RevisionOpt,
+    TensorParallelOpt,
     check_kv_options,
+    parallel_options,
 )
 
 
@@ -122,6 +125,8 @@ def bench_batch_command(
     ] = None,
     revision: RevisionOpt = None,
     enforce_eager: EnforceEagerOpt = False,
+    tensor_parallel_size: TensorParallelOpt = 1,
+    distributed_executor_backend: ExecutorBackendOpt = "mp",
 ) -> None:
     """Decode the same N problems with every configuration at every batch limit (interleaved) and print
     output tokens/s, the speed-up against the first limit, forwards/s, rows per forward and query tokens
@@ -146,7 +151,8 @@ def bench_batch_command(
         if threads < 1:
             raise S2D2Error(f"--threads must be >= 1, got {threads}")
         torch.set_num_threads(threads)
-    m = load(model, device=device, dtype=dtype, revision=revision, enforce_eager=enforce_eager)
+    m = load(model, device=device, dtype=dtype, revision=revision, enforce_eager=enforce_eager,
+             **parallel_options(tensor_parallel_size, distributed_executor_backend))  # fmt: skip
     freeze_loaded_heap()
     cost, label = _cost(m, cost_profile, simulate, shape)
     results = throughput.run_throughput(

@@ -16,6 +16,7 @@ from .options import (
     DeviceOpt,
     DtypeOpt,
     EstimatorOpt,
+    ExecutorBackendOpt,
     MaxNewOpt,
     MaxNumSeqsOpt,
     ModelOpt,
@@ -27,11 +28,13 @@ from .options import (
     SetOpt,
     StepsOpt,
     TempOpt,
+    TensorParallelOpt,
     ThresholdOpt,
     TopKOpt,
     TopPOpt,
     check_max_num_seqs,
     decoding_settings,
+    parallel_options,
 )
 from .request_file import run_request_file
 
@@ -101,6 +104,8 @@ def generate_command(
     json_schema: JsonSchemaOpt = None,
     regex: RegexOpt = None,
     revision: RevisionOpt = None,
+    tensor_parallel_size: TensorParallelOpt = 1,
+    distributed_executor_backend: ExecutorBackendOpt = "mp",
 ) -> None:
     """Generate a continuation of PROMPT and print it (with --json: text, token ids and statistics).
 
@@ -132,6 +137,7 @@ def generate_command(
     load_kw: dict[str, Any] = {} if max_num_seqs is None else {"max_num_seqs": max_num_seqs}
     if revision is not None:
         load_kw["revision"] = revision
+    load_kw.update(parallel_options(tensor_parallel_size, distributed_executor_backend))
     if input_path is not None or output is not None:
         if prompt is not None:
             raise S2D2Error("give either PROMPT or --input, not both")

@@ -74,8 +74,8 @@ class TensorParallel:
         except Exception as exc:
             first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
             self.broken = (
-                f"a tensor-parallel rank died or hung ({what} on rank {self.rank} of {self.size} failed "
-                f"within {self.timeout_s:g} s: {first[:200]})"
+                f"a tensor-parallel rank died or hung: {what} on rank {self.rank} of {self.size} failed "
+                f"(a rank gets {self.timeout_s:g} s): {first[:160]}"
             )
             raise RankFailure(self.broken) from None
 

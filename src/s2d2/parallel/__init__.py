@@ -41,6 +41,7 @@ def load_parallel(
         ranks.close(0.0)
         raise
     adapter.ranks = ranks
+    ranks.watch()
     return adapter
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import atexit
 import os
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,6 +34,8 @@ from ..forward.tensor_parallel import DEFAULT_TIMEOUT_S, RANK_ENV, TensorParalle
 BACKENDS = ("mp", "ray")
 #: the store key each rank sets once it runs (``STARTED_KEY/rank``)
 STARTED_KEY = "s2d2/started"
+#: how often the driver checks that its ranks' processes live (seconds)
+WATCH_S = 0.5
 #: seconds the ranks get to load their shards
 LOAD_TIMEOUT_S = 600.0
 
@@ -76,6 +79,20 @@ class Ranks:
     def alive(self) -> list[bool]:
         return [p.is_alive() for p in self.processes]
 
+    def watch(self) -> None:
+        """Break the group as soon as a rank's process exits (checked every :data:`WATCH_S` seconds), so
+        an idle driver knows before its next forward (a forward under way fails by itself: the dead
+        rank's connections close)."""
+
+        def run() -> None:
+            while not self.closed:
+                for rank, p in enumerate(self.processes, start=1):
+                    if not p.is_alive() and not self.closed and self.tp.broken is None:
+                        self.tp.broken = f"tensor-parallel rank {rank} exited (status {p.exitcode})"
+                time.sleep(WATCH_S)
+
+        threading.Thread(target=run, name="s2d2-rank-watch", daemon=True).start()
+
     def close(self, wait_s: float = 5.0) -> None:
         """Stop every rank: a stop message (when the group works), then kill what still runs after
         ``wait_s`` seconds. Idempotent."""
@@ -102,6 +119,8 @@ def start_mp(
 ) -> Ranks:
     """Rank 0 here, ranks 1..N-1 spawned (``torch.multiprocessing``), all joined in one group; rank 0's
     own shard is loaded by the caller with ``tp`` (:attr:`Ranks.tp`)."""
+    from multiprocessing import resource_tracker
+
     import torch.distributed as dist
     import torch.multiprocessing as mp
 
@@ -114,6 +133,7 @@ def start_mp(
     ctx = mp.get_context("spawn")
     threads = max(torch.get_num_threads() // size, 1)
     procs, pipes = [], []
+    resource_tracker.ensure_running()  # started now, so that it does not carry a rank's marker
     for rank in range(1, size):
         ours, theirs = ctx.Pipe(duplex=False)
         dev = f"cuda:{rank}" if device.type == "cuda" else str(device)

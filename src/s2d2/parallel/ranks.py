@@ -75,6 +75,8 @@ class Ranks:
     #: each rank's parameter bytes, rank 0 first (filled once the ranks are ready)
     param_bytes: list[int] = field(default_factory=list)
     closed: bool = False
+    #: run last by :meth:`close` (the Ray backend removes its placement group)
+    on_close: Any = None
 
     def alive(self) -> list[bool]:
         return [p.is_alive() for p in self.processes]
@@ -112,6 +114,8 @@ class Ranks:
             if p.is_alive():
                 p.kill()
                 p.join(1.0)
+        if self.on_close is not None:
+            self.on_close()
 
 
 def start_mp(

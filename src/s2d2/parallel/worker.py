@@ -8,6 +8,7 @@ a second), so no rank outlives the driver, whatever ended it.
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 import time
@@ -15,6 +16,35 @@ from typing import Any
 
 #: how often a rank checks that the driver's process is still alive (seconds)
 PARENT_CHECK_S = 0.5
+#: the store key of a rank's report (``REPORT_KEY/rank``), where it has no pipe (Ray)
+REPORT_KEY = "s2d2/report"
+
+
+class StoreReport:
+    """A rank's report (``("ready", bytes)`` or ``("error", line)``) written to the group's store."""
+
+    def __init__(self, store: Any, rank: int):
+        self.store, self.key = store, f"{REPORT_KEY}/{rank}"
+
+    def send(self, item: tuple[str, Any]) -> None:
+        self.store.set(self.key, json.dumps(list(item)))
+
+
+class StoreReader:
+    """Rank 0's side of :class:`StoreReport`, read as a pipe's ``poll``/``recv``."""
+
+    def __init__(self, store: Any, rank: int):
+        self.store, self.key = store, f"{REPORT_KEY}/{rank}"
+
+    def poll(self, timeout: float) -> bool:
+        if self.store.check([self.key]):
+            return True
+        time.sleep(timeout)
+        return bool(self.store.check([self.key]))
+
+    def recv(self) -> tuple[str, Any]:
+        kind, value = json.loads(self.store.get(self.key))
+        return kind, value
 
 
 def _exit_with_parent(parent: int) -> None:
@@ -43,8 +73,11 @@ def rank_main(
     dev = torch.device(device)
     if dev.type == "cuda":
         torch.cuda.set_device(dev)
+    tp = process_groups(rank, size, host, port, dev, timeout_s)  # failing, the rank exits: rank 0 sees it
+    actor = report is None  # a Ray actor: the report goes through the group's store; it returns at the end
+    if actor:
+        report = StoreReport(tp.store, rank)
     try:
-        tp = process_groups(rank, size, host, port, dev, timeout_s)
         adapter = load_adapter(path, device=dev, dtype=dtype, tp=tp, **options)
     except Exception as exc:  # the load's own error, one line, to rank 0 (which raises it)
         report.send(("error", f"rank {rank}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"))
@@ -54,4 +87,5 @@ def rank_main(
         serve_forwards(adapter.fast, tp)
     except RankFailure:
         os._exit(1)
-    os._exit(0)
+    if not actor:
+        os._exit(0)

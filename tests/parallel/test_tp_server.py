@@ -3,8 +3,8 @@
 Streamed and plain requests from the official ``openai`` client get the same text as ``s2d2 serve``
 (one process); SIGTERM stops the server with exit 0 and no rank process left; a killed rank fails the
 running request with a clear error, ``/health`` stops answering 200 and the server exits with status 4.
-Rank processes are found by their environment: this module's marker (which every process the server
-starts inherits) and ``S2D2_TP_RANK``.
+``serve --ray -tp 2`` does the same on a local Ray cluster. Rank processes are found by their
+environment: this module's marker (which every process the server starts inherits) and ``S2D2_TP_RANK``.
 """
 
 from __future__ import annotations
@@ -59,6 +59,7 @@ class Server:
         self.port, self.marker = _free_port(), f"S2D2_TP_TEST={uuid.uuid4().hex}"
         env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": SRC}
         env.update([self.marker.split("=")])
+        env.pop("RAY_ADDRESS", None)
         if timeout_s is not None:
             env["S2D2_TP_TIMEOUT_S"] = str(timeout_s)
         cmd = [sys.executable, "-m", "s2d2.cli", "serve", "--port", str(self.port), "--max-num-seqs", "4"]
@@ -159,6 +160,28 @@ def test_no_rank_outlives_the_server(sig):
         deadline = time.monotonic() + 10
         while (left := _processes_with(server.marker)) and time.monotonic() < deadline:
             time.sleep(0.2)
+        assert not left, f"processes left running: {left}"
+    finally:
+        server.close()
+
+
+@pytest.mark.slow
+def test_serve_ray_tp2_answers_as_tp1_and_stops_with_exit_0(one_process_answers):
+    """``s2d2 serve --ray -tp 2`` on a local Ray cluster of its own: one replica whose model runs over two
+    ranks; the same answers; SIGTERM stops it with exit 0 and leaves none of its processes (Ray's, the
+    replica's rank) running."""
+    pytest.importorskip("ray")
+    server = Server("--ray", "-tp", "2")
+    try:
+        got = _answers(server)
+        assert got == one_process_answers
+        assert len(server.ranks()) == 1
+        server.proc.send_signal(signal.SIGTERM)
+        output = server.proc.communicate(timeout=120)[0].decode()
+        assert server.proc.returncode == 0, output[-3000:]
+        deadline = time.monotonic() + 30
+        while (left := _processes_with(server.marker)) and time.monotonic() < deadline:
+            time.sleep(0.5)
         assert not left, f"processes left running: {left}"
     finally:
         server.close()

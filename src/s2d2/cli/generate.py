@@ -165,7 +165,13 @@ def generate_command(
     cfg = m.make_config(**settings)  # validate settings before any work
     prompt_in = _prompt_input(prompt, ids=ids or m.tokenizer is None, ids_flag=ids, model=model)
     result = m.generate(prompt_in, cfg, chat=chat, **constraint)
-    _print_result(result, as_json=as_json, trace=trace, engine=m.engine.stats())
+    engine = m.engine.stats()
+    ranks = getattr(m.adapter, "ranks", None)
+    if ranks is not None:  # each rank's share of the weights (about 1/N of them, plus the replicated)
+        engine["tensor_parallel_param_bytes"] = list(ranks.param_bytes)
+        if not as_json:
+            typer.echo(f"[parameter bytes per rank: {', '.join(map(str, ranks.param_bytes))}]", err=True)
+    _print_result(result, as_json=as_json, trace=trace, engine=engine)
 
 
 def _constraint_options(json_schema: Path | None, regex: str | None) -> dict[str, Any]:

@@ -71,3 +71,24 @@ def test_a_hung_rank_fails_the_requests_within_the_timeout(monkeypatch):
     finally:
         ranks.close(wait_s=1.0)
     assert _children_with_rank() == []
+
+
+def test_a_failure_on_rank_0_after_the_message_breaks_the_group(monkeypatch):
+    """The other ranks already run the forward (they wait in its all-reduce): rank 0 cannot re-run the
+    batch in halves as one process does (fault isolation); every request fails with the group's error."""
+    if tiny_model_path() is None:
+        pytest.skip("the built-in tiny-gsm model is not installed")
+    model = s2d2.load("tiny-gsm", device="cpu", dtype="fp32", max_num_seqs=4, tensor_parallel_size=2)
+    ranks, fast = model.adapter.ranks, model.adapter.fast
+    try:
+
+        def fails(pool, batch):
+            raise MemoryError("out of memory on rank 0")
+
+        monkeypatch.setattr(fast, "run_batch", fails)
+        results = model.generate_batch(["Tom has 3 apples."] * 2, max_new_tokens=8, errors="return")
+        assert all("cannot be brought back in step" in (r.error or "") for r in results), results
+        assert "MemoryError" in ranks.tp.broken
+    finally:
+        ranks.close(wait_s=1.0)
+    assert _children_with_rank() == []

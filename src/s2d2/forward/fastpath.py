@@ -238,9 +238,8 @@ class FastDecoder:
         eagerly). Touches no request. Tensor-parallel: rank 0 sends the batch to every rank first (one
         message) and the ranks run it together."""
         if self.tp is not None:
-            with self.tp.lock:
-                self.tp.send(("batch", pool.tp_id, pool.pages.num_pages, batch))
-                return self.run_batch(pool, batch.to(self.device))
+            message = ("batch", pool.tp_id, pool.pages.num_pages, batch)
+            return self.tp.forward(message, lambda: self.run_batch(pool, batch.to(self.device)))
         if self.static is None or self.static.shape_for(batch.shape) != batch.shape:
             return self.run_batch(pool, batch.to(self.device))
         self._pool = pool
@@ -290,11 +289,10 @@ class FastDecoder:
         Tensor-parallel: rank 0 sends the segments (without their pool) and tables to every rank first.
         """
         if self.tp is not None and self.tp.driver:
-            with self.tp.lock:
-                tables = [pool.table(s.state) for s in segments]
-                bare = [_bare(s) for s in segments]
-                self.tp.send(("segments", pool.tp_id, pool.pages.num_pages, bare, tables))
-                return self._grouped(pool, segments, tables)
+            check_pages(segments)  # before the message: a row without its pages fails alone
+            tables = [pool.table(s.state) for s in segments]
+            message = ("segments", pool.tp_id, pool.pages.num_pages, [_bare(s) for s in segments], tables)
+            return self.tp.forward(message, lambda: self._grouped(pool, segments, tables))
         return self._grouped(pool, segments, tables)
 
     def _grouped(

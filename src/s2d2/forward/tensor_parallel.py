@@ -126,6 +126,24 @@ class TensorParallel:
 
         self._guard("sending a batch", go)
 
+    def forward(self, message: Any, run: Any) -> Any:
+        """Rank 0: send ``message`` (a forward) and run this rank's part of it (``run()``), one forward at
+        a time. A failure on this rank after the message left (the others then wait in a collective
+        this rank never joins) cannot be recovered: the group is broken and it raises
+        :class:`RankFailure`."""
+        with self.lock:
+            self.send(message)
+            try:
+                return run()
+            except RankFailure:
+                raise
+            except Exception as exc:
+                self.broken = (
+                    f"a tensor-parallel rank died or hung: the forward failed on rank 0 and the ranks "
+                    f"cannot be brought back in step ({type(exc).__name__}: {str(exc)[:160]})"
+                )
+                raise RankFailure(self.broken) from exc
+
     def receive(self) -> tuple[list[int], Any]:
         """A rank but 0: the next message (waits as long as rank 0 is idle)."""
         size = torch.zeros(1, dtype=torch.long)

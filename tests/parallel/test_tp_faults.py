@@ -11,7 +11,7 @@ import time
 import pytest
 
 import s2d2
-from conftest import tiny_model_path
+from conftest import assert_one_line_error, run_cli, tiny_model_path
 from s2d2.errors import ModelLoadError
 from s2d2.forward.tensor_parallel import RANK_ENV
 
@@ -65,7 +65,7 @@ def test_a_hung_rank_fails_the_requests_within_the_timeout(monkeypatch):
         results = model.generate_batch(prompts, max_new_tokens=8, errors="return")
         took = time.monotonic() - start
         assert all("tensor-parallel rank died or hung" in (r.error or "") for r in results), results
-        assert took < 20, took  # the timeout (3 s) for the first collective; at once after it
+        assert took < 45, took  # the timeout (3 s) for the first collective, at once after it (a busy CI)
         again = model.generate_batch(prompts[:1], max_new_tokens=8, errors="return")
         assert "tensor-parallel rank died or hung" in (again[0].error or "")
     finally:
@@ -92,3 +92,38 @@ def test_a_failure_on_rank_0_after_the_message_breaks_the_group(monkeypatch):
     finally:
         ranks.close(wait_s=1.0)
     assert _children_with_rank() == []
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["generate", "-m", "tiny-gsm", "-tp", "3", "hi"],
+        ["serve", "-m", "tiny-gsm", "--tensor-parallel-size", "3"],
+        ["eval", "gsm8k", "-m", "tiny-gsm", "-tp", "3", "--data", "PROBLEMS"],
+        ["generate", "-m", "tiny-gsm", "-tp", "2", "--distributed-executor-backend", "threads", "hi"],
+    ],
+)
+def test_cli_refuses_a_bad_size_in_one_line(capsys, tmp_path, args):
+    if tiny_model_path() is None:
+        pytest.skip("the built-in tiny-gsm model is not installed")
+    problems = tmp_path / "gsm8k.jsonl"
+    problems.write_text('{"question": "Tom has 3 apples.", "answer": "3 #### 3"}\n')
+    code, _, err = run_cli(capsys, *[str(problems) if a == "PROBLEMS" else a for a in args])
+    assert_one_line_error(code, err)
+    assert "tensor_parallel_size 3 does not divide" in err or "unknown distributed_executor_backend" in err
+    assert _children_with_rank() == []
+
+
+def test_lm_eval_model_args_take_the_size():
+    pytest.importorskip("lm_eval")
+    from s2d2.evaluation.lm_eval_model import S2D2LM
+
+    if tiny_model_path() is None:
+        pytest.skip("the built-in tiny-gsm model is not installed")
+    with pytest.raises(ModelLoadError, match="tensor_parallel_size 3 does not divide"):
+        S2D2LM(model="tiny-gsm", device="cpu", tensor_parallel_size="3")
+    lm = S2D2LM(model="tiny-gsm", device="cpu", tensor_parallel_size="2", max_new_tokens="8")
+    try:
+        assert len(lm.model.adapter.ranks.param_bytes) == 2
+    finally:
+        lm.model.adapter.ranks.close()

@@ -22,12 +22,12 @@ from .engine.outputs import DecodeOutput
 from .engine.request import check_prompt
 from .engine.request_limits import default_max_query_tokens_per_row
 from .errors import ConfigError, PromptError, S2D2Error
-from .families import ModelAdapter, load_adapter
+from .families import ModelAdapter
 from .families.checkpoint import load_tokenizer
 from .forward.kv_pool import DEFAULT_PAGE_SIZE
 from .generation_result import GenerationResult
 from .model_source import BUILTIN_MODELS, builtin_path, resolve_model_path  # noqa: F401 - re-exported
-from .parallel import BACKENDS, load_parallel
+from .parallel import load_parallel
 from .presets import MODEL_PRESET_FILE, PresetFile
 from .scoring.likelihoods import Likelihoods
 
@@ -365,20 +365,15 @@ def load(
     planner degrades planned verifications and defers prefill chunks to keep it; at least
     ``max_query_tokens_per_row``). ``enforce_eager``: run every forward eagerly; by default a CUDA
     forward is captured as a CUDA graph per padded batch shape and replayed
-    (:mod:`s2d2.forward.graph_runner`). ``tensor_parallel_size``: processes (ranks, one GPU each on CUDA)
-    the model is split over by heads, columns, vocabulary and experts (1: this process alone, as ever);
-    ``distributed_executor_backend``: ``mp`` (spawned processes) or ``ray`` (Ray actors); see
-    :mod:`s2d2.parallel`. A size that does not divide the heads, or exceeds the GPUs, is a one-line error
-    before any process starts.
+    (:mod:`s2d2.forward.graph_runner`). ``tensor_parallel_size``: ranks (processes, a GPU each on CUDA)
+    the model is split over (1: this process alone); ``distributed_executor_backend``: ``mp`` or ``ray``
+    (:mod:`s2d2.parallel`; a bad size is a one-line error before any process starts).
     """
     path = resolve_model_path(name_or_path, revision)
     preset_path = path / MODEL_PRESET_FILE  # read first: a broken preset file fails before the slow load
     preset = checked_preset_file(preset_path) if use_preset and preset_path.is_file() else None
-    if tensor_parallel_size == 1 and distributed_executor_backend in BACKENDS:
-        adapter = load_adapter(path, device=device, dtype=dtype, **options)
-    else:
-        adapter = load_parallel(path, tensor_parallel_size, device=device, dtype=dtype,
-                                backend=distributed_executor_backend, **options)  # fmt: skip
+    adapter = load_parallel(path, tensor_parallel_size, device=device, dtype=dtype,
+                            backend=distributed_executor_backend, **options)  # fmt: skip
     if getattr(adapter, "fast", None) is not None:
         adapter.fast.enforce_eager = enforce_eager
     tokenizer = load_tokenizer(path)

@@ -23,7 +23,10 @@ def load_parallel(
 ) -> ModelAdapter:
     """The adapter of rank 0 of ``size`` ranks of the checkpoint ``path`` (each rank loads its slices);
     ``adapter.ranks`` is the :class:`~.ranks.Ranks` handle (``close()``, per-rank ``param_bytes``).
-    A bad size or backend is a one-line :class:`~s2d2.errors.ModelLoadError` before any process starts."""
+    A bad size or backend is a one-line :class:`~s2d2.errors.ModelLoadError` before any process starts.
+    With ``size`` 1 (and a known backend) it is :func:`~s2d2.families.load_adapter`: this process alone."""
+    if size == 1 and backend in BACKENDS:
+        return load_adapter(path, device=device, dtype=dtype, **options)
     dev = resolve_device(device)
     if dev.type == "cuda" and dev.index is None:
         dev = torch.device("cuda", 0)

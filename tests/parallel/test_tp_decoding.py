@@ -86,3 +86,20 @@ def test_batch_equals_alone_under_tp2(two, prompts, decoded_two):
     for i in (0, 17, 40):
         for name in ("routed", "lossless-fused"):
             assert _tokens(two, [prompts[i]], **CONFIGS[name])[0] == decoded_two[name][i], (i, name)
+
+
+def test_tp2_under_a_kv_budget_that_preempts_decodes_as_tp1(prompts):
+    """Rows preempted and resumed (their pages given back and retaken, prefix pages shared): every rank
+    follows rank 0's page tables, so the tokens stay those of one process under the same budget."""
+    budget = dict(device="cpu", dtype="fp32", max_num_seqs=ROWS, kv_budget_tokens=384)
+    one = s2d2.load("tiny-gsm", **budget)
+    two = s2d2.load("tiny-gsm", **budget, tensor_parallel_size=2)
+    try:
+        cfg = CONFIGS["lossless-fused"]
+        want = _tokens(one, prompts[:32], **cfg)
+        assert one.engine.stats()["preemptions"] > 0
+        got = _tokens(two, prompts[:32], **cfg)
+        assert two.engine.stats()["preemptions"] > 0
+        assert got == want
+    finally:
+        two.adapter.ranks.close()

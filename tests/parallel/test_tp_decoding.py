@@ -103,3 +103,21 @@ def test_tp2_under_a_kv_budget_that_preempts_decodes_as_tp1(prompts):
         assert got == want
     finally:
         two.adapter.ranks.close()
+
+
+def test_a_growing_pool_grows_on_every_rank(one, two):
+    """An unbounded pool doubles as rows take pages on rank 0; each forward's message carries its size and
+    the other ranks grow theirs to match before writing (logits equal to one process's after growing)."""
+    import torch
+
+    ids = torch.arange(300) % 200 + 20
+    block = torch.tensor([5, one.adapter.info.mask_token_id, 7, one.adapter.info.mask_token_id])
+    out = []
+    for model in (one, two):
+        pool = model.adapter.new_pool(page_size=4)
+        pages = pool.pages.num_pages
+        state = pool.new_state()
+        model.adapter.prefill(state, ids, block_size=4, causal=False)
+        assert pool.pages.num_pages > pages
+        out.append(model.adapter.draft(state, ids[:0], block, start=300, block_size=4, causal=False))
+    torch.testing.assert_close(out[1], out[0], atol=1e-4, rtol=0)

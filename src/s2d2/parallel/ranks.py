@@ -17,6 +17,7 @@ Every rank process but the driver carries ``S2D2_TP_RANK`` (its rank) in its env
 from __future__ import annotations
 
 import atexit
+import inspect
 import os
 import threading
 import time
@@ -27,6 +28,7 @@ from typing import Any
 import torch
 
 from ..errors import ModelLoadError
+from ..families import detect_family
 from ..families.checkpoint import read_config
 from ..families.sharding import split_problem
 from ..forward.tensor_parallel import DEFAULT_TIMEOUT_S, RANK_ENV, TensorParallel
@@ -57,7 +59,11 @@ def check_parallel(path: Path, size: int, device: torch.device, backend: str) ->
         raise ModelLoadError(
             f"unknown distributed_executor_backend {backend!r}; choose one of {', '.join(BACKENDS)}"
         )
-    problem = split_problem(read_config(path), size)
+    config = read_config(path)
+    family = detect_family(config, path)
+    if "tp" not in inspect.signature(family.load).parameters:
+        raise ModelLoadError(f"the {family.FAMILY} family cannot be split over tensor-parallel ranks yet")
+    problem = split_problem(config, size)
     if problem is not None:
         raise ModelLoadError(f"{path.name}: {problem}")
     if device.type == "cuda" and backend == "mp" and size > torch.cuda.device_count():

@@ -142,6 +142,8 @@ def start_mp(
     store = dist.TCPStore(host, 0, size, True, timeout=_seconds(max(limit, 120.0)), wait_for_workers=False)
     ctx = mp.get_context("spawn")
     threads = max(torch.get_num_threads() // size, 1)
+    if device.type == "cpu":  # the ranks share this process's cores: 1/N of its threads each, rank 0's too
+        torch.set_num_threads(threads)
     procs, pipes = [], []
     resource_tracker.ensure_running()  # started now, so that it does not carry a rank's marker
     for rank in range(1, size):

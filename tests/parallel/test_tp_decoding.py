@@ -121,3 +121,15 @@ def test_a_growing_pool_grows_on_every_rank(one, two):
         assert pool.pages.num_pages > pages
         out.append(model.adapter.draft(state, ids[:0], block, start=300, block_size=4, causal=False))
     torch.testing.assert_close(out[1], out[0], atol=1e-4, rtol=0)
+
+
+def test_one_message_a_forward(two, prompts, monkeypatch):
+    """Each engine forward reaches the other rank as exactly one message: the batch description."""
+    tp, sent = two.adapter.tp, []
+    _tokens(two, prompts[:1], **CONFIGS["ar"])  # the engine and its pool (a message of its own) exist
+    send = tp.send
+    monkeypatch.setattr(tp, "send", lambda message: (sent.append(message[0]), send(message))[1])
+    before = two.engine.stats()["forwards"]
+    _tokens(two, prompts[:16], **CONFIGS["lossless-fused"])
+    forwards = two.engine.stats()["forwards"] - before
+    assert forwards > 0 and sent.count("batch") == forwards and set(sent) == {"batch"}

@@ -35,6 +35,8 @@ LAYERS: dict[str, int] = {
     "s2d2.applicability": 2,
     "s2d2.model_source": 2,
     "s2d2.cost": 3,
+    # a model over several processes: the ranks' processes, each loading its shard (families)
+    "s2d2.parallel": 3,
     "s2d2.scoring": 3,
     # the engine, bottom to top: the row's state; the step and the scheduler; the planner and the runner;
     # the loop

@@ -22,11 +22,12 @@ from .engine.outputs import DecodeOutput
 from .engine.request import check_prompt
 from .engine.request_limits import default_max_query_tokens_per_row
 from .errors import ConfigError, PromptError, S2D2Error
-from .families import ModelAdapter, load_adapter
+from .families import ModelAdapter
 from .families.checkpoint import load_tokenizer
 from .forward.kv_pool import DEFAULT_PAGE_SIZE
 from .generation_result import GenerationResult
 from .model_source import BUILTIN_MODELS, builtin_path, resolve_model_path  # noqa: F401 - re-exported
+from .parallel import load_parallel
 from .presets import MODEL_PRESET_FILE, PresetFile
 from .scoring.likelihoods import Likelihoods
 from .word_pieces import continuation_prefix, decoded
@@ -339,6 +340,8 @@ def load(
     max_num_batched_tokens: int | None = None,
     revision: str | None = None,
     enforce_eager: bool = False,
+    tensor_parallel_size: int = 1,
+    distributed_executor_backend: str = "mp",
     **options: Any,
 ) -> S2D2Model:
     """Load a block-diffusion model: a built-in name (``tiny-gsm``), a local checkpoint directory or a
@@ -365,12 +368,15 @@ def load(
     planner degrades planned verifications and defers prefill chunks to keep it; at least
     ``max_query_tokens_per_row``). ``enforce_eager``: run every forward eagerly; by default a CUDA
     forward is captured as a CUDA graph per padded batch shape and replayed
-    (:mod:`s2d2.forward.graph_runner`).
+    (:mod:`s2d2.forward.graph_runner`). ``tensor_parallel_size``: ranks (processes, a GPU each on CUDA)
+    the model is split over (1: this process alone); ``distributed_executor_backend``: ``mp`` or ``ray``
+    (:mod:`s2d2.parallel`; a bad size is a one-line error before any process starts).
     """
     path = resolve_model_path(name_or_path, revision)
     preset_path = path / MODEL_PRESET_FILE  # read first: a broken preset file fails before the slow load
     preset = checked_preset_file(preset_path) if use_preset and preset_path.is_file() else None
-    adapter = load_adapter(path, device=device, dtype=dtype, **options)
+    adapter = load_parallel(path, tensor_parallel_size, device=device, dtype=dtype,
+                            backend=distributed_executor_backend, **options)  # fmt: skip
     if getattr(adapter, "fast", None) is not None:
         adapter.fast.enforce_eager = enforce_eager
     tokenizer = load_tokenizer(path)

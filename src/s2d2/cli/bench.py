@@ -13,7 +13,18 @@ from ..bench.outdir import OUTPUT_FILES, check_out_dir
 from ..bench.report import render_table, require_matplotlib
 from ..bench.suites import SUITES, load_problems
 from ..errors import S2D2Error
-from .options import DeviceOpt, DtypeOpt, MaxNewOpt, ModelOpt, ProgressOpt, RevisionOpt, check_max_num_seqs
+from .options import (
+    DeviceOpt,
+    DtypeOpt,
+    ExecutorBackendOpt,
+    MaxNewOpt,
+    ModelOpt,
+    ProgressOpt,
+    RevisionOpt,
+    TensorParallelOpt,
+    check_max_num_seqs,
+    parallel_options,
+)
 
 SuiteOpt = Annotated[str, typer.Option(help="Benchmark suite: tiny-gsm.")]
 SplitOpt = Annotated[str, typer.Option(help="Split of the suite: test | dev.")]
@@ -57,6 +68,8 @@ def bench_command(
     device: DeviceOpt = None,
     dtype: DtypeOpt = None,
     revision: RevisionOpt = None,
+    tensor_parallel_size: TensorParallelOpt = 1,
+    distributed_executor_backend: ExecutorBackendOpt = "mp",
 ) -> None:
     """Run a grid of decoding configurations over the same N problems, interleaved problem by problem
     (or chunk by chunk with --max-num-seqs); print a table and write results.json, problems.jsonl,
@@ -72,7 +85,8 @@ def bench_command(
     out_dir = check_out_dir(out if out is not None else Path("runs") / f"bench-{grid}")
     require_matplotlib()
     m = _load_model(
-        model, device=device, dtype=dtype, threads=threads, max_num_seqs=max_num_seqs, revision=revision
+        model, device=device, dtype=dtype, threads=threads, max_num_seqs=max_num_seqs, revision=revision,
+        parallel=parallel_options(tensor_parallel_size, distributed_executor_backend),
     )
     results = run_bench(
         m,
@@ -98,6 +112,7 @@ def _load_model(
     threads: int | None,
     max_num_seqs: int = 1,
     revision: str | None = None,
+    parallel: dict[str, Any] | None = None,
 ) -> Any:
     """Set torch's thread count and load ``model`` (its engine decoding ``max_num_seqs`` rows together);
     any loading failure becomes one line."""
@@ -109,7 +124,8 @@ def _load_model(
         torch.set_num_threads(threads)
     try:
         m = load(
-            model, device=device, dtype=dtype, max_num_seqs=max_num_seqs, use_preset=False, revision=revision
+            model, device=device, dtype=dtype, max_num_seqs=max_num_seqs, use_preset=False, revision=revision,
+            **(parallel or {}),
         )
         freeze_loaded_heap()
         return m

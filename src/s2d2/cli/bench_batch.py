@@ -15,10 +15,13 @@ from .options import (
     DeviceOpt,
     DtypeOpt,
     EnforceEagerOpt,
+    ExecutorBackendOpt,
     ModelOpt,
     ProgressOpt,
     RevisionOpt,
+    TensorParallelOpt,
     check_kv_options,
+    parallel_options,
 )
 
 
@@ -42,8 +45,6 @@ def _cost(m, cost_profile: str | None, simulate: str | None, shape: Path | None,
     if tp < 1:
         raise S2D2Error(f"--tensor-parallel-size must be >= 1, got {tp}")
     if simulate is None:
-        if tp > 1:
-            raise S2D2Error("real tensor parallelism: see s2d2.load(tensor_parallel_size=...)")
         if shape is not None:
             raise S2D2Error("--shape goes with --simulate")
         return resolve_cost_profile(cost_profile, m.adapter, model_path=m.path, model_name=m.name), None
@@ -155,17 +156,10 @@ def bench_batch_command(
             show_default=False,
         ),
     ] = None,
-    tensor_parallel_size: Annotated[
-        int,
-        typer.Option(
-            "--tensor-parallel-size",
-            "-tp",
-            help="GPUs in tensor parallel; with --simulate roofline:NAME, the projected forward runs on N "
-            "GPUs of one NVLink node (weights and KV split N ways, plus the all-reduces).",
-        ),
-    ] = 1,
     revision: RevisionOpt = None,
     enforce_eager: EnforceEagerOpt = False,
+    tensor_parallel_size: TensorParallelOpt = 1,
+    distributed_executor_backend: ExecutorBackendOpt = "mp",
 ) -> None:
     """Decode the same N problems with every configuration at every batch limit (interleaved) and print
     output tokens/s, the speed-up against the first limit, forwards/s, rows per forward and query tokens
@@ -190,9 +184,12 @@ def bench_batch_command(
         if threads < 1:
             raise S2D2Error(f"--threads must be >= 1, got {threads}")
         torch.set_num_threads(threads)
-    m = load(model, device=device, dtype=dtype, revision=revision, enforce_eager=enforce_eager)
+    # with --simulate, -tp prices N GPUs (the model runs here in one process); without, it loads N ranks
+    real_tp = tensor_parallel_size if simulate is None else 1
+    m = load(model, device=device, dtype=dtype, revision=revision, enforce_eager=enforce_eager,
+             **parallel_options(real_tp, distributed_executor_backend))  # fmt: skip
     freeze_loaded_heap()
-    cost, label = _cost(m, cost_profile, simulate, shape, tensor_parallel_size)
+    cost, label = _cost(m, cost_profile, simulate, shape, 1 if simulate is None else tensor_parallel_size)
     unfit = _memory_fit(m, cost, lims, n, max_new_tokens, shared_prefix) if label else {}
     if unfit and len(unfit) == len(lims):  # not even the smallest batch: nothing to run
         typer.echo(f"PROJECTED {label}: {unfit[min(lims)]}")

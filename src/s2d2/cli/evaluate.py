@@ -17,6 +17,7 @@ from .options import (
     DeviceOpt,
     DtypeOpt,
     EstimatorOpt,
+    ExecutorBackendOpt,
     MaxNewOpt,
     ModelOpt,
     PolicyOpt,
@@ -27,11 +28,13 @@ from .options import (
     SetOpt,
     StepsOpt,
     TempOpt,
+    TensorParallelOpt,
     ThresholdOpt,
     TopKOpt,
     TopPOpt,
     check_max_num_seqs,
     decoding_settings,
+    parallel_options,
 )
 
 TaskArg = Annotated[str, typer.Argument(help="gsm8k | mbpp | humaneval | tiny-gsm", show_default=False)]
@@ -100,6 +103,8 @@ def eval_command(
     device: DeviceOpt = None,
     dtype: DtypeOpt = None,
     revision: RevisionOpt = None,
+    tensor_parallel_size: TensorParallelOpt = 1,
+    distributed_executor_backend: ExecutorBackendOpt = "mp",
 ) -> None:
     """Evaluate a model on GSM8K, MBPP, HumanEval or tiny-gsm: accuracy (95% CI), NFE/token, wall time."""
     from ..evaluation.eval_loop import print_summary, run_eval
@@ -133,6 +138,7 @@ def eval_command(
         dtype=dtype,
         max_num_seqs=max_num_seqs,
         revision=revision,
+        parallel=parallel_options(tensor_parallel_size, distributed_executor_backend),
     )
     report = run_eval(
         t,
@@ -168,11 +174,13 @@ def _load_for_eval(
     dtype: str | None,
     max_num_seqs: int = 1,
     revision: str | None = None,
+    parallel: dict[str, Any] | None = None,
 ) -> tuple[Any, Any]:
     """Load ``model`` and build its decoding config (the task's ``max_new_tokens`` unless given)."""
     from ..model import load
 
-    m = load(model, device=device, dtype=dtype, max_num_seqs=max_num_seqs, revision=revision)
+    kw = parallel or {}
+    m = load(model, device=device, dtype=dtype, max_num_seqs=max_num_seqs, revision=revision, **kw)
     settings.setdefault("max_new_tokens", max_new_tokens)
     cfg = m.make_config(**settings)
     if m.tokenizer is None:

@@ -16,6 +16,7 @@ from .options import (
     DeviceOpt,
     DtypeOpt,
     EstimatorOpt,
+    ExecutorBackendOpt,
     MaxNewOpt,
     MaxNumSeqsOpt,
     ModelOpt,
@@ -27,11 +28,13 @@ from .options import (
     SetOpt,
     StepsOpt,
     TempOpt,
+    TensorParallelOpt,
     ThresholdOpt,
     TopKOpt,
     TopPOpt,
     check_max_num_seqs,
     decoding_settings,
+    parallel_options,
 )
 from .request_file import run_request_file
 
@@ -101,6 +104,8 @@ def generate_command(
     json_schema: JsonSchemaOpt = None,
     regex: RegexOpt = None,
     revision: RevisionOpt = None,
+    tensor_parallel_size: TensorParallelOpt = 1,
+    distributed_executor_backend: ExecutorBackendOpt = "mp",
 ) -> None:
     """Generate a continuation of PROMPT and print it (with --json: text, token ids and statistics).
 
@@ -132,6 +137,7 @@ def generate_command(
     load_kw: dict[str, Any] = {} if max_num_seqs is None else {"max_num_seqs": max_num_seqs}
     if revision is not None:
         load_kw["revision"] = revision
+    load_kw.update(parallel_options(tensor_parallel_size, distributed_executor_backend))
     if input_path is not None or output is not None:
         if prompt is not None:
             raise S2D2Error("give either PROMPT or --input, not both")
@@ -159,7 +165,13 @@ def generate_command(
     cfg = m.make_config(**settings)  # validate settings before any work
     prompt_in = _prompt_input(prompt, ids=ids or m.tokenizer is None, ids_flag=ids, model=model)
     result = m.generate(prompt_in, cfg, chat=chat, **constraint)
-    _print_result(result, as_json=as_json, trace=trace, engine=m.engine.stats())
+    engine = m.engine.stats()
+    ranks = getattr(m.adapter, "ranks", None)
+    if ranks is not None:  # each rank's share of the weights (about 1/N of them, plus the replicated)
+        engine["tensor_parallel_param_bytes"] = list(ranks.param_bytes)
+        if not as_json:
+            typer.echo(f"[parameter bytes per rank: {', '.join(map(str, ranks.param_bytes))}]", err=True)
+    _print_result(result, as_json=as_json, trace=trace, engine=engine)
 
 
 def _constraint_options(json_schema: Path | None, regex: str | None) -> dict[str, Any]:

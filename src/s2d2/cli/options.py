@@ -40,6 +40,30 @@ EnforceEagerOpt = Annotated[
     bool,
     typer.Option("--enforce-eager", help="Run every forward eagerly: no CUDA graphs (as vLLM's flag)."),
 ]
+TensorParallelOpt = Annotated[
+    int,
+    typer.Option(
+        "--tensor-parallel-size", "-tp",
+        help="Split the model over this many processes (one GPU each on CUDA) by heads, columns, "
+        "vocabulary and experts (as vLLM's flag; 1: this process alone). With bench-batch --simulate "
+        "roofline:NAME it prices the projected forward on N GPUs of one NVLink node instead.",
+    ),
+]  # fmt: skip
+ExecutorBackendOpt = Annotated[
+    str,
+    typer.Option(
+        "--distributed-executor-backend",
+        help="How the tensor-parallel ranks run: mp (spawned processes on this machine) | ray (Ray actors).",
+    ),
+]
+
+
+def parallel_options(tensor_parallel_size: int, backend: str) -> dict[str, Any]:
+    """``s2d2.load``'s parallel settings from the flags (none when they are the defaults)."""
+    if tensor_parallel_size == 1 and backend == "mp":
+        return {}
+    return {"tensor_parallel_size": tensor_parallel_size, "distributed_executor_backend": backend}
+
 
 # ---------------------------------------------------------------------------------------------- decoding
 DecoderOpt = Annotated[str | None, typer.Option(help="ar | static | dynamic | eb | s2d2")]

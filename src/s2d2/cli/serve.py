@@ -9,7 +9,18 @@ from typing import Annotated
 import typer
 
 from ..errors import S2D2Error
-from .options import DeviceOpt, DtypeOpt, EnforceEagerOpt, ModelOpt, PresetOpt, RevisionOpt, check_kv_options
+from .options import (
+    DeviceOpt,
+    DtypeOpt,
+    EnforceEagerOpt,
+    ExecutorBackendOpt,
+    ModelOpt,
+    PresetOpt,
+    RevisionOpt,
+    TensorParallelOpt,
+    check_kv_options,
+    parallel_options,
+)
 
 HostOpt = Annotated[str, typer.Option(help="Address to listen on.")]
 PortOpt = Annotated[int, typer.Option(help="Port to listen on.")]
@@ -182,6 +193,8 @@ def serve_command(
     enforce_eager: EnforceEagerOpt = False,
     tool_call_parser: ToolParserOpt = None,
     enable_auto_tool_choice: AutoToolOpt = False,
+    tensor_parallel_size: TensorParallelOpt = 1,
+    distributed_executor_backend: ExecutorBackendOpt = "mp",
 ) -> None:
     """Serve MODEL over an OpenAI-compatible HTTP API (completions, chat completions, streaming)."""
     _need_serve_extra()
@@ -196,6 +209,7 @@ def serve_command(
                   enforce_eager=enforce_eager)  # fmt: skip
     if revision is not None:
         memory["revision"] = revision
+    memory.update(parallel_options(tensor_parallel_size, distributed_executor_backend))
     hosts = [h.strip() for h in allowed_hosts.split(",") if h.strip()] if allowed_hosts else None
     options = dict(
         preset=preset,

@@ -139,6 +139,9 @@ class S2D2LM(LM):
         rows = {} if self.batch_size is None else {"max_num_seqs": self.batch_size}
         if revision is not None:
             rows["revision"] = str(revision)
+        for key in ("tensor_parallel_size", "distributed_executor_backend"):  # vLLM's model_args names
+            if key in settings:
+                rows[key] = settings.pop(key)
         self.model = load(name, device=device, dtype=None if dtype is None else str(dtype), **rows)
         self.config = self.model.make_config(**settings)  # invalid settings fail here, one line
         self.model_name = name

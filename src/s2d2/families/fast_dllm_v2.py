@@ -39,6 +39,7 @@ from .base import ModelInfo
 from .checkpoint import find_mask_token, load_safetensors, matches_family, require_mask_token
 from .hf import HFAdapter
 from .sdar import eos_ids
+from .sharding import local_config, rank_weights
 
 FAMILY = "fast_dllm_v2"
 MODEL_TYPES = ("fast_dllm_qwen",)
@@ -115,6 +116,7 @@ def load(
     *,
     device: torch.device,
     dtype: torch.dtype,
+    tp: Any = None,
     **options: Any,
 ) -> FastDLLMv2Adapter:
     from transformers import Qwen2ForCausalLM
@@ -130,8 +132,12 @@ def load(
             f"{path}/config.json is not a valid Fast-dLLM v2 config ({exc.__class__.__name__}: {exc})"
         ) from None
     mask_id = require_mask_token(path, config, added, MASK_TOKENS, qcfg.vocab_size)
-    weights = load_safetensors(path)
-    model = HFAdapter.build_native(Qwen2ForCausalLM, qcfg, weights, path, device, dtype)
+    if tp is None:
+        weights, native = load_safetensors(path), qcfg
+    else:  # this rank's slices only, into a model at the rank's sizes
+        weights = rank_weights(path, qcfg, tp.rank, tp.size)
+        native = local_config(qcfg, tp.size)
+    model = HFAdapter.build_native(Qwen2ForCausalLM, native, weights, path, device, dtype)
     info = ModelInfo(
         family=FAMILY,
         mask_token_id=mask_id,
@@ -143,4 +149,4 @@ def load(
         pad_token_id=config.get("pad_token_id"),
         bos_token_id=config.get("bos_token_id"),
     )
-    return FastDLLMv2Adapter(model, info, path)
+    return FastDLLMv2Adapter(model, info, path, tp=tp)

@@ -17,6 +17,7 @@ from typing import Any
 
 import torch
 
+from ..errors import ModelLoadError
 from ..forward.describe import Geometry, per_row
 from ..forward.fastpath import FastDecoder
 from ..forward.forward_batch import ForwardBatch
@@ -45,7 +46,7 @@ class DynamicCachePool:
 class HFAdapter(ModelAdapter):
     """Same-position block-diffusion model on a native transformers ``*ForCausalLM``."""
 
-    def __init__(self, model: torch.nn.Module, info: ModelInfo, path: Path | None = None):
+    def __init__(self, model: torch.nn.Module, info: ModelInfo, path: Path | None = None, *, tp: Any = None):
         self.model = model.eval()
         self.info = info
         self.path = path
@@ -53,7 +54,15 @@ class HFAdapter(ModelAdapter):
         self.device = param.device
         self.dtype = param.dtype
         #: lean batched forward (None: transformers' own forward with a DynamicCache per row)
-        self.fast = FastDecoder(model) if FastDecoder.supports(model) else None
+        self.fast = FastDecoder(model, tp=tp) if FastDecoder.supports(model) else None
+        #: this rank's :class:`~s2d2.forward.tensor_parallel.TensorParallel` (None: the whole model here)
+        self.tp = tp
+        if tp is not None:
+            if self.fast is None:
+                raise ModelLoadError(
+                    f"{path}: tensor parallelism needs the lean forward, which this model lacks"
+                )
+            tp.vocab_size = info.vocab_size
 
     @property
     def caches_partial_blocks(self) -> bool:  # type: ignore[override]
@@ -233,8 +242,10 @@ class HFAdapter(ModelAdapter):
         path: Path,
         device: torch.device,
         dtype: torch.dtype,
+        prepare: Any = None,
     ) -> torch.nn.Module:
-        """Instantiate ``cls(config)`` without random init, then load ``weights`` strictly."""
+        """Instantiate ``cls(config)`` without random init, then load ``weights`` strictly (``prepare(model)``
+        first, where given: a tensor-parallel rank replaces modules by its shards' there)."""
         from transformers.initialization import no_init_weights
 
         from .checkpoint import load_weights_into
@@ -242,6 +253,8 @@ class HFAdapter(ModelAdapter):
         config._attn_implementation = "sdpa"
         with no_init_weights():
             model = cls._from_config(config, dtype=dtype, attn_implementation="sdpa")
+            if prepare is not None:
+                prepare(model)
         weights = {k: v.to(dtype) for k, v in weights.items()}
         if getattr(config, "tie_word_embeddings", False):
             weights.pop("lm_head.weight", None)

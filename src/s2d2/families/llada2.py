@@ -48,8 +48,10 @@ from ..forward.kv_pool import KVState
 from ..forward.segment import Segment
 from .base import ModelInfo
 from .checkpoint import find_mask_token, load_safetensors, matches_family, require_mask_token
+from .expert_parallel import renumber_experts, split_experts
 from .hf import HFAdapter
 from .sdar import eos_ids
+from .sharding import local_config, rank_weights
 
 FAMILY = "llada2"
 MODEL_TYPES = ("llada2_moe",)
@@ -169,7 +171,8 @@ def remap_weights(weights: dict[str, torch.Tensor], gcfg: Any) -> dict[str, torc
         out[f"{layer}.experts.down_proj"] = torch.stack([per_expert[e]["down_proj"] for e in range(n)])
         bias = f"{layer}.gate.e_score_correction_bias"
         if bias not in out:  # LLaDA2 always adds expert_bias (zeros unless trained): default to zeros
-            out[bias] = torch.zeros(n)
+            gate = out.get(f"{layer}.gate.weight")  # every expert's (a tensor-parallel rank holds n of them)
+            out[bias] = torch.zeros(n if gate is None else gate.shape[0])
         if gcfg.n_shared_experts == 0:  # no shared expert: an empty (zero-output) MLP in Glm4Moe
             hidden = gcfg.hidden_size
             shapes = {"gate_proj": (0, hidden), "up_proj": (0, hidden), "down_proj": (hidden, 0)}
@@ -193,8 +196,9 @@ class LLaDA2Adapter(HFAdapter):
         path: Path | None = None,
         *,
         prefill_mask: str = DEFAULT_PREFILL_MASK,
+        tp: Any = None,
     ):
-        super().__init__(model, info, path)
+        super().__init__(model, info, path, tp=tp)
         if prefill_mask not in PREFILL_MASKS:
             raise _bad_prefill_mask(prefill_mask)
         self.prefill_mask = prefill_mask
@@ -218,6 +222,7 @@ def load(
     device: torch.device,
     dtype: torch.dtype,
     prefill_mask: str = DEFAULT_PREFILL_MASK,
+    tp: Any = None,
     **options: Any,
 ) -> LLaDA2Adapter:
     from transformers import Glm4MoeForCausalLM
@@ -229,7 +234,7 @@ def load(
     if prefill_mask not in PREFILL_MASKS:
         raise _bad_prefill_mask(prefill_mask)
     mask_id = require_mask_token(path, config, added, MASK_TOKENS, int(config.get("vocab_size") or 2**62))
-    weights = load_safetensors(path)
+    weights = load_safetensors(path) if tp is None else _rank_weights(path, config, tp)
     if any(k.endswith(".attention.dense.bias") for k in weights):
         raise ModelLoadError(f"{path}: LLaDA2 with an attention output bias (use_bias) is not supported")
     qkv_bias = any(k.endswith(".attention.query_key_value.bias") for k in weights)
@@ -239,8 +244,18 @@ def load(
         raise ModelLoadError(
             f"{path}/config.json is not a valid LLaDA2 config ({exc.__class__.__name__}: {exc})"
         ) from None
-    weights = remap_weights(weights, gcfg)
-    model = HFAdapter.build_native(Glm4MoeForCausalLM, gcfg, weights, path, device, dtype)
+    if tp is None:
+        weights = remap_weights(weights, gcfg)
+        model = HFAdapter.build_native(Glm4MoeForCausalLM, gcfg, weights, path, device, dtype)
+    else:  # the rank's sizes: its heads, columns, vocabulary slice and experts (renumbered from 0)
+        moe = bool(config.get("num_experts"))
+        native = local_config(gcfg, tp.size, experts=moe)
+        weights = remap_weights(weights, native)
+
+        def prepare(m: torch.nn.Module) -> None:
+            split_experts(m, gcfg, tp.rank, tp.size)
+
+        model = HFAdapter.build_native(Glm4MoeForCausalLM, native, weights, path, device, dtype, prepare)
     block = config.get("block_length", config.get("block_size"))
     info = ModelInfo(
         family=FAMILY,
@@ -253,4 +268,17 @@ def load(
         pad_token_id=config.get("pad_token_id"),
         bos_token_id=config.get("bos_token_id"),
     )
-    return LLaDA2Adapter(model, info, path, prefill_mask=prefill_mask)
+    return LLaDA2Adapter(model, info, path, prefill_mask=prefill_mask, tp=tp)
+
+
+def _rank_weights(path: Path, config: dict[str, Any], tp: Any) -> dict[str, torch.Tensor]:
+    """A tensor-parallel rank's slices of the checkpoint (:mod:`.sharding`), its experts numbered from 0."""
+    try:
+        sizes = glm4_moe_config(config, attention_bias=False)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ModelLoadError(
+            f"{path}/config.json is not a valid LLaDA2 config ({exc.__class__.__name__}: {exc})"
+        ) from None
+    experts = int(config.get("num_experts") or 0)
+    weights = rank_weights(path, sizes, tp.rank, tp.size, experts=experts)
+    return renumber_experts(weights, tp.rank * (experts // tp.size)) if experts else weights

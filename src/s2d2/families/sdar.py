@@ -16,6 +16,7 @@ from ..errors import ModelLoadError
 from .base import ModelInfo
 from .checkpoint import find_mask_token, load_safetensors, matches_family, require_mask_token
 from .hf import HFAdapter
+from .sharding import local_config, rank_weights
 
 FAMILY = "sdar"
 MODEL_TYPES = ("sdar", "trado")
@@ -83,6 +84,7 @@ def load(
     *,
     device: torch.device,
     dtype: torch.dtype,
+    tp: Any = None,
     **options: Any,
 ) -> HFAdapter:
     from transformers import Qwen3ForCausalLM
@@ -96,8 +98,12 @@ def load(
             f"{path}/config.json is not a valid SDAR config ({exc.__class__.__name__}: {exc})"
         ) from None
     mask_id = require_mask_token(path, config, added, MASK_TOKENS, qcfg.vocab_size)
-    weights = load_safetensors(path)
-    model = HFAdapter.build_native(Qwen3ForCausalLM, qcfg, weights, path, device, dtype)
+    if tp is None:
+        weights, native = load_safetensors(path), qcfg
+    else:  # this rank's slices only, into a model at the rank's sizes
+        weights = rank_weights(path, qcfg, tp.rank, tp.size)
+        native = local_config(qcfg, tp.size)
+    model = HFAdapter.build_native(Qwen3ForCausalLM, native, weights, path, device, dtype)
     info = ModelInfo(
         family=FAMILY,
         mask_token_id=mask_id,
@@ -109,4 +115,4 @@ def load(
         pad_token_id=config.get("pad_token_id"),
         bos_token_id=config.get("bos_token_id"),
     )
-    return HFAdapter(model, info, path)
+    return HFAdapter(model, info, path, tp=tp)

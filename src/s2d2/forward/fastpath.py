@@ -17,8 +17,11 @@ It computes the same function as the native forward (the golden tests run both p
 
 from __future__ import annotations
 
+import dataclasses
 import warnings
+import weakref
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -28,7 +31,7 @@ from .describe import Geometry, describe
 from .forward_batch import BatchShape, ForwardBatch, field_sizes
 from .graph_runner import StaticRunner, load_shapes
 from .host_lists import long_tensor
-from .kv_pool import DEFAULT_PAGE_SIZE, KVPool, check_pages
+from .kv_pool import DEFAULT_PAGE_SIZE, KVPool, KVState, check_pages
 from .paged_forward import (
     LayerWeights,
     layer_forward,
@@ -66,8 +69,11 @@ class FastDecoder:
 
     SUPPORTED = ("Qwen2ForCausalLM", "Qwen3ForCausalLM", "Glm4MoeForCausalLM")
 
-    def __init__(self, model: torch.nn.Module, *, enforce_eager: bool = False):
+    def __init__(self, model: torch.nn.Module, *, enforce_eager: bool = False, tp: Any = None):
         self.model = model
+        #: this rank's :class:`~s2d2.forward.tensor_parallel.TensorParallel` (None: the whole model here);
+        #: the model then holds this rank's shard (its heads, columns, vocabulary slice, experts)
+        self.tp = tp
         cfg = model.config
         self.layers = list(model.model.layers)
         self.embed = model.model.embed_tokens
@@ -118,7 +124,7 @@ class FastDecoder:
 
     @enforce_eager.setter
     def enforce_eager(self, value: bool) -> None:
-        graphs = self.device.type == "cuda" and self.capturable and not value
+        graphs = self.device.type == "cuda" and self.capturable and not value and self.tp is None
         self.static = self.static_runner(graphs=True) if graphs else None
         self.small = small_ops_for(self.device, value, triton_available())
 
@@ -182,6 +188,12 @@ class FastDecoder:
             max_pages=max_pages,
             reserve_tokens=reserve_tokens,
         )
+        if self.tp is not None and self.tp.driver:  # every rank makes the same pool of its own heads
+            pool.tp_id = self.tp.new_pool_id()
+            with self.tp.lock:
+                self.tp.send(("pool", pool.tp_id, dict(page_size=page_size, max_pages=max_pages,
+                                                       reserve_tokens=reserve_tokens)))  # fmt: skip
+            weakref.finalize(pool, self.tp.dropped, pool.tp_id)
         return pool
 
     @torch.inference_mode()
@@ -223,7 +235,11 @@ class FastDecoder:
     def forward_batch(self, pool: KVPool, batch: ForwardBatch) -> torch.Tensor:
         """The forward of a host batch described by :func:`~.describe.describe` with :meth:`geometry`:
         packed logits ``[L, vocab]`` in the model's dtype (a replayed graph at a bucket's shape, else
-        eagerly). Touches no request."""
+        eagerly). Touches no request. Tensor-parallel: rank 0 sends the batch to every rank first (one
+        message) and the ranks run it together."""
+        if self.tp is not None:
+            message = ("batch", pool.tp_id, pool.pages.num_pages, batch)
+            return self.tp.forward(message, lambda: self.run_batch(pool, batch.to(self.device)))
         if self.static is None or self.static.shape_for(batch.shape) != batch.shape:
             return self.run_batch(pool, batch.to(self.device))
         self._pool = pool
@@ -233,7 +249,7 @@ class FastDecoder:
         """The forward of a batch on the device: packed logits ``[L, vocab]`` of ``b.logit_index``, in the
         model's dtype. Touches no request and no host data beyond ``b``'s sizes."""
         weights = self.weights
-        x = self.embed(b.ids)  # [T, hidden]
+        x = self._embed(b.ids)  # [T, hidden]
         cos, sin = self.rotary(x[None], b.pos[None])
         if self.small is None:  # each token's rotation matrix, applied by one batched matmul a layer
             rot: torch.Tensor | tuple[torch.Tensor, torch.Tensor] = rotations(cos[0], sin[0], self.signs)
@@ -244,20 +260,47 @@ class FastDecoder:
         for i, layer in enumerate(self.layers):
             x = layer_forward(self, i, layer, weights[i], x, rot, b, mask, pool)
         chosen = x.index_select(0, b.logit_index)
-        return self.lm_head(self._norm(self.norm, chosen))
+        return self._logits(self._norm(self.norm, chosen))
 
-    def grouped_forward(self, pool: KVPool, segments: Sequence[Segment]) -> list[torch.Tensor]:
+    def _embed(self, ids: torch.Tensor) -> torch.Tensor:
+        """Token embeddings ``[T, hidden]`` (vocab-parallel over the ranks where tensor-parallel)."""
+        return self.embed(ids) if self.tp is None else self.tp.embed(self.embed.weight, ids)
+
+    def _logits(self, h: torch.Tensor) -> torch.Tensor:
+        """LM head logits of the normed hidden states ``h`` ``[L, hidden]``: ``[L, vocab]`` (tensor-parallel:
+        each rank's vocabulary slice, gathered on rank 0; the other ranks get None)."""
+        out = self.lm_head(h)
+        return out if self.tp is None else self.tp.gather_logits(out, self.tp.vocab_size)
+
+    def _reduce(self, x: torch.Tensor) -> torch.Tensor:
+        """A row-parallel output's partial sums added over the ranks (nothing to add on one)."""
+        return x if self.tp is None else self.tp.reduce(x)
+
+    def grouped_forward(
+        self, pool: KVPool, segments: Sequence[Segment], tables: list[list[int]] | None = None
+    ) -> list[torch.Tensor]:
         """The grouped path: rows padded per group of similar lengths, float masks with biases.
 
         Tokens of all rows are packed into one ``[T, hidden]`` sequence for the projections and MLPs (no
         padding work); only attention pads them, per group of similar lengths
         (:mod:`~s2d2.forward.attention_groups`). Each segment's new keys/values are written at its row's
         cached length, through its page table (the rows hold pages for ``[0, length + n)``; none is taken
-        here and no length advanced).
+        here and no length advanced). ``tables``: the rows' page tables (default: the pool's).
+        Tensor-parallel: rank 0 sends the segments (without their pool) and tables to every rank first.
         """
+        if self.tp is not None and self.tp.driver:
+            check_pages(segments)  # before the message: a row without its pages fails alone
+            tables = [pool.table(s.state) for s in segments]
+            message = ("segments", pool.tp_id, pool.pages.num_pages, [_bare(s) for s in segments], tables)
+            return self.tp.forward(message, lambda: self._grouped(pool, segments, tables))
+        return self._grouped(pool, segments, tables)
+
+    def _grouped(
+        self, pool: KVPool, segments: Sequence[Segment], tables: list[list[int]] | None
+    ) -> list[torch.Tensor]:
         dev, ps = self.device, pool.page_size
         check_pages(segments)
-        page_lists = [pool.table(s.state) for s in segments]
+        page_lists = tables if tables is not None else [pool.table(s.state) for s in segments]
         width = max(map(len, page_lists))
         flat_tables = [page for p in page_lists for page in (p + [0] * (width - len(p)))]
         tables = long_tensor(flat_tables).view(len(segments), width)
@@ -272,7 +315,7 @@ class FastDecoder:
         write_page = tables[r_idx, col // ps].to(dev)
         write_off = (col % ps).to(dev)
         groups = build_groups(segments, page_lists, tables_dev, ps, self.dtype, dev)
-        x = self.embed(ids[None])  # [1, T, hidden]
+        x = self._embed(ids)[None]  # [1, T, hidden]
         cos, sin = self.rotary(x, pos[None])
         cos, sin = cos[0, :, None], sin[0, :, None]  # [T, 1, rot]
         T, hd, H = ids.numel(), self.head_dim, self.n_heads
@@ -288,15 +331,23 @@ class FastDecoder:
             pool.k[i][:, write_page, write_off] = k.transpose(0, 1)
             pool.v[i][:, write_page, write_off] = v.transpose(0, 1)
             o = self._grouped_attention(pool, i, q, groups, attn.scaling)
-            x = x + attn.o_proj(o.reshape(1, T, H * hd))
-            x = x + layer.mlp(self._norm(layer.post_attention_layernorm, x))
+            out = o.reshape(1, T, H * hd)
+            if self.tp is None:
+                x = x + attn.o_proj(out)
+            else:  # row-parallel: the bias once, after the sum
+                x = x + self._reduce(F.linear(out, attn.o_proj.weight))
+                x = x if attn.o_proj.bias is None else x + attn.o_proj.bias
+            x = x + self._reduce(layer.mlp(self._norm(layer.post_attention_layernorm, x)))
         offsets = torch.cat([torch.zeros(1, dtype=torch.long), sizes.cumsum(0)])
         flat = torch.cat([offsets[r] + s.logit_rows for r, s in enumerate(segments)])
         if flat.numel() == 0:
-            empty = x.new_zeros(0, self.lm_head.out_features)
+            vocab = self.lm_head.out_features if self.tp is None else self.tp.vocab_size
+            empty = x.new_zeros(0, vocab)
             return [empty for _ in segments]
         chosen = x[0].index_select(0, flat.to(dev))
-        logits = self.lm_head(self._norm(self.norm, chosen))
+        logits = self._logits(self._norm(self.norm, chosen))
+        if logits is None:  # a rank but 0: the logits went to rank 0
+            return []
         return list(logits.split([s.logit_rows.numel() for s in segments]))
 
     def _grouped_attention(
@@ -329,3 +380,11 @@ class FastDecoder:
         if g.pages is None:
             return pages[:, g.first_page:g.first_page + g.n_k // ps].view(kv, 1, g.n_k, hd)
         return pages.index_select(1, g.pages).view(kv, g.n_rows, g.n_k, hd)
+
+
+def _bare(seg: Segment) -> Segment:
+    """``seg`` without its pool and ``finish`` (what another rank's forward needs of it: sizes, ids,
+    positions, visibility, logit rows, the row's cached length)."""
+    st = seg.state
+    state = KVState(cache=None, length=st.length, slot=st.slot, capacity=st.capacity)
+    return dataclasses.replace(seg, state=state, finish=None, saves=None)

@@ -156,13 +156,33 @@ def _rest(dec, layer: torch.nn.Module, w: LayerWeights, x: torch.Tensor, o: torc
     """The layer after attention: output projection with the residual, RMSNorm, the MLP with the
     residual."""
     attn = layer.self_attn
+    if dec.tp is not None:
+        return _rest_parallel(dec, layer, w, x, o)
     x = torch.addmm(x, o, attn.o_proj.weight.t()) if attn.o_proj.bias is None else x + attn.o_proj(o)
     h = dec._norm(layer.post_attention_layernorm, x)
     if w.gate_up is None:
         return x + layer.mlp(h)
+    return torch.addmm(x, _gated(dec, w, h), layer.mlp.down_proj.weight.t())
+
+
+def _gated(dec, w: LayerWeights, h: torch.Tensor) -> torch.Tensor:
+    """SiLU of the gate times the up projection ``[T, inter]`` (one fused gate/up matmul)."""
     gu = F.linear(h, w.gate_up)
     if dec.small is not None:
-        a = dec.small.silu_mul(gu, w.inter)
-    else:
-        a = F.silu(gu[:, : w.inter]).mul_(gu[:, w.inter :])
-    return torch.addmm(x, a, layer.mlp.down_proj.weight.t())
+        return dec.small.silu_mul(gu, w.inter)
+    return F.silu(gu[:, : w.inter]).mul_(gu[:, w.inter :])
+
+
+def _rest_parallel(
+    dec, layer: torch.nn.Module, w: LayerWeights, x: torch.Tensor, o: torch.Tensor
+) -> torch.Tensor:
+    """:func:`_rest` on a tensor-parallel rank: the output projection (this rank's heads) and the MLP's
+    down projection (its columns) or mixture of experts (its experts) are partial sums, added over the
+    ranks by one all-reduce each (a bias once, after the sum)."""
+    out = dec.tp.reduce(F.linear(o, layer.self_attn.o_proj.weight))
+    bias = layer.self_attn.o_proj.bias
+    x = x + out if bias is None else x + out + bias
+    h = dec._norm(layer.post_attention_layernorm, x)
+    if w.gate_up is None:
+        return x + dec.tp.reduce(layer.mlp(h))
+    return x + dec.tp.reduce(F.linear(_gated(dec, w, h), layer.mlp.down_proj.weight))

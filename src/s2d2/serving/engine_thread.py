@@ -77,6 +77,10 @@ class EngineThread:
         self._thread: threading.Thread | None = None
         self.draining = False
         self.error: BaseException | None = None
+        #: why the engine can run nothing more (a tensor-parallel rank died or hung), None while it can
+        self.fatal: str | None = None
+        #: called once with :attr:`fatal` when it is set (the server then exits non-zero)
+        self.on_fatal: Any = None
 
     # ------------------------------------------------------------------ event-loop side
     def start(self) -> None:
@@ -147,6 +151,23 @@ class EngineThread:
                 break
             if self.engine.has_unfinished():
                 self._step()
+            if self.fatal is None and self._broken() is not None:
+                self._go_fatal(self._broken())
+
+    def _broken(self) -> str | None:
+        """Why the model's tensor-parallel group is unusable (None: it works, or there is none)."""
+        return getattr(getattr(self.engine.adapter, "tp", None), "broken", None)
+
+    def _go_fatal(self, message: str) -> None:
+        """The model can run no forward any more: every request still here fails with ``message``, new
+        ones get 503 (draining), and :attr:`on_fatal` tells the server to exit."""
+        self.fatal = message
+        self.draining = True
+        log.error("the engine cannot continue: %s", message)
+        for rid in list(self._subs):
+            self._end(rid, message)
+        if self.on_fatal is not None:
+            self.on_fatal(message)
 
     def _take_commands(self, *, block: bool) -> bool:
         """Run the queued commands; True if one of them was ``stop``."""
@@ -204,10 +225,13 @@ class EngineThread:
         except Exception:  # outside the forward (its failures are isolated per row): fail the running rows
             log.exception("engine step failed")
             outputs = self._fail_all()
+        broken = self._broken()
         for out in outputs:
-            failed = out.finished and out.output is not None and out.output.status == "failed"
-            if failed and not isinstance(out.output.exception, RequestCannotEnd):
-                _hide_internal_error(out.output)  # (a request that cannot end keeps its own reason)
+            if out.finished and out.output is not None and out.output.status == "failed":
+                if broken is not None:  # the client learns why: nothing internal in it
+                    out.output.error, out.output.exception = broken, None
+                elif not isinstance(out.output.exception, RequestCannotEnd):
+                    _hide_internal_error(out.output)  # (a request that cannot end keeps its own reason)
         self._dispatch(outputs)
         self.metrics.record_engine(self.engine)
 

@@ -38,6 +38,8 @@ CANCEL_MARGIN_S = 5.0
 HARD_EXIT_S = 5.0
 #: how often a draining server looks whether its running requests are done
 DRAIN_POLL_S = 0.05
+#: ``s2d2 serve``'s exit status after the engine stopped for good (a tensor-parallel rank died or hung)
+FATAL_STATUS = 4
 #: the error of a request the shutdown ended
 SHUTDOWN_MESSAGE = "the server shut down before the request finished"
 
@@ -95,6 +97,8 @@ class GracefulServer(uvicorn.Server):
         self._s2d2_app = app
         self.grace = grace
         self.signals = 0
+        #: why the engine stopped for good (a tensor-parallel rank died or hung): exit non-zero
+        self.fatal: str | None = None
 
     def _state(self) -> Any:
         return getattr(self._s2d2_app.state, "s2d2", None)
@@ -123,6 +127,16 @@ class GracefulServer(uvicorn.Server):
             watchdog = threading.Timer(HARD_EXIT_S, self._hard_exit)
             watchdog.daemon = True
             watchdog.start()
+
+    def fatal_stop(self, message: str) -> None:
+        """The engine can run nothing more (its requests have failed with ``message``): answer 503 while
+        the failed responses go out, then stop; ``serve`` returns :data:`FATAL_STATUS`."""
+        self.fatal = message
+        state = self._state()
+        if state is None:
+            self.should_exit = True
+            return
+        threading.Thread(target=self._exit_when_drained, args=(state,), daemon=True).start()
 
     def _exit_when_drained(self, state: Any) -> None:
         """Stop the server (uvicorn's own shutdown) once no request is left in the engine thread."""
@@ -163,10 +177,15 @@ def make_server(
 
 def serve(app: Any, **options: Any) -> int:
     """Serve ``app`` until a stop signal; the exit status: 0 after a clean shutdown, 1 if the app's
-    shutdown failed (its routing state could not be written), 3 if the server did not start."""
+    shutdown failed (its routing state could not be written), 3 if the server did not start,
+    :data:`FATAL_STATUS` if the engine could run nothing more (a tensor-parallel rank died or hung)."""
     server = make_server(app, **options)
+    state = getattr(app.state, "s2d2", None)
+    if state is not None:
+        state.engine.on_fatal = server.fatal_stop
     server.run()
     if not server.started:
         return 3
-    state = getattr(app.state, "s2d2", None)
+    if server.fatal is not None:
+        return FATAL_STATUS
     return 1 if state is not None and state.shutdown_failed else 0

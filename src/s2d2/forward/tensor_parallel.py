@@ -1,0 +1,195 @@
+"""Tensor parallelism inside the forward: what one rank's shard of the model exchanges with the others.
+
+A model of ``size`` ranks is split by heads (q/k/v column-parallel, the output projection row-parallel),
+by the MLP's intermediate columns, by vocabulary (embedding and LM head) and, for a mixture of experts,
+by experts. Every rank holds the same hidden states ``[T, hidden]`` between layers: a row-parallel
+projection's partial sums are added by one all-reduce (:meth:`TensorParallel.reduce`), so a layer costs
+two all-reduces (attention, MLP or mixture of experts). The embedding looks up the rank's vocabulary
+slice and all-reduces; the LM head's logits ``[L, vocab / size]`` are gathered to rank 0 (the driver),
+which runs the device half of the step on full rows (a gather of ``L x vocab`` values a forward).
+
+Rank 0 runs the engine. Before each forward it sends every other rank ONE message (:meth:`send`: a
+pickled object broadcast as one uint8 tensor after its length) holding the batch description; the
+ranks run the same forward on their shards (:func:`serve_forwards`). The ranks' key/value pools hold
+their own heads at the same pages: only rank 0's scheduler decides pages, the others follow the page
+tables the batch carries.
+
+A collective that fails (a rank died: its connection closes at once) or does not complete within
+``timeout_s`` (a rank hangs) raises :class:`RankFailure`; the group is then broken and every later
+forward raises the same error at once.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import pickle
+import threading
+from collections import deque
+from datetime import timedelta
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+#: environment variable set in every rank process but the driver (its rank): finds them
+RANK_ENV = "S2D2_TP_RANK"
+#: seconds a collective may wait for the other ranks (a hung rank fails the forward after it)
+DEFAULT_TIMEOUT_S = 60.0
+#: a rank waiting for rank 0's next message waits this long (an idle server sends none)
+IDLE_TIMEOUT = timedelta(days=365)
+
+
+class RankFailure(RuntimeError):
+    """A rank of the tensor-parallel group died or did not answer in time; the group is unusable."""
+
+
+class TensorParallel:
+    """One rank's view of its group: ``rank`` of ``size``, the process group of the forward's collectives
+    (``group``, gloo on the CPU or NCCL on CUDA) and the one carrying rank 0's messages (``control``, gloo;
+    the other ranks wait on it without a time limit)."""
+
+    def __init__(self, rank: int, size: int, group: Any, control: Any, *, timeout_s: float):
+        self.rank, self.size = rank, size
+        self.group, self.control = group, control
+        self.timeout_s = timeout_s
+        #: why the group is unusable (None: it works)
+        self.broken: str | None = None
+        #: one forward (its message and its collectives) at a time
+        self.lock = threading.RLock()
+        self._pool_ids = itertools.count(1)
+        self._dropped: deque[int] = deque()
+
+    @property
+    def driver(self) -> bool:
+        return self.rank == 0
+
+    # ------------------------------------------------------------------ collectives
+    def _guard(self, what: str, fn):
+        if self.broken is not None:
+            raise RankFailure(self.broken)
+        try:
+            return fn()
+        except Exception as exc:
+            first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            self.broken = (
+                f"a tensor-parallel rank died or hung: {what} on rank {self.rank} of {self.size} failed "
+                f"(a rank gets {self.timeout_s:g} s): {first[:160]}"
+            )
+            raise RankFailure(self.broken) from None
+
+    def reduce(self, x: torch.Tensor) -> torch.Tensor:
+        """Sum ``x`` over the ranks, in place (every rank gets the sum); returns ``x``."""
+        if self.size > 1:
+            self._guard("all-reduce", lambda: self.group.allreduce([x]).wait())
+        return x
+
+    def vocab_slice(self, vocab: int) -> tuple[int, int]:
+        """This rank's vocabulary ``[start, start + per)`` (``per = ceil(vocab / size)``; the last rank's
+        slice is padded past ``vocab`` with zero rows)."""
+        per = math.ceil(vocab / self.size)
+        return self.rank * per, per
+
+    def embed(self, weight: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+        """Vocab-parallel embedding: ``weight`` ``[per, hidden]`` is this rank's slice; tokens outside it
+        look up zeros and the all-reduce adds the owners' rows. ``[T, hidden]``."""
+        per = weight.shape[0]
+        local = ids - self.rank * per
+        inside = (local >= 0) & (local < per)
+        out = F.embedding(local.clamp(0, per - 1), weight).masked_fill_(~inside[:, None], 0.0)
+        return self.reduce(out)
+
+    def gather_logits(self, local: torch.Tensor, vocab: int) -> torch.Tensor | None:
+        """The full logits ``[L, vocab]`` on rank 0 from each rank's ``[L, per]`` (None on the others)."""
+        if self.size == 1:
+            return local[:, :vocab]
+        local = local.contiguous()
+        outs = [torch.empty_like(local) for _ in range(self.size)] if self.driver else []
+        opts = torch.distributed.GatherOptions()
+        opts.rootRank = 0
+        self._guard(
+            "logits gather", lambda: self.group.gather([outs] if self.driver else [], [local], opts).wait()
+        )
+        return torch.cat(outs, dim=1)[:, :vocab] if self.driver else None
+
+    # ------------------------------------------------------------------ messages from rank 0
+    def send(self, message: Any) -> None:
+        """Rank 0: broadcast ``message`` (with any pools dropped since the last one) to every rank."""
+        data = np.frombuffer(pickle.dumps((list(self._drain()), message), protocol=5), dtype=np.uint8)
+        size = torch.tensor([data.size], dtype=torch.long)
+        blob = torch.from_numpy(data.copy())
+
+        def go() -> None:
+            self.control.broadcast([size], _from_rank_0()).wait()
+            self.control.broadcast([blob], _from_rank_0()).wait()
+
+        self._guard("sending a batch", go)
+
+    def forward(self, message: Any, run: Any) -> Any:
+        """Rank 0: send ``message`` (a forward) and run this rank's part of it (``run()``), one forward at
+        a time. A failure on this rank after the message left (the others then wait in a collective
+        this rank never joins) cannot be recovered: the group is broken and it raises
+        :class:`RankFailure`."""
+        with self.lock:
+            self.send(message)
+            try:
+                return run()
+            except RankFailure:
+                raise
+            except Exception as exc:
+                self.broken = (
+                    f"a tensor-parallel rank died or hung: the forward failed on rank 0 and the ranks "
+                    f"cannot be brought back in step ({type(exc).__name__}: {str(exc)[:160]})"
+                )
+                raise RankFailure(self.broken) from exc
+
+    def receive(self) -> tuple[list[int], Any]:
+        """A rank but 0: the next message (waits as long as rank 0 is idle)."""
+        size = torch.zeros(1, dtype=torch.long)
+        self._guard("waiting for a batch", lambda: self.control.broadcast([size], _from_rank_0()).wait())
+        blob = torch.empty(int(size), dtype=torch.uint8)
+        self._guard("receiving a batch", lambda: self.control.broadcast([blob], _from_rank_0()).wait())
+        return pickle.loads(blob.numpy().tobytes())
+
+    def new_pool_id(self) -> int:
+        return next(self._pool_ids)
+
+    def dropped(self, pool_id: int) -> None:
+        """A pool of rank 0 is gone: the ranks free theirs with the next message (thread-safe)."""
+        self._dropped.append(pool_id)
+
+    def _drain(self):
+        while self._dropped:
+            yield self._dropped.popleft()
+
+
+def _from_rank_0() -> Any:
+    opts = torch.distributed.BroadcastOptions()
+    opts.rootRank = 0
+    return opts
+
+
+def process_groups(
+    rank: int, size: int, host: str, port: int, device: torch.device, timeout_s: float, *, store: Any = None
+) -> TensorParallel:
+    """Join the group of ``size`` ranks whose rank 0 serves the TCP store at ``host:port`` (``store``: rank
+    0's own): the forward's group (NCCL on CUDA, gloo on the CPU; ``timeout_s``) and the gloo group of
+    rank 0's messages."""
+    import torch.distributed as dist
+
+    limit = timedelta(seconds=timeout_s)
+    if store is None:
+        store = dist.TCPStore(host, port, size, False, timeout=max(limit, timedelta(seconds=120)))
+        store.set(f"s2d2/started/{rank}", "1")
+    if device.type == "cuda":
+        opts = dist.ProcessGroupNCCL.Options()
+        opts._timeout = limit
+        group = dist.ProcessGroupNCCL(dist.PrefixStore("s2d2/forward", store), rank, size, opts)
+    else:
+        group = dist.ProcessGroupGloo(dist.PrefixStore("s2d2/forward", store), rank, size, limit)
+    wait = limit if rank == 0 else IDLE_TIMEOUT
+    control = dist.ProcessGroupGloo(dist.PrefixStore("s2d2/control", store), rank, size, wait)
+    tp = TensorParallel(rank, size, group, control, timeout_s=timeout_s)
+    tp.store = store  # kept alive with the groups
+    return tp

@@ -29,7 +29,7 @@ def test_a_row_that_cannot_progress_ends_alone(model, settings, monkeypatch):
     stuck = prompts[0]
     engine = LLMEngine(model.adapter, max_num_seqs=4)
     engine.lanes = False  # every row's step goes through apply (the lanes commit in their own way)
-    monkeypatch.setattr("s2d2.engine.llm_engine.apply", _apply_skipping(host.apply, stuck))
+    monkeypatch.setattr("s2d2.engine.step.postprocess.apply", _apply_skipping(host.apply, stuck))
     outs = engine.generate(prompts, [cfg, cfg])
     assert outs[0].status == "failed" and "no progress" in outs[0].error
     assert str(NO_PROGRESS_FORWARDS) in outs[0].error

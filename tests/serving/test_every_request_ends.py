@@ -172,7 +172,7 @@ def test_a_setting_a_constraint_cannot_honour_is_named(client, extra, param):
 def test_a_request_that_cannot_end_is_a_422_with_its_reason(client, monkeypatch):
     """A row that commits nothing (its step frozen) fails alone after the no-progress bound: the client
     reads why, in a 422, not a 500 "internal error"; the next request decodes as usual."""
-    from s2d2.engine import llm_engine
+    from s2d2.engine.step import postprocess as llm_engine
     from s2d2.engine.step.progress import NO_PROGRESS_FORWARDS
 
     real = llm_engine.apply

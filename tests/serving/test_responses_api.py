@@ -115,9 +115,9 @@ def test_text_format_json_schema(served):
         ({"store": True}, "store"),
         ({"previous_response_id": "resp_1"}, "previous_response_id"),
         ({"reasoning": {"effort": "low"}}, "reasoning"),
-        ({"tools": [{"type": "web_search"}]}, "tools[0].type"),
-        ({"tools": [{"type": "function", "parameters": {"type": "object"}}]}, "tools[0].name"),
-        ({"input": [{"type": "reasoning", "summary": []}]}, "input[0].type"),
+        ({"tools": [{"type": "web_search"}]}, "tools.0.type"),
+        ({"tools": [{"type": "function", "parameters": {"type": "object"}}]}, "tools.0.name"),
+        ({"input": [{"type": "reasoning", "summary": []}]}, "input.0.type"),
         ({"max_output_tokens": 100000}, "max_output_tokens"),
     ],
 )

@@ -193,25 +193,25 @@ def test_two_rounds_with_results_in_the_history(request, fixture):
 BAD = [
     (
         {"tools": [{"type": "function", "function": {"parameters": {"type": "object"}}}]},
-        "tools[0].function.name",
+        "tools.0.function.name",
     ),
     (
         {"tools": [{"type": "function", "function": {"name": "f", "parameters": [1]}}]},
-        "tools[0].function.parameters",
+        "tools.0.function.parameters",
     ),
     (
         {"tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "array"}}}]},
-        "tools[0].function.parameters",
+        "tools.0.function.parameters",
     ),
     ({"tools": TOOLS, "tool_choice": {"type": "function", "function": {"name": "nope"}}}, "tool_choice"),
     ({"tools": TOOLS, "tool_choice": "sometimes"}, "tool_choice"),
-    ({"tools": [{"name": "f"}]}, "tools[0]"),
-    ({"tools": ["f"]}, "tools[0]"),
+    ({"tools": [{"name": "f"}]}, "tools.0.name"),
+    ({"tools": ["f"]}, "tools.0"),
     ({"tools": TOOLS, "parallel_tool_calls": "yes"}, "parallel_tool_calls"),
-    ({"tools": [{"type": "function", "function": {"name": "f" * 65}}]}, "tools[0].function.name"),
+    ({"tools": [{"type": "function", "function": {"name": "f" * 65}}]}, "tools.0.function.name"),
     ({"tool_choice": "required"}, "tool_choice"),
     ({"functions": [{"name": "f"}]}, "functions"),
-    ({"messages": [*MESSAGES, {"role": "tool", "content": "42"}]}, "messages[1].tool_call_id"),
+    ({"messages": [*MESSAGES, {"role": "tool", "content": "42"}]}, "messages.1.tool_call_id"),
     (
         {
             "messages": [
@@ -219,7 +219,7 @@ BAD = [
                 {"role": "assistant", "tool_calls": [{"id": "c", "type": "function", "function": {}}]},
             ]
         },
-        "messages[1].tool_calls[0].function.name",
+        "messages.1.tool_calls.0.function.name",
     ),
 ]
 

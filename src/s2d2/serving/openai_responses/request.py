@@ -89,8 +89,8 @@ def _text_of(content: Any, where: str) -> str:
     for j, part in enumerate(content):
         if not isinstance(part, dict) or part.get("type") not in ("input_text", "output_text", "text"):
             raise bad_request(
-                f"{where}[{j}] must be a text part (input_text / output_text)",
-                param=f"{where}[{j}]",
+                f"{where}.{j} must be a text part (input_text / output_text)",
+                param=f"{where}.{j}",
                 code="unsupported_value",
             )
         parts.append(str(part.get("text", "")))
@@ -105,7 +105,7 @@ def _messages(body: ResponsesRequest) -> list[dict[str, Any]]:
         out.append({"role": "system", "content": body.instructions})
     items = [{"role": "user", "content": body.input}] if isinstance(body.input, str) else body.input
     for i, item in enumerate(items):
-        where = f"input[{i}]"
+        where = f"input.{i}"
         if not isinstance(item, dict):
             raise bad_request(f"{where} must be an object", param=where)
         kind = item.get("type", "message")
@@ -157,8 +157,8 @@ def _tools(tools: list[Any] | None) -> list[Any] | None:
             out.append({"type": "function", "function": fn})
         elif isinstance(t, dict) and t.get("type") not in (None, "function"):
             raise bad_request(
-                f"tools[{i}] of type {t.get('type')!r} is not supported (function tools only)",
-                param=f"tools[{i}].type",
+                f"tools.{i} of type {t.get('type')!r} is not supported (function tools only)",
+                param=f"tools.{i}.type",
                 code="unsupported_value",
             )
         else:

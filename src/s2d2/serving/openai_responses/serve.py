@@ -32,8 +32,8 @@ CLIENT_CLOSED = 499
 def _renamed(exc: APIError) -> APIError:
     p = exc.param
     if p is not None:
-        p = re.sub(r"^tools\[(\d+)\]\.function", r"tools[\1]", _PARAMS.get(p, p))
-        p = re.sub(r"^messages\[\d+\]", "input", p)
+        p = re.sub(r"^tools\.(\d+)\.function", r"tools.\1", _PARAMS.get(p, p))
+        p = re.sub(r"^messages\.\d+", "input", p)
     exc.param = p
     return exc
 

@@ -28,13 +28,13 @@ def check_messages(messages: Sequence[Any]) -> None:
         if m.role == "tool" and not m.tool_call_id:
             raise bad_request(
                 "a tool message needs the tool_call_id of the call it answers",
-                param=f"messages[{i}].tool_call_id",
+                param=f"messages.{i}.tool_call_id",
             )
         for j, call in enumerate(m.tool_calls or []):
-            where = f"messages[{i}].tool_calls[{j}]"
+            where = f"messages.{i}.tool_calls.{j}"
             if m.role != "assistant":
                 raise bad_request(
-                    "only assistant messages carry tool_calls", param=f"messages[{i}].tool_calls"
+                    "only assistant messages carry tool_calls", param=f"messages.{i}.tool_calls"
                 )
             fn = call.get("function") if isinstance(call, dict) else None
             if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):

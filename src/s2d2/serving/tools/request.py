@@ -8,7 +8,7 @@ not rendered into the prompt, and the output is not parsed); a named function
 
 Every mode but ``none`` constrains the calls with the format's structural tag
 (:mod:`s2d2.constraints.tool_calls`): a call's name is one of the tools and its arguments match the
-tool's ``parameters``. Bad input is a 400 naming the field (``tools[1].function.name``,
+tool's ``parameters``. Bad input is a 400 naming the field (``tools.1.function.name``,
 ``tool_choice``, ``parallel_tool_calls``, ...). The legacy ``functions`` / ``function_call`` fields are
 refused with a 400 (use ``tools`` / ``tool_choice``).
 """
@@ -51,7 +51,7 @@ class ToolPlan:
 
 
 def _function(entry: Any, i: int) -> tuple[str, Any]:
-    where = f"tools[{i}]"
+    where = f"tools.{i}"
     if (
         not isinstance(entry, dict)
         or entry.get("type") != "function"
@@ -94,7 +94,7 @@ def _functions(tools: Any) -> list[tuple[str, Any]]:
     names = [n for n, _ in out]
     for i, name in enumerate(names):
         if name in names[:i]:
-            raise bad_request(f"two tools are named {name!r}", param=f"tools[{i}].function.name")
+            raise bad_request(f"two tools are named {name!r}", param=f"tools.{i}.function.name")
     return out
 
 

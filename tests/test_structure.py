@@ -29,11 +29,11 @@ def test_the_families_and_the_forward_hold_what_their_names_say():
     """``families/`` holds the model families and their loading, ``forward/`` the machinery every family's
     forward runs on (docs/ARCHITECTURE.md): each module's name is listed here, so a new one is placed on
     purpose."""
-    families = {"__init__", "base", "checkpoint", "hf", "sdar", "fast_dllm_v2", "llada2"}
+    families = {"__init__", "base", "checkpoint", "hf", "sdar", "sdar_moe", "fast_dllm_v2", "llada2"}
     forward = {
         "__init__", "attention_groups", "describe", "fastpath", "forward_batch", "graph_runner", "host_lists",
-        "kv_pages", "kv_pool", "masks", "paged_forward", "segment", "small_ops", "span_attention",
-        "span_attention_kernel",
+        "kv_pages", "kv_pool", "masks", "paged_forward", "routed_experts", "segment", "small_ops",
+        "span_attention", "span_attention_kernel",
     }  # fmt: skip
     assert {p.stem for p in (SRC / "families").glob("*.py")} <= families
     assert {p.stem for p in (SRC / "forward").glob("*.py")} <= forward

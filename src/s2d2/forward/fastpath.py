@@ -1,4 +1,4 @@
-"""A lean batched forward for Qwen2/Qwen3/Glm4-MoE-style decoders (every family here).
+"""A lean batched forward for Qwen2/Qwen3/Qwen3-MoE/Glm4-MoE-style decoders (every family here).
 
 Decoding calls the model many times on a handful of tokens per row, where transformers' generic forward
 spends more time in Python (mask preparation, cache concatenation, output objects) than in arithmetic,
@@ -11,6 +11,11 @@ attention plumbing:
 * the tokens of all rows are packed into one sequence for the projections and MLPs; attention pads them
   to the longest segment, and the float mask ``[rows, 1, queries, keys]`` carries each row's own
   visibility (its cache, its segment's mask, nothing of the padding).
+
+A mixture-of-experts model (Qwen3-MoE's routed experts, :mod:`~s2d2.forward.routed_experts`; Glm4-MoE's
+module) routes tokens by data: the expert a token runs through is known only after the router, and the
+expert computation's shapes follow the routing. A CUDA graph cannot hold that, so such a model's forward
+is never captured: every batch runs eagerly (as with ``enforce_eager``), whatever its shape.
 
 It computes the same function as the native forward (the golden tests run both paths).
 """
@@ -62,9 +67,9 @@ def _eager(shape: BatchShape) -> None:
 
 
 class FastDecoder:
-    """Batched forward of a native ``Qwen2/Qwen3/Glm4Moe ForCausalLM`` against a :class:`KVPool`."""
+    """Batched forward of a native ``Qwen2/Qwen3/Qwen3Moe/Glm4Moe ForCausalLM`` against a :class:`KVPool`."""
 
-    SUPPORTED = ("Qwen2ForCausalLM", "Qwen3ForCausalLM", "Glm4MoeForCausalLM")
+    SUPPORTED = ("Qwen2ForCausalLM", "Qwen3ForCausalLM", "Qwen3MoeForCausalLM", "Glm4MoeForCausalLM")
 
     def __init__(self, model: torch.nn.Module, *, enforce_eager: bool = False):
         self.model = model

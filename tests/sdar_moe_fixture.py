@@ -98,7 +98,7 @@ def sdar_moe_weights(seed: int = 0, std: float = 0.3) -> dict[str, torch.Tensor]
             w[p + "mlp.up_proj.weight"] = rand(INTER, HIDDEN)
             w[p + "mlp.down_proj.weight"] = rand(HIDDEN, INTER)
         else:
-            w[p + "mlp.gate.weight"] = rand(EXPERTS, HIDDEN, scale=1.0)
+            w[p + "mlp.gate.weight"] = rand(EXPERTS, HIDDEN, scale=0.05)
             for e in range(EXPERTS):
                 w[p + f"mlp.experts.{e}.gate_proj.weight"] = rand(MOE_INTER, HIDDEN)
                 w[p + f"mlp.experts.{e}.up_proj.weight"] = rand(MOE_INTER, HIDDEN)

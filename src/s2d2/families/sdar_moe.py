@@ -113,7 +113,8 @@ def stack_experts(weights: dict[str, torch.Tensor], n_experts: int) -> dict[str,
         out[f"{layer}.experts.gate_up_proj"] = torch.stack(
             [torch.cat([per_expert[e]["gate_proj"], per_expert[e]["up_proj"]]) for e in range(n_experts)]
         )
-        out[f"{layer}.experts.down_proj"] = torch.stack([per_expert[e]["down_proj"] for e in range(n_experts)])
+        downs = [per_expert[e]["down_proj"] for e in range(n_experts)]
+        out[f"{layer}.experts.down_proj"] = torch.stack(downs)
     return out
 
 

@@ -46,7 +46,8 @@ def _native(norm_topk_prob: bool = True):
         p = f"model.layers.{i}.mlp.experts"
         if f"{p}.0.gate_proj.weight" not in raw:
             continue
-        gate_up = [torch.cat([raw[f"{p}.{e}.{n}_proj.weight"] for n in ("gate", "up")]) for e in range(EXPERTS)]
+        gu = ("gate", "up")
+        gate_up = [torch.cat([raw[f"{p}.{e}.{n}_proj.weight"] for n in gu]) for e in range(EXPERTS)]
         sd[f"{p}.gate_up_proj"] = torch.stack(gate_up)
         sd[f"{p}.down_proj"] = torch.stack([raw[f"{p}.{e}.down_proj.weight"] for e in range(EXPERTS)])
     missing, unexpected = model.load_state_dict(sd, strict=False)

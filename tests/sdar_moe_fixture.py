@@ -104,7 +104,7 @@ def sdar_moe_weights(seed: int = 0, std: float = 0.3) -> dict[str, torch.Tensor]
                 w[p + f"mlp.experts.{e}.up_proj.weight"] = rand(MOE_INTER, HIDDEN)
                 w[p + f"mlp.experts.{e}.down_proj.weight"] = rand(HIDDEN, MOE_INTER)
     w["model.norm.weight"] = norm(HIDDEN)
-    w["lm_head.weight"] = rand(VOCAB, HIDDEN)
+    w["lm_head.weight"] = rand(VOCAB, HIDDEN, scale=0.6)
     return w
 
 

@@ -10,10 +10,13 @@ The mixture-of-experts MLP of Qwen3-MoE-style decoders (the SDAR-MoE family runs
 * **combine**: ``out[t] = sum_j w[t, j] * expert_{ids[t, j]}(x[t])``, summed over ``j = 0..k-1`` in rank
   order: the ONE reduction point.
 
-Batch invariance: a token's route is a function of its own hidden state only (one row of the router
-product, a per-row softmax and top-k), never of the other tokens of the batch, and its output is combined
-in a fixed order (its own ranks), so a row's expert assignment and its sum do not depend on its
-batch-mates; the tokens routed to an expert are computed together, each as its own row of the product.
+Batch invariance: a token's route is a function of its own hidden state only (its row of the router
+product, a per-row softmax and top-k; no capacity limit, no token dropping, no load balancing at
+inference), never of the other tokens of the batch, and its output is combined in a fixed order (its own
+ranks), so a row's expert assignment and its sum do not depend on its batch-mates. The tokens routed to
+an expert are computed together, each as its own row of the product; as in every dense layer, the batch's
+shape may change the products' float rounding, which can change a route only where two experts'
+probabilities tie to rounding (where a greedy argmax could flip as well).
 
 Expert parallelism: :class:`RoutedExperts` may hold a contiguous slice of the experts (``first`` is the
 expert id of ``gate_up[0]``); :meth:`RoutedExperts.forward` then computes only the slots routed to its

@@ -26,7 +26,9 @@ VOCAB, MASK, EOS = 512, 509, 503
 INTER, MOE_INTER, EXPERTS, TOP_K = 128, 32, 4, 2
 
 
-def sdar_moe_config() -> dict:
+def sdar_moe_config(vocab: int = VOCAB) -> dict:
+    """The config.json (``vocab`` other than 512: mask ``vocab - 1``, bos/eos ``vocab - 2``)."""
+    mask, eos = (MASK, EOS) if vocab == VOCAB else (vocab - 1, vocab - 2)
     return {
         "architectures": ["SDARMoeForCausalLM"],
         "attention_bias": False,
@@ -37,15 +39,15 @@ def sdar_moe_config() -> dict:
             "AutoModelForCausalLM": "modeling_sdar_moe.SDARMoeForCausalLM",
         },
         "block_size": 4,
-        "bos_token_id": EOS,
+        "bos_token_id": eos,
         "decoder_sparse_step": 1,
-        "eos_token_id": EOS,
+        "eos_token_id": eos,
         "head_dim": HEAD_DIM,
         "hidden_act": "silu",
         "hidden_size": HIDDEN,
         "initializer_range": 0.02,
         "intermediate_size": INTER,
-        "mask_token_id": MASK,
+        "mask_token_id": mask,
         "max_position_embeddings": 2048,
         "max_window_layers": LAYERS,
         "mlp_only_layers": [0],
@@ -68,11 +70,11 @@ def sdar_moe_config() -> dict:
         "transformers_version": "4.52.4",
         "use_cache": True,
         "use_sliding_window": False,
-        "vocab_size": VOCAB,
+        "vocab_size": vocab,
     }
 
 
-def sdar_moe_weights(seed: int = 0, std: float = 0.3) -> dict[str, torch.Tensor]:
+def sdar_moe_weights(seed: int = 0, std: float = 0.3, vocab: int = VOCAB) -> dict[str, torch.Tensor]:
     """The checkpoint's tensors by their published names (bf16)."""
     g = torch.Generator().manual_seed(seed)
 
@@ -82,7 +84,7 @@ def sdar_moe_weights(seed: int = 0, std: float = 0.3) -> dict[str, torch.Tensor]
     def norm(n: int) -> torch.Tensor:
         return (1.0 + torch.randn(n, generator=g) * 0.1).to(torch.bfloat16)
 
-    w = {"model.embed_tokens.weight": rand(VOCAB, HIDDEN, scale=1.0)}
+    w = {"model.embed_tokens.weight": rand(vocab, HIDDEN, scale=1.0)}
     for i in range(LAYERS):
         p = f"model.layers.{i}."
         w[p + "input_layernorm.weight"] = norm(HIDDEN)
@@ -104,18 +106,27 @@ def sdar_moe_weights(seed: int = 0, std: float = 0.3) -> dict[str, torch.Tensor]
                 w[p + f"mlp.experts.{e}.up_proj.weight"] = rand(MOE_INTER, HIDDEN)
                 w[p + f"mlp.experts.{e}.down_proj.weight"] = rand(HIDDEN, MOE_INTER)
     w["model.norm.weight"] = norm(HIDDEN)
-    w["lm_head.weight"] = rand(VOCAB, HIDDEN, scale=0.6)
+    w["lm_head.weight"] = rand(vocab, HIDDEN, scale=0.6)
     return w
 
 
-def make_random_sdar_moe(directory: Path, *, seed: int = 0) -> Path:
+def make_random_sdar_moe(directory: Path, *, seed: int = 0, vocab: int = VOCAB) -> Path:
     """Write the checkpoint (config.json + model.safetensors) into ``directory``."""
     from safetensors.torch import save_file
 
     directory.mkdir(parents=True, exist_ok=True)
-    save_file(sdar_moe_weights(seed), str(directory / "model.safetensors"))
-    (directory / "config.json").write_text(json.dumps(sdar_moe_config(), indent=1))
+    save_file(sdar_moe_weights(seed, vocab=vocab), str(directory / "model.safetensors"))
+    (directory / "config.json").write_text(json.dumps(sdar_moe_config(vocab), indent=1))
     return directory
+
+
+def make_sdar_moe_with_tokenizer(directory: Path) -> Path:
+    """The checkpoint over the byte-level BPE tokenizer of :mod:`structured_fixtures` (a vocabulary that
+    can write JSON), for the CLI and server tests that speak text."""
+    from structured_fixtures import write_json_tokenizer
+
+    directory.mkdir(parents=True, exist_ok=True)
+    return make_random_sdar_moe(directory, vocab=write_json_tokenizer(directory))
 
 
 _CACHED: list[Path] = []

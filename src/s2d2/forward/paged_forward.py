@@ -14,8 +14,8 @@ once (the modules' own weights become views of them, so memory does not grow). A
 experts runs as :class:`~s2d2.forward.routed_experts.RoutedExperts` (its routing reads expert counts on the
 host: such a forward runs eagerly); any other mixture of experts runs as its module.
 
-The body takes no host syncs and branches on no data (shapes only), so it compiles whole
-(``torch.compile(fullgraph=True)``) and a CUDA graph can capture it per padded token count.
+Without a mixture of experts the body takes no host syncs and branches on no data (shapes only), so it
+compiles whole (``torch.compile(fullgraph=True)``) and a CUDA graph can capture it per padded token count.
 """
 
 from __future__ import annotations

@@ -93,8 +93,10 @@ def golden(request):
     return request.param, _goldens(request.param)
 
 
-@pytest.fixture(scope="module", params=["fast-path", "transformers"])
+@pytest.fixture(scope="module", params=["fast-path", "fast-path-looped", "transformers"])
 def adapter(request):
+    """The lean forward (its experts as grouped products where ``torch._grouped_mm`` runs, and as one
+    product pair an expert) and transformers' own forward."""
     from s2d2.families import load_adapter
 
     ad = load_adapter(sdar_moe_checkpoint(), device="cpu", dtype="fp32")
@@ -103,6 +105,8 @@ def adapter(request):
         ad.fast = None
     else:
         assert ad.fast is not None and ad.fast.weights[1].moe is not None and ad.fast.weights[0].moe is None
+        if request.param == "fast-path-looped":
+            ad.fast.weights[1].moe.grouped = False
     return ad
 
 

@@ -1,12 +1,13 @@
-"""Routed experts (forward/routed_experts.py): the native Qwen3-MoE block's function, per-token routing
-that ignores batch-mates, and an expert-parallel split whose slices sum to the whole."""
+"""Routed experts (forward/routed_experts.py): the native Qwen3-MoE block's function (both ways of running
+the experts: a product pair an expert, or two grouped products), per-token routing that ignores
+batch-mates, and an expert-parallel split whose slices sum to the whole."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from s2d2.forward.routed_experts import RoutedExperts, routed_experts_of
+from s2d2.forward.routed_experts import RoutedExperts, grouped_ok, routed_experts_of
 
 
 def _block(norm_topk_prob: bool, experts: int = 6, top_k: int = 2):
@@ -25,11 +26,16 @@ def _block(norm_topk_prob: bool, experts: int = 6, top_k: int = 2):
     return block
 
 
+@pytest.mark.parametrize("grouped", [False, True], ids=["looped", "grouped"])
 @pytest.mark.parametrize("norm_topk_prob", [False, True])
-def test_it_computes_the_native_block(norm_topk_prob):
+def test_it_computes_the_native_block(norm_topk_prob, grouped):
     block = _block(norm_topk_prob)
     moe = routed_experts_of(block)
     assert moe is not None and moe.top_k == 2 and moe.normalize is norm_topk_prob and moe.n_experts == 6
+    assert moe.grouped is grouped_ok(moe)
+    if grouped and not moe.grouped:
+        pytest.skip("torch._grouped_mm does not run here")
+    moe.grouped = grouped
     x = torch.randn(37, 32)
     with torch.no_grad():
         want = block(x[None])[0]
@@ -52,13 +58,17 @@ def test_a_tokens_route_and_output_do_not_depend_on_its_batch_mates():
         torch.testing.assert_close(moe.forward(mixed)[4], out[t], atol=1e-5, rtol=0)
 
 
-def test_expert_slices_sum_to_the_whole_layer():
+@pytest.mark.parametrize("grouped", [False, True], ids=["looped", "grouped"])
+def test_expert_slices_sum_to_the_whole_layer(grouped):
     """Expert parallelism: each slice holds experts [first, first + n) and computes their slots only; the
     one reduction (a sum over slices) gives the layer."""
     moe = routed_experts_of(_block(True))
+    if grouped and not moe.grouped:
+        pytest.skip("torch._grouped_mm does not run here")
     x = torch.randn(25, 32)
     parts = [
-        RoutedExperts(moe.router, moe.gate_up[a:b], moe.down[a:b], moe.top_k, moe.normalize, first=a)
+        RoutedExperts(moe.router, moe.gate_up[a:b], moe.down[a:b], moe.top_k, moe.normalize, first=a,
+                      grouped=grouped)  # fmt: skip
         for a, b in ((0, 2), (2, 5), (5, 6))
     ]
     total = sum(p.forward(x) for p in parts)

@@ -23,8 +23,11 @@ expert id of ``gate_up[0]``); :meth:`RoutedExperts.forward` then computes only t
 slice (the others contribute zero), and the sum of every slice's output (one all-reduce at the reduction
 point) is the full layer's output. The router is replicated.
 
-The forward reads the expert counts on the host (one sync a layer) to split the sorted tokens, so it
-runs eagerly: a CUDA graph cannot hold data-dependent routing (see :mod:`~s2d2.forward.fastpath`).
+Two ways to run the experts, the same function: one product pair an expert on its tokens (the expert
+counts read on the host, one sync a layer), or, where ``torch._grouped_mm`` runs on the weights' device
+and dtype (:func:`grouped_ok`), two grouped products over all slots sorted by expert, with no host read.
+A model with routed experts still runs eagerly: its forward is never captured in a CUDA graph (see
+:mod:`~s2d2.forward.fastpath`).
 """
 
 from __future__ import annotations
@@ -46,6 +49,9 @@ class RoutedExperts:
     normalize: bool
     #: expert id of ``gate_up[0]`` (0 unless the experts are split across devices)
     first: int = 0
+    #: run the experts as two grouped products (``torch._grouped_mm``, no host sync) instead of a product
+    #: pair an expert; :func:`routed_experts_of` sets it where :func:`grouped_ok` holds
+    grouped: bool = False
 
     @property
     def n_experts(self) -> int:
@@ -69,6 +75,10 @@ class RoutedExperts:
     def expert_slots(self, x: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
         """Each (token, rank) slot's expert output ``[T, k, hidden]`` (zero where the slot's expert is not in
         this slice). The slots are sorted by expert id and each expert runs once on its tokens."""
+        return self.grouped_slots(x, ids) if self.grouped else self.looped_slots(x, ids)
+
+    def looped_slots(self, x: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+        """:meth:`expert_slots` as one product pair an expert on its tokens (the counts read on the host)."""
         T, k = ids.shape
         flat = ids.reshape(-1) - self.first
         n_local = self.gate_up.shape[0]
@@ -88,6 +98,43 @@ class RoutedExperts:
         return out.view(T, k, -1)
 
 
+    def grouped_slots(self, x: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+        """:meth:`expert_slots` as two grouped products over the slots sorted by expert: shapes follow
+        ``T * k`` only and nothing is read on the host (the expert counts stay on the device)."""
+        T, k = ids.shape
+        n_local = self.gate_up.shape[0]
+        flat = ids.reshape(-1) - self.first
+        key = torch.where((flat >= 0) & (flat < n_local), flat, n_local)  # other slices' slots sort last
+        order = torch.argsort(key, stable=True)
+        counts = torch.zeros(n_local + 1, dtype=torch.int32, device=x.device)
+        counts.index_add_(0, key, torch.ones_like(key, dtype=torch.int32))
+        ends = torch.cumsum(counts[:n_local], 0, dtype=torch.int32)
+        h = x.index_select(0, order // k)
+        gate, up = torch._grouped_mm(h, self.gate_up.transpose(1, 2), offs=ends).chunk(2, dim=-1)
+        y = torch._grouped_mm(F.silu(gate) * up, self.down.transpose(1, 2), offs=ends)
+        mine = torch.arange(T * k, device=x.device) < ends[-1]  # rows past the last group: not this slice's
+        y = torch.where(mine[:, None], y, torch.zeros((), dtype=y.dtype, device=y.device))
+        return torch.zeros_like(y).index_copy_(0, order, y).view(T, k, -1)
+
+
+def grouped_ok(moe: RoutedExperts) -> bool:
+    """Whether ``torch._grouped_mm`` runs this layer's experts on their device and dtype (it needs
+    16-byte-aligned strides and, on CUDA, a recent GPU) and agrees with the per-expert products on a few
+    tokens."""
+    if not hasattr(torch, "_grouped_mm"):
+        return False
+    gen = torch.Generator(device="cpu").manual_seed(0)
+    x = torch.randn(5, moe.gate_up.shape[2], generator=gen).to(moe.gate_up.device, moe.gate_up.dtype)
+    ids = torch.arange(5 * moe.top_k).remainder(moe.gate_up.shape[0]).view(5, -1).to(x.device) + moe.first
+    try:
+        with torch.inference_mode():
+            want, got = moe.looped_slots(x, ids), moe.grouped_slots(x, ids)
+    except (RuntimeError, NotImplementedError, TypeError):
+        return False
+    scale = float(want.abs().max()) + 1e-6
+    return bool((got - want).abs().max() <= 1e-2 * scale)
+
+
 def routed_experts_of(mlp: torch.nn.Module) -> RoutedExperts | None:
     """The :class:`RoutedExperts` view of a native mixture-of-experts MLP module whose router is a plain
     softmax top-k (``gate.weight``, ``gate.top_k``, ``gate.norm_topk_prob``) over stacked SwiGLU experts
@@ -105,10 +152,12 @@ def routed_experts_of(mlp: torch.nn.Module) -> RoutedExperts | None:
     act = type(getattr(experts, "act_fn", None))
     if not (issubclass(act, torch.nn.SiLU) or act.__name__ == "SiLUActivation"):
         return None
-    return RoutedExperts(
+    moe = RoutedExperts(
         router=gate.weight.detach(),
         gate_up=experts.gate_up_proj.detach(),
         down=experts.down_proj.detach(),
         top_k=int(gate.top_k),
         normalize=bool(gate.norm_topk_prob),
     )
+    moe.grouped = grouped_ok(moe)
+    return moe

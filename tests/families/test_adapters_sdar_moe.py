@@ -39,8 +39,8 @@ def test_the_loaded_backbone_follows_the_schedule(tmp_path):
     kinds = [type(la.mlp).__name__ for la in ad.model.model.layers]
     assert kinds == ["Qwen3MoeMLP", "Qwen3MoeSparseMoeBlock"]
     assert [w.moe is not None for w in ad.fast.weights] == [False, True]
-    assert ad.fast.capturable is False  # routed experts: never captured, eager at every shape
     moe = ad.fast.weights[1].moe
+    assert ad.fast.capturable is moe.grouped  # captured only where the experts run as grouped products
     assert (moe.n_experts, moe.top_k, moe.normalize) == (4, 2, True)
 
     d = make_random_sdar_moe(tmp_path / "step2")
@@ -63,3 +63,56 @@ def test_bf16_loads_and_agrees_with_fp32_on_the_argmax():
         state = ad.new_state()
         outs.append(ad.draft(state, prompt, block, start=8, block_size=4, causal=False).float())
     assert (outs[0] - outs[1]).abs().max() < 0.5
+
+
+def test_the_grouped_forward_compiles_whole_and_replays_a_generation():
+    """With the experts as grouped products the body takes no host read: it compiles whole
+    (``fullgraph=True``, bf16 as ``torch._grouped_mm`` compiles) to the eager logits, and a generation on
+    static buffers (the CUDA-graph replay, emulated) gives the eager tokens."""
+    from s2d2.forward.forward_batch import BatchShape, build_batch
+    from s2d2.layouts.mask_spec import spec_of
+
+    def batch(sizes, pad=None):  # rows of random tokens after each row's cache, causal and bidirectional
+        g = torch.Generator().manual_seed(0)
+        ids = [torch.randint(3, 300, (n,), generator=g).tolist() for n in sizes]
+        pos = [list(range(st.length, st.length + n)) for st, n in zip(states, sizes, strict=True)]
+        full = [torch.ones(n, n, dtype=torch.bool) for n in sizes]
+        specs = [spec_of(m.tril() if r % 2 else m) for r, m in enumerate(full)]
+        return build_batch([st.length for st in states], ids, pos, specs, [pool.table(st) for st in states],
+                           [torch.arange(n) for n in sizes], pool.page_size, n_heads=fast.n_heads,
+                           n_kv=fast.n_kv, pad=pad).to("cpu")  # fmt: skip
+
+    ad = load_adapter(sdar_moe_checkpoint(), device="cpu", dtype="bf16")
+    fast = ad.fast
+    if not fast.weights[1].moe.grouped:
+        pytest.skip("torch._grouped_mm does not run here")
+    pool = fast.new_pool(page_size=16)
+    states = [pool.new_state() for _ in range(3)]
+    gen = torch.Generator().manual_seed(1)
+    for st, n in zip(states, (20, 7, 33), strict=True):
+        pool.ensure(st, n + 16)
+        for i in range(len(fast.layers)):
+            for t in (pool.k[i], pool.v[i]):
+                t[:, pool.table(st)] = torch.randn(t[:, pool.table(st)].shape, generator=gen).to(t.dtype)
+        st.length = n
+    body = torch.compile(
+        lambda b: fast.run_batch(pool, b), fullgraph=True, backend="aot_eager", dynamic=False
+    )
+    for sizes, pad in (((3, 5, 1), BatchShape(16, 4, 8, 4, 16)), ((8, 2, 4), BatchShape(32, 4, 8, 4, 32))):
+        with torch.no_grad():
+            compiled = body(batch(sizes, pad))
+            eager = fast.run_batch(pool, batch(sizes))
+        torch.testing.assert_close(compiled[: sum(sizes)], eager, atol=1e-2, rtol=0)
+
+    import s2d2
+
+    model = s2d2.load(sdar_moe_checkpoint(), device="cpu", dtype="fp32", max_num_seqs=3)
+    fast = model.adapter.fast
+    assert fast.capturable
+    prompts = [[17, 42, 101, 7, 250, 3, 88, 199, 5], [3, 1, 4, 1, 5], [100, 200, 300, 400, 7, 9, 11]]
+    cfg = model.make_config(preset="lossless", block_size=4, max_new_tokens=16, ignore_eos=True)
+    eager = [r.token_ids for r in model.generate_batch(prompts, cfg)]
+    fast.static = fast.static_runner(graphs=False, max_tokens=64)
+    model._engine = None
+    replayed = [r.token_ids for r in model.generate_batch(prompts, cfg)]
+    assert fast.static.replays > 10 and replayed == eager

@@ -12,10 +12,14 @@ attention plumbing:
   to the longest segment, and the float mask ``[rows, 1, queries, keys]`` carries each row's own
   visibility (its cache, its segment's mask, nothing of the padding).
 
-A mixture-of-experts model (Qwen3-MoE's routed experts, :mod:`~s2d2.forward.routed_experts`; Glm4-MoE's
-module) routes tokens by data: the expert a token runs through is known only after the router, and the
-expert computation's shapes follow the routing. A CUDA graph cannot hold that, so such a model's forward
-is never captured: every batch runs eagerly (as with ``enforce_eager``), whatever its shape.
+A mixture-of-experts model routes tokens by data: the expert a token runs through is known only after the
+router. Qwen3-MoE's routed experts (:mod:`~s2d2.forward.routed_experts`) run as two grouped products over
+the slots sorted by expert where ``torch._grouped_mm`` runs on the model's device and dtype (bf16 on
+recent GPUs, checked at load): nothing is read on the host and every shape follows the token count, so
+the forward is captured like a dense one, per bucket, and batches above the largest bucket run eagerly.
+Elsewhere (float32 on CUDA, an older GPU), and for Glm4-MoE's module (LLaDA2), the experts' products
+follow the routing's counts, which a CUDA graph cannot hold: such a model's forward is never captured and
+every batch runs eagerly (as with ``enforce_eager``), whatever its shape.
 
 It computes the same function as the native forward (the golden tests run both paths).
 """
@@ -107,8 +111,10 @@ class FastDecoder:
             at = torch.zeros(1, 1, dtype=torch.long, device=self.device)
             rotary_dim = self.rotary(probe, at)[0].shape[-1]
         self.signs = rotate_half_matrix(self.head_dim, rotary_dim, self.dtype, self.device)
-        #: a mixture-of-experts MLP routes tokens by data: such a forward is not captured
-        self.capturable = all(w.gate_up is not None for w in self.weights)
+        #: a mixture-of-experts MLP routes tokens by data: its forward is captured only where its experts
+        #: run as grouped products (no host read, shapes from the token count alone)
+        self.capturable = all(w.gate_up is not None or (w.moe is not None and w.moe.grouped)
+                              for w in self.weights)  # fmt: skip
         self._pool: KVPool | None = None
         self.static: StaticRunner | None = None
         #: the small element-wise ops compiled (CUDA unless ``enforce_eager``), else None (eager ops)

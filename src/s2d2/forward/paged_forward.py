@@ -11,11 +11,13 @@ residual added in the same op; RMSNorm; one fused gate/up projection, SiLU times
 projection with the residual. On CUDA the norms, q/k-norm with RoPE and SiLU times the gate are
 small compiled functions (:mod:`~s2d2.forward.small_ops`, a kernel or two each). Fused weights are made
 once (the modules' own weights become views of them, so memory does not grow). A softmax top-k mixture of
-experts runs as :class:`~s2d2.forward.routed_experts.RoutedExperts` (its routing reads expert counts on the
-host: such a forward runs eagerly); any other mixture of experts runs as its module.
+experts runs as :class:`~s2d2.forward.routed_experts.RoutedExperts`; any other mixture of experts runs as
+its module.
 
-Without a mixture of experts the body takes no host syncs and branches on no data (shapes only), so it
-compiles whole (``torch.compile(fullgraph=True)``) and a CUDA graph can capture it per padded token count.
+The body takes no host syncs and branches on no data (shapes only), so it compiles whole
+(``torch.compile(fullgraph=True)``) and a CUDA graph can capture it per padded token count, except where a
+mixture of experts reads its routing's counts on the host (its module, or routed experts run one expert
+at a time): such a model runs eagerly.
 """
 
 from __future__ import annotations

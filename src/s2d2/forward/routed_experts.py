@@ -26,8 +26,7 @@ point) is the full layer's output. The router is replicated.
 Two ways to run the experts, the same function: one product pair an expert on its tokens (the expert
 counts read on the host, one sync a layer), or, where ``torch._grouped_mm`` runs on the weights' device
 and dtype (:func:`grouped_ok`), two grouped products over all slots sorted by expert, with no host read.
-A model with routed experts still runs eagerly: its forward is never captured in a CUDA graph (see
-:mod:`~s2d2.forward.fastpath`).
+Only the grouped way can be captured in a CUDA graph (see :mod:`~s2d2.forward.fastpath`).
 """
 
 from __future__ import annotations

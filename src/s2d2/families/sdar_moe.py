@@ -96,16 +96,19 @@ def qwen3_moe_config(config: dict[str, Any]) -> Any:
 
 def stack_experts(weights: dict[str, torch.Tensor], n_experts: int) -> dict[str, torch.Tensor]:
     """Per-expert projections -> Qwen3-MoE's stacked ``experts.gate_up_proj`` / ``experts.down_proj``
-    (see the module docstring); every other tensor keeps its name."""
+    (see the module docstring); every other tensor keeps its name. ``weights`` is consumed (emptied) and
+    each layer's per-expert tensors are dropped once stacked, so the copy costs one layer's experts."""
     out: dict[str, torch.Tensor] = {}
     experts: dict[str, dict[int, dict[str, torch.Tensor]]] = {}
-    for name, tensor in weights.items():
+    for name in list(weights):
+        tensor = weights.pop(name)
         m = _EXPERT.match(name)
         if m:
             experts.setdefault(m["layer"], {}).setdefault(int(m["e"]), {})[m["proj"]] = tensor
         else:
             out[name] = tensor
-    for layer, per_expert in experts.items():
+    for layer in list(experts):
+        per_expert = experts.pop(layer)
         if sorted(per_expert) != list(range(n_experts)) or any(len(p) != 3 for p in per_expert.values()):
             raise ModelLoadError(
                 f"{layer}.experts: expected gate/up/down projections of experts 0..{n_experts - 1}"

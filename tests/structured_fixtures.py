@@ -99,6 +99,14 @@ def _corpus():
 def make_json_model(directory: Path, *, seed: int = 0) -> Path:
     """Train a ~320-token byte-level BPE tokenizer and write a random SDAR model over it (EOS and MASK are
     its last two ids, as :func:`conftest.make_random_sdar` expects)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    make_random_sdar(directory, vocab=write_json_tokenizer(directory), seed=seed)
+    return directory
+
+
+def write_json_tokenizer(directory: Path) -> int:
+    """Train the ~320-token byte-level BPE tokenizer into ``directory`` (``tokenizer.json`` and
+    ``tokenizer_config.json``; EOS and MASK are its last two ids); returns its vocabulary size."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
     tok = Tokenizer(models.BPE())
@@ -109,8 +117,7 @@ def make_json_model(directory: Path, *, seed: int = 0) -> Path:
     )
     tok.train_from_iterator(_corpus(), trainer)
     tok.add_special_tokens([EOS, MASK])
-    make_random_sdar(directory, vocab=tok.get_vocab_size(), seed=seed)
     tok.save(str(directory / "tokenizer.json"))
     config = {"tokenizer_class": "PreTrainedTokenizerFast", "eos_token": EOS, "mask_token": MASK}
     (directory / "tokenizer_config.json").write_text(json.dumps(config))
-    return directory
+    return tok.get_vocab_size()

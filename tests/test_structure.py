@@ -29,12 +29,14 @@ def test_the_families_and_the_forward_hold_what_their_names_say():
     """``families/`` holds the model families and their loading, ``forward/`` the machinery every family's
     forward runs on (docs/ARCHITECTURE.md): each module's name is listed here, so a new one is placed on
     purpose."""
-    families = {"__init__", "base", "checkpoint", "hf", "sdar", "fast_dllm_v2", "llada2",
-                "sharding", "expert_parallel"}
+    families = {
+        "__init__", "base", "checkpoint", "hf", "sdar", "sdar_moe", "fast_dllm_v2", "llada2", "sharding",
+        "expert_parallel",
+    }  # fmt: skip
     forward = {
         "__init__", "attention_groups", "describe", "fastpath", "forward_batch", "graph_runner", "host_lists",
-        "kv_pages", "kv_pool", "masks", "paged_forward", "segment", "small_ops", "span_attention",
-        "span_attention_kernel", "tensor_parallel", "rank_loop",
+        "kv_pages", "kv_pool", "masks", "paged_forward", "routed_experts", "segment", "small_ops",
+        "span_attention", "span_attention_kernel", "tensor_parallel", "rank_loop",
     }  # fmt: skip
     held = {name: {p.stem for p in (SRC / name).glob("*.py")} for name in ("families", "forward")}
     assert {"sdar", "fast_dllm_v2", "llada2"} <= held["families"] <= families

@@ -22,7 +22,7 @@ from s2d2.layouts import family
 #: the lead is the per-step planner's: planned whatever the load (the choice by load is test_plan_regime's)
 pytestmark = pytest.mark.usefixtures("step_by_step_planning")
 
-@pytest.fixture(scope="module", params=["tiny-gsm", "sdar", "llada2"])
+@pytest.fixture(scope="module", params=["tiny-gsm", "sdar", "sdar_moe", "llada2"])
 def model(request):
     return load_or_skip(request.param)
 

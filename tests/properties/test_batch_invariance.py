@@ -254,7 +254,7 @@ FIXTURE_DECODERS = {
 }
 
 
-@pytest.mark.parametrize("family", ["sdar", "fast_dllm_v2", "llada2"])
+@pytest.mark.parametrize("family", ["sdar", "sdar_moe", "fast_dllm_v2", "llada2"])
 def test_batch_equals_alone_on_fixtures(family):
     model = load_or_skip(family)
     prompts = random_prompts(model.info, torch.Generator().manual_seed(7), 12)

@@ -47,6 +47,16 @@ def test_lossless_fused_equals_ar(model, data):
     _check(model, prompt, max_new)
 
 
+@settings(max_examples=examples(20), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_lossless_fused_equals_ar_on_sdar_moe(sdar_moe_model, data):
+    """The same on the SDAR-MoE checkpoint (routed experts), with fewer examples."""
+    model = sdar_moe_model
+    token = st.integers(0, model.info.vocab_size - 1).filter(lambda t: t != model.info.mask_token_id)
+    prompt = data.draw(st.lists(token, min_size=1, max_size=20), label="prompt")
+    _check(model, prompt, data.draw(st.integers(1, 24), label="max_new_tokens"))
+
+
 def test_fused_saves_forwards_on_the_built_in_model():
     tiny = load_or_skip("tiny-gsm")
     from s2d2.bench.suites import load_problems

@@ -48,6 +48,15 @@ def test_lossless_fixture(sdar_fixture, data):
     _check_lossless(sdar_fixture, prompt, max_new, ignore_eos=True)
 
 
+@settings(max_examples=examples(25), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_lossless_sdar_moe(sdar_moe_model, data):
+    """The SDAR-MoE checkpoint (routed experts) too, with fewer examples."""
+    model = sdar_moe_model
+    prompt = data.draw(_prompts(model.info.vocab_size, model.info.mask_token_id, 13), label="prompt")
+    _check_lossless(model, prompt, data.draw(st.integers(1, 10), label="max_new_tokens"), ignore_eos=True)
+
+
 def test_lossless_needs_the_causal_cache(sdar_fixture):
     """The property is not vacuous: a block-causal cache breaks it on the fixture."""
     prompts = [

@@ -181,7 +181,7 @@ def test_random_add_abort_preempt_never_leak_pages(tiny, shared_prompts, data):
     assert engine.pool.pages.pages_used == 0 and engine.pool.rows_in_use == 0
 
 
-@pytest.mark.parametrize("family", ["sdar", "fast_dllm_v2", "llada2"])
+@pytest.mark.parametrize("family", ["sdar", "sdar_moe", "fast_dllm_v2", "llada2"])
 def test_fixtures_prefix_cache_and_preemption(family):
     model = load_or_skip(family)
     gen = torch.Generator().manual_seed(11)

@@ -12,7 +12,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from conftest import FIXTURES
+from conftest import FIXTURES, load_or_skip
 from s2d2.errors import ConfigError, PromptError
 from s2d2.families.base import ModelAdapter
 from s2d2.scoring.scorer import Scorer, TokenScores, rolling_windows
@@ -20,7 +20,7 @@ from s2d2.scoring.scorer import Scorer, TokenScores, rolling_windows
 ATOL = 1e-4
 PROMPT = [17, 42, 101, 7, 250, 3, 88, 199]
 FILLED = [311, 123, 45, 64]
-FAMILIES = ["tiny-gsm", "sdar", "fast_dllm_v2", "llada2"]
+FAMILIES = ["tiny-gsm", "sdar", "sdar_moe", "fast_dllm_v2", "llada2"]
 
 
 def load_family(name: str):
@@ -28,6 +28,8 @@ def load_family(name: str):
 
     if name == "tiny-gsm":
         return s2d2.load("tiny-gsm", device="cpu", dtype="fp32")
+    if name == "sdar_moe":  # written by the tests
+        return load_or_skip("sdar_moe")
     if not (FIXTURES / name).is_dir():
         pytest.skip(f"conformance fixtures not found at {FIXTURES / name}")
     return s2d2.load(FIXTURES / name, device="cpu", dtype="fp32")

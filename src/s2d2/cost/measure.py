@@ -56,12 +56,14 @@ def random_adapter(config_path: str | Path, *, device: str | None = None, dtype:
 
 
 def _native_config(family: str, config: dict[str, Any]) -> tuple[Any, Any]:
-    from transformers import Glm4MoeForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM
+    from transformers import Glm4MoeForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM
 
-    from ..families import fast_dllm_v2, llada2, sdar
+    from ..families import fast_dllm_v2, llada2, sdar, sdar_moe
 
     if family == "sdar":
         return sdar.qwen3_config(config), Qwen3ForCausalLM
+    if family == "sdar_moe":
+        return sdar_moe.qwen3_moe_config(config), Qwen3MoeForCausalLM
     if family == "fast_dllm_v2":
         return fast_dllm_v2.qwen2_config(config), Qwen2ForCausalLM
     return llada2.glm4_moe_config(config, attention_bias=False), Glm4MoeForCausalLM

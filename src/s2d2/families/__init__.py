@@ -16,11 +16,11 @@ from typing import Any
 import torch
 
 from ..errors import ModelLoadError
-from . import fast_dllm_v2, llada2, sdar
+from . import fast_dllm_v2, llada2, sdar, sdar_moe
 from .base import KVState, ModelAdapter, ModelInfo
 from .checkpoint import read_added_tokens, read_config, resolve_device, resolve_dtype
 
-FAMILIES: list[ModuleType] = [sdar, fast_dllm_v2, llada2]
+FAMILIES: list[ModuleType] = [sdar, sdar_moe, fast_dllm_v2, llada2]
 
 
 def detect_family(config: dict[str, Any], path: Path | str = "model") -> ModuleType:

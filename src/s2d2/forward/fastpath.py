@@ -1,4 +1,4 @@
-"""A lean batched forward for Qwen2/Qwen3/Glm4-MoE-style decoders (every family here).
+"""A lean batched forward for Qwen2/Qwen3/Qwen3-MoE/Glm4-MoE-style decoders (every family here).
 
 Decoding calls the model many times on a handful of tokens per row, where transformers' generic forward
 spends more time in Python (mask preparation, cache concatenation, output objects) than in arithmetic,
@@ -11,6 +11,14 @@ attention plumbing:
 * the tokens of all rows are packed into one sequence for the projections and MLPs; attention pads them
   to the longest segment, and the float mask ``[rows, 1, queries, keys]`` carries each row's own
   visibility (its cache, its segment's mask, nothing of the padding).
+
+A mixture-of-experts model routes tokens by data. Qwen3-MoE's routed experts (:mod:`.routed_experts`)
+run as two grouped products over the slots sorted by expert where ``torch._grouped_mm`` runs on the
+model's device and dtype (bf16 on recent GPUs, checked at load): nothing is read on the host and every
+shape follows the token count, so the forward is captured like a dense one, per bucket, and batches above
+the largest bucket run eagerly. Elsewhere (float32 on CUDA, an older GPU), and for Glm4-MoE's module
+(LLaDA2), the experts' products follow the routing's counts, which a CUDA graph cannot hold: such a
+model's forward is never captured and every batch runs eagerly (as with ``enforce_eager``).
 
 It computes the same function as the native forward (the golden tests run both paths).
 """
@@ -65,9 +73,9 @@ def _eager(shape: BatchShape) -> None:
 
 
 class FastDecoder:
-    """Batched forward of a native ``Qwen2/Qwen3/Glm4Moe ForCausalLM`` against a :class:`KVPool`."""
+    """Batched forward of a native ``Qwen2/Qwen3/Qwen3Moe/Glm4Moe ForCausalLM`` against a :class:`KVPool`."""
 
-    SUPPORTED = ("Qwen2ForCausalLM", "Qwen3ForCausalLM", "Glm4MoeForCausalLM")
+    SUPPORTED = ("Qwen2ForCausalLM", "Qwen3ForCausalLM", "Qwen3MoeForCausalLM", "Glm4MoeForCausalLM")
 
     def __init__(self, model: torch.nn.Module, *, enforce_eager: bool = False, tp: Any = None):
         self.model = model
@@ -108,8 +116,10 @@ class FastDecoder:
             at = torch.zeros(1, 1, dtype=torch.long, device=self.device)
             rotary_dim = self.rotary(probe, at)[0].shape[-1]
         self.signs = rotate_half_matrix(self.head_dim, rotary_dim, self.dtype, self.device)
-        #: a mixture-of-experts MLP routes tokens by data: such a forward is not captured
-        self.capturable = all(w.gate_up is not None for w in self.weights)
+        #: a mixture-of-experts MLP routes tokens by data: its forward is captured only where its experts
+        #: run as grouped products (no host read, shapes from the token count alone)
+        self.capturable = all(w.gate_up is not None or (w.moe is not None and w.moe.grouped)
+                              for w in self.weights)  # fmt: skip
         self._pool: KVPool | None = None
         self.static: StaticRunner | None = None
         #: the small element-wise ops compiled (CUDA unless ``enforce_eager``), else None (eager ops)

@@ -10,11 +10,14 @@ integer visibility, once a forward; the output scattered back to packed order an
 residual added in the same op; RMSNorm; one fused gate/up projection, SiLU times the gate, the down
 projection with the residual. On CUDA the norms, q/k-norm with RoPE and SiLU times the gate are
 small compiled functions (:mod:`~s2d2.forward.small_ops`, a kernel or two each). Fused weights are made
-once (the modules' own weights become views of them, so memory does not grow). A mixture-of-experts MLP
-runs as its module.
+once (the modules' own weights become views of them, so memory does not grow). A softmax top-k mixture of
+experts runs as :class:`~s2d2.forward.routed_experts.RoutedExperts`; any other mixture of experts runs as
+its module.
 
 The body takes no host syncs and branches on no data (shapes only), so it compiles whole
-(``torch.compile(fullgraph=True)``) and a CUDA graph can capture it per padded token count.
+(``torch.compile(fullgraph=True)``) and a CUDA graph can capture it per padded token count, except where a
+mixture of experts reads its routing's counts on the host (its module, or routed experts run one expert
+at a time): such a model runs eagerly.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ import torch
 import torch.nn.functional as F
 
 from .forward_batch import ForwardBatch
+from .routed_experts import RoutedExperts, routed_experts_of
 from .span_attention import span_attention
 
 
@@ -49,7 +53,8 @@ def _fuse(linears: list[torch.nn.Linear]) -> tuple[torch.Tensor, torch.Tensor | 
 @dataclass
 class LayerWeights:
     """A layer's fused weights: ``qkv`` ``[(H + 2 kv) hd, hidden]`` (+ bias), ``qk_norm`` ``[H + kv, hd]``
-    (None: no q/k-norm), ``gate_up`` ``[2 I, hidden]`` (None: the MLP runs as its module)."""
+    (None: no q/k-norm), ``gate_up`` ``[2 I, hidden]`` (None: a mixture of experts, ``moe`` where it is a
+    softmax top-k one, else the MLP runs as its module)."""
 
     qkv: torch.Tensor
     qkv_bias: torch.Tensor | None
@@ -57,6 +62,7 @@ class LayerWeights:
     qk_eps: float
     gate_up: torch.Tensor | None
     inter: int
+    moe: RoutedExperts | None = None
 
 
 def layer_weights(layer: torch.nn.Module, n_heads: int, n_kv: int, qk_norm: bool) -> LayerWeights:
@@ -74,7 +80,8 @@ def layer_weights(layer: torch.nn.Module, n_heads: int, n_kv: int, qk_norm: bool
     if plain and silu and mlp.gate_proj.bias is None and mlp.up_proj.bias is None:
         gate_up, _ = _fuse([mlp.gate_proj, mlp.up_proj])
         inter = mlp.gate_proj.weight.shape[0]
-    return LayerWeights(qkv, qkv_bias, norm, eps, gate_up, inter)
+    moe = None if gate_up is not None else routed_experts_of(mlp)
+    return LayerWeights(qkv, qkv_bias, norm, eps, gate_up, inter, moe)
 
 
 def rotations(cos: torch.Tensor, sin: torch.Tensor, signs: torch.Tensor) -> torch.Tensor:
@@ -160,6 +167,8 @@ def _rest(dec, layer: torch.nn.Module, w: LayerWeights, x: torch.Tensor, o: torc
         return _rest_parallel(dec, layer, w, x, o)
     x = torch.addmm(x, o, attn.o_proj.weight.t()) if attn.o_proj.bias is None else x + attn.o_proj(o)
     h = dec._norm(layer.post_attention_layernorm, x)
+    if w.moe is not None:
+        return x + w.moe.forward(h)
     if w.gate_up is None:
         return x + layer.mlp(h)
     return torch.addmm(x, _gated(dec, w, h), layer.mlp.down_proj.weight.t())

@@ -234,11 +234,22 @@ def _check(model, prompt: list[int], max_new: int, seed: int) -> None:
 )
 @given(data=st.data())
 def test_any_plan_sequence_equals_ar(model, data):
+    _any_plan_sequence(model, data)
+
+
+def _any_plan_sequence(model, data):
     info = model.info
     token = st.integers(0, info.vocab_size - 1).filter(lambda t: t != info.mask_token_id)
     prompt = data.draw(st.lists(token, min_size=1, max_size=20), label="prompt")
     max_new = data.draw(st.integers(1, 24), label="max_new_tokens")
     _check(model, prompt, max_new, data.draw(st.integers(0, 2**31), label="seed"))
+
+
+@settings(max_examples=examples(20), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_any_plan_sequence_equals_ar_on_sdar_moe(sdar_moe_model, data):
+    """The same on the SDAR-MoE checkpoint (routed experts), with fewer examples."""
+    _any_plan_sequence(sdar_moe_model, data)
 
 
 def test_every_mode_is_taken_and_auto_batch_equals_alone(tiny):

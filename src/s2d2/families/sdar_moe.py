@@ -1,0 +1,158 @@
+"""SDAR-MoE family (SDAR-30B-A3B-Chat, -Sci and their kin): same-position predictions on a Qwen3-MoE backbone.
+
+The checkpoint's ``config.json`` says ``model_type: sdar_moe`` / ``SDARMoeForCausalLM`` and points at
+remote code (``auto_map``: ``configuration_sdar_moe.SDARMoeConfig``, ``modeling_sdar_moe.SDARMoe*``); we
+never run that code. The network is Qwen3-MoE's, so the model is transformers' native
+``Qwen3MoeForCausalLM`` driven with SDAR's 4-D block masks and mask token, exactly as dense SDAR runs on
+``Qwen3ForCausalLM`` (:mod:`.sdar`). Its weights use Qwen3-MoE's names; only the experts are restacked:
+
+==================================================  ============================================
+SDAR-MoE checkpoint                                 Qwen3MoeForCausalLM
+==================================================  ============================================
+``mlp.gate.weight`` ``[E, hidden]``                 ``mlp.gate.weight`` (the router)
+``mlp.experts.E.{gate,up}_proj.weight`` (E=0..n-1)  ``mlp.experts.gate_up_proj`` ``[n, 2I, hidden]``
+``mlp.experts.E.down_proj.weight``                  ``mlp.experts.down_proj`` ``[n, hidden, I]``
+``mlp.{gate,up,down}_proj.weight`` (dense layers)   the same
+==================================================  ============================================
+
+Layer ``i`` is sparse (routed experts) iff ``i`` is not in ``mlp_only_layers`` and
+``(i + 1) % decoder_sparse_step == 0`` (with ``num_experts > 0``); the other layers are dense MLPs of
+``intermediate_size``. The router is a softmax over the experts, top ``num_experts_per_tok``, renormalised
+iff ``norm_topk_prob``; the fast forward runs it as :class:`~s2d2.forward.routed_experts.RoutedExperts`
+(deterministic, per token: batch == alone holds as for the dense families).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..errors import ModelLoadError
+from .base import ModelInfo
+from .checkpoint import find_mask_token, load_safetensors, matches_family, require_mask_token
+from .hf import HFAdapter
+from .sdar import MASK_TOKENS, eos_ids, qwen3_config
+
+FAMILY = "sdar_moe"
+MODEL_TYPES = ("sdar_moe",)
+ARCHITECTURES = ("SDARMoeForCausalLM",)
+#: Remote-code module/class fragments named in ``auto_map``.
+AUTO_MAP_NAMES = ("sdar_moe", "sdarmoe")
+#: SDAR's block size when the config does not say (SDAR-MoE is served with blocks of 4).
+DEFAULT_BLOCK_SIZE = 4
+
+_EXPERT = re.compile(r"^(?P<layer>.+\.mlp)\.experts\.(?P<e>\d+)\.(?P<proj>(gate|up|down)_proj)\.weight$")
+
+
+def detect(config: dict[str, Any]) -> bool:
+    return matches_family(config, MODEL_TYPES, ARCHITECTURES, AUTO_MAP_NAMES)
+
+
+def mask_token_id(config: dict[str, Any], added: dict[str, int]) -> int | None:
+    return find_mask_token(config, added, MASK_TOKENS)
+
+
+def sparse_layers(config: dict[str, Any]) -> list[int]:
+    """The layers that route through experts (the dense-layer schedule of Qwen3-MoE)."""
+    n_experts = int(config.get("num_experts") or 0)
+    step = int(config.get("decoder_sparse_step") or 1)
+    dense = {int(i) for i in (config.get("mlp_only_layers") or [])}
+    n_layers = int(config["num_hidden_layers"])
+    return [i for i in range(n_layers) if n_experts > 0 and i not in dense and (i + 1) % step == 0]
+
+
+def qwen3_moe_config(config: dict[str, Any]) -> Any:
+    """A ``Qwen3MoeConfig`` computing what SDAR-MoE's remote code computes (attention as dense SDAR's)."""
+    from transformers import Qwen3MoeConfig
+
+    dense = qwen3_config(config)  # the attention, norms, rope and ids, exactly as dense SDAR maps them
+    n_experts = int(config.get("num_experts") or 0)
+    top_k = int(config.get("num_experts_per_tok", 8))
+    if n_experts and not 1 <= top_k <= n_experts:
+        raise ValueError(f"num_experts_per_tok {top_k} is not within 1..num_experts ({n_experts})")
+    keys = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
+            "hidden_act", "max_position_embeddings", "rms_norm_eps", "attention_bias", "tie_word_embeddings",
+            "bos_token_id", "eos_token_id", "pad_token_id")  # fmt: skip
+    kwargs = {k: getattr(dense, k) for k in keys if getattr(dense, k, None) is not None}
+    cfg = Qwen3MoeConfig(
+        **kwargs,
+        intermediate_size=int(config.get("intermediate_size") or 0),
+        rope_parameters=dict(dense.rope_parameters),
+        use_sliding_window=False,  # no family here uses a sliding window
+        sliding_window=None,
+        decoder_sparse_step=int(config.get("decoder_sparse_step") or 1),
+        moe_intermediate_size=int(config.get("moe_intermediate_size") or 0),
+        num_experts_per_tok=top_k,
+        num_experts=n_experts,
+        norm_topk_prob=bool(config.get("norm_topk_prob", False)),
+        mlp_only_layers=[int(i) for i in (config.get("mlp_only_layers") or [])],
+    )
+    cfg.head_dim = dense.head_dim
+    return cfg
+
+
+def stack_experts(weights: dict[str, torch.Tensor], n_experts: int) -> dict[str, torch.Tensor]:
+    """Per-expert projections -> Qwen3-MoE's stacked ``experts.gate_up_proj`` / ``experts.down_proj``
+    (see the module docstring); every other tensor keeps its name. ``weights`` is consumed (emptied) and
+    each layer's per-expert tensors are dropped once stacked, so the copy costs one layer's experts."""
+    out: dict[str, torch.Tensor] = {}
+    experts: dict[str, dict[int, dict[str, torch.Tensor]]] = {}
+    for name in list(weights):
+        tensor = weights.pop(name)
+        m = _EXPERT.match(name)
+        if m:
+            experts.setdefault(m["layer"], {}).setdefault(int(m["e"]), {})[m["proj"]] = tensor
+        else:
+            out[name] = tensor
+    for layer in list(experts):
+        per_expert = experts.pop(layer)
+        if sorted(per_expert) != list(range(n_experts)) or any(len(p) != 3 for p in per_expert.values()):
+            raise ModelLoadError(
+                f"{layer}.experts: expected gate/up/down projections of experts 0..{n_experts - 1}"
+            )
+        out[f"{layer}.experts.gate_up_proj"] = torch.stack(
+            [torch.cat([per_expert[e]["gate_proj"], per_expert[e]["up_proj"]]) for e in range(n_experts)]
+        )
+        downs = [per_expert[e]["down_proj"] for e in range(n_experts)]
+        out[f"{layer}.experts.down_proj"] = torch.stack(downs)
+    return out
+
+
+def load(
+    path: Path,
+    config: dict[str, Any],
+    added: dict[str, int],
+    *,
+    device: torch.device,
+    dtype: torch.dtype,
+    **options: Any,
+) -> HFAdapter:
+    from transformers import Qwen3MoeForCausalLM
+
+    if options:
+        raise ModelLoadError(f"unknown option(s) for the {FAMILY} family: {', '.join(sorted(options))}")
+    try:
+        qcfg = qwen3_moe_config(config)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ModelLoadError(
+            f"{path}/config.json is not a valid SDAR-MoE config ({exc.__class__.__name__}: {exc})"
+        ) from None
+    mask_id = require_mask_token(path, config, added, MASK_TOKENS, qcfg.vocab_size)
+    weights = stack_experts(load_safetensors(path), qcfg.num_experts)
+    model = HFAdapter.build_native(Qwen3MoeForCausalLM, qcfg, weights, path, device, dtype)
+    block = config.get("block_size")
+    info = ModelInfo(
+        family=FAMILY,
+        mask_token_id=mask_id,
+        eos_token_ids=eos_ids(config),
+        vocab_size=qcfg.vocab_size,
+        max_length=int(config.get("max_position_embeddings", 32768)),
+        default_block_size=int(block) if block else DEFAULT_BLOCK_SIZE,
+        shifted=False,
+        pad_token_id=config.get("pad_token_id"),
+        bos_token_id=config.get("bos_token_id"),
+    )
+    return HFAdapter(model, info, path)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import atexit
 import gc
 import os
 import warnings
@@ -316,13 +317,14 @@ class S2D2Model(Likelihoods):
 
 
 def freeze_loaded_heap() -> None:
-    """Move every object alive now (the loaded model's modules, weights and tokenizer: hundreds of
-    thousands) out of the cyclic garbage collector's view (``gc.freeze``), so its full collections stop
-    rescanning them; they are still freed by reference counting. For processes that load a model once and
-    then decode for long (the server, the benchmark commands): a full collection over a loaded model
-    otherwise pauses every row of the batch. Not called by :func:`load`, which may run in a program that
-    loads and drops many models (cyclic garbage among frozen objects is never collected)."""
+    """Move every object alive now (the loaded model's modules, weights and tokenizer) out of the cyclic
+    garbage collector's view (``gc.freeze``), so its full collections stop rescanning them (a pause of
+    every row of the batch otherwise); reference counting still frees them. For processes that load a
+    model once and decode for long (the server, the benchmark commands); not called by :func:`load`
+    (cyclic garbage among frozen objects is never collected). At exit they go back to the collector, so
+    shutdown frees them (else triton's nanobind bindings report dozens of "leaked" lines)."""
     gc.freeze()
+    atexit.register(gc.unfreeze)
 
 
 def load(

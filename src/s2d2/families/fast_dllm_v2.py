@@ -36,10 +36,10 @@ from ..forward.kv_pool import KVState
 from ..forward.segment import Segment
 from ..layouts import layout
 from .base import ModelInfo
-from .checkpoint import find_mask_token, load_safetensors, matches_family, require_mask_token
+from .checkpoint import find_mask_token, matches_family, require_mask_token
 from .hf import HFAdapter
 from .sdar import eos_ids
-from .sharding import local_config, rank_weights
+from .sharding import dense_checkpoint
 
 FAMILY = "fast_dllm_v2"
 MODEL_TYPES = ("fast_dllm_qwen",)
@@ -132,11 +132,7 @@ def load(
             f"{path}/config.json is not a valid Fast-dLLM v2 config ({exc.__class__.__name__}: {exc})"
         ) from None
     mask_id = require_mask_token(path, config, added, MASK_TOKENS, qcfg.vocab_size)
-    if tp is None:
-        weights, native = load_safetensors(path), qcfg
-    else:  # this rank's slices only, into a model at the rank's sizes
-        weights = rank_weights(path, qcfg, tp.rank, tp.size)
-        native = local_config(qcfg, tp.size)
+    weights, native = dense_checkpoint(path, qcfg, tp)  # this rank's slices only, under tensor parallel
     model = HFAdapter.build_native(Qwen2ForCausalLM, native, weights, path, device, dtype)
     info = ModelInfo(
         family=FAMILY,

@@ -31,6 +31,7 @@ from typing import Any
 import torch
 
 from ..errors import ModelLoadError
+from .checkpoint import load_safetensors
 
 #: ``(dim, [(start, stop), ...], rows)``: the slices of a tensor along ``dim``, concatenated, padded to
 #: ``rows`` along it (None: no padding); None: the whole tensor; ``"skip"``: not on this rank
@@ -184,3 +185,11 @@ def rank_weights(path: Path, cfg: Any, rank: int, size: int, *, experts: int = 0
     cut = make_cut(rank, size, heads=heads, kv=cfg.num_key_value_heads, hd=hd, vocab=cfg.vocab_size,
                    experts=experts)  # fmt: skip
     return read_shard(path, cut)
+
+
+def dense_checkpoint(path: Path, cfg: Any, tp: Any = None) -> tuple[dict[str, torch.Tensor], Any]:
+    """A dense model's weights and the native config to build it at: the whole checkpoint at ``cfg``
+    (``tp`` None), or rank ``tp.rank``'s slices of ``tp.size`` at the rank's sizes."""
+    if tp is None:
+        return load_safetensors(path), cfg
+    return rank_weights(path, cfg, tp.rank, tp.size), local_config(cfg, tp.size)

@@ -3,8 +3,8 @@
 The built-in tiny-gsm model (4 heads, 4 KV heads) loaded once alone and once over two ranks (the second
 rank a spawned process holding half of every split weight); 48 test problems decoded in batches of 16
 rows under each configuration: AR, lossless (verified apart and fused), lossless-auto (the planner), a
-routed s2d2 configuration (score routing) and dynamic decoding. Then lossless == AR under TP=2 and
-batch == alone under TP=2.
+routed s2d2 configuration (score routing) and dynamic decoding. Then lossless == AR under TP=2,
+batch == alone under TP=2, and which steps read the rows' summaries rather than gathered logits.
 """
 
 from __future__ import annotations
@@ -133,3 +133,34 @@ def test_one_message_a_forward(two, prompts, monkeypatch):
     _tokens(two, prompts[:16], **CONFIGS["lossless-fused"])
     forwards = two.engine.stats()["forwards"] - before
     assert forwards > 0 and sent.count("batch") == forwards and set(sent) == {"batch"}
+
+
+def test_greedy_steps_gather_summaries_not_logits(two, prompts):
+    """Every configuration above reads only the rows' summaries: no full-vocabulary logits reach rank 0
+    (a few values a row do), and the tokens are those of one process (the tests above)."""
+    tp = two.adapter.tp
+    for name, cfg in CONFIGS.items():
+        logits, summaries = tp.logit_values, tp.summary_values
+        _tokens(two, prompts[:16], **cfg)
+        assert tp.logit_values == logits, name
+        assert tp.summary_values > summaries, name
+
+
+@pytest.mark.parametrize(
+    "cfg, summarized",
+    [
+        (dict(preset="lossless", block_size=8, top_k=5), True),
+        (dict(preset="lossless", temperature=0.8, seed=3), False),
+    ],
+    ids=["greedy-top-k", "sampled"],
+)
+def test_steps_that_need_whole_rows_gather_them_and_decode_as_tp1(one, two, prompts, cfg, summarized):
+    """A greedy row with a sampling filter (its probabilities change: the forward gave summaries, the
+    step then asks for the logits of the same forward) and sampled rows (the forward gives the logits at
+    once) decode the tokens of one process."""
+    tp = two.adapter.tp
+    before, summaries = tp.logit_values, tp.summary_values
+    got = _tokens(two, prompts[:16], **cfg)
+    assert tp.logit_values > before
+    assert (tp.summary_values > summaries) == summarized
+    assert got == _tokens(one, prompts[:16], **cfg)

@@ -82,7 +82,7 @@ def test_a_failure_on_rank_0_after_the_message_breaks_the_group(monkeypatch):
     ranks, fast = model.adapter.ranks, model.adapter.fast
     try:
 
-        def fails(pool, batch):
+        def fails(pool, batch, summary=None):
             raise MemoryError("out of memory on rank 0")
 
         monkeypatch.setattr(fast, "run_batch", fails)

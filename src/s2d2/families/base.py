@@ -151,11 +151,21 @@ class ModelAdapter(ABC):
         when this adapter runs segments only its own way (:meth:`run`: transformers' own forward)."""
         return None
 
-    def forward(self, pool: Any, batch: ForwardBatch) -> torch.Tensor:
+    def forward(self, pool: Any, batch: ForwardBatch, summary: int | None = None) -> torch.Tensor:
         """The forward of ``batch``, described with :meth:`geometry` over rows of ``pool``: packed raw
         logits ``[L, vocab]`` (``batch.logit_sizes`` a row, before any segment's ``finish``) in the model's
-        dtype. Writes the batch's new keys and values into their slots; touches no request."""
+        dtype; with ``summary`` (where :attr:`summarizes`; the token to leave out) the rows' summaries
+        ``[L, WIDTH]`` float32 instead. Writes the batch's new keys and values into their slots; touches
+        no request."""
         raise NotImplementedError(f"the {self.info.family} adapter has no batched forward")
+
+    #: whether :meth:`forward` can give the rows' summaries instead of their logits (tensor-parallel ranks:
+    #: :mod:`~s2d2.forward.vocab_summary`), then :meth:`full_logits` the logits of the same forward
+    summarizes: bool = False
+
+    def full_logits(self) -> torch.Tensor:
+        """The full logits ``[L, vocab]`` of the last forward that gave summaries (see :attr:`summarizes`)."""
+        raise NotImplementedError(f"the {self.info.family} adapter gives no summaries")
 
     def prepare(self, pool: Any) -> int:
         """Make the forward ready for an engine's ``pool`` before its first step (the lean forward on

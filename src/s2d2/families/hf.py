@@ -87,8 +87,19 @@ class HFAdapter(ModelAdapter):
     def geometry(self, pool: Any) -> Geometry | None:
         return self.fast.geometry() if self.fast is not None and isinstance(pool, KVPool) else None
 
-    def forward(self, pool: Any, batch: ForwardBatch) -> torch.Tensor:
-        return self.fast.forward_batch(pool, batch)
+    def forward(self, pool: Any, batch: ForwardBatch, summary: int | None = None) -> torch.Tensor:
+        if summary is None:
+            return self.fast.forward_batch(pool, batch)
+        return self.fast.forward_batch(pool, batch, summary)
+
+    @property
+    def summarizes(self) -> bool:  # type: ignore[override]
+        """Tensor-parallel ranks of a family without shifted predictions (a shifted one saves whole rows)."""
+        tp = None if self.fast is None else self.fast.tp
+        return tp is not None and tp.size > 1 and not self.info.shifted
+
+    def full_logits(self) -> torch.Tensor:
+        return self.fast.full_logits()
 
     def run(self, segments: Sequence[Segment]) -> list[torch.Tensor]:
         live = [s for s in segments if s.n]

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import dataclasses
 import warnings
-import weakref
 from collections.abc import Sequence
 from typing import Any
 
@@ -181,29 +180,15 @@ class FastDecoder:
         return type(model).__name__ in cls.SUPPORTED and not sliding
 
     def new_pool(
-        self,
-        *,
-        page_size: int = DEFAULT_PAGE_SIZE,
-        max_pages: int | None = None,
+        self, *, page_size: int = DEFAULT_PAGE_SIZE, max_pages: int | None = None,
         reserve_tokens: int | None = None,
-    ) -> KVPool:
+    ) -> KVPool:  # fmt: skip
         """A key/value pool for this model (an engine then captures its graphs: :meth:`capture`)."""
-        pool = KVPool(
-            len(self.layers),
-            self.n_kv,
-            self.head_dim,
-            dtype=self.dtype,
-            device=self.device,
-            page_size=page_size,
-            max_pages=max_pages,
-            reserve_tokens=reserve_tokens,
-        )
+        sizes = dict(page_size=page_size, max_pages=max_pages, reserve_tokens=reserve_tokens)
+        dims = (len(self.layers), self.n_kv, self.head_dim)
+        pool = KVPool(*dims, dtype=self.dtype, device=self.device, **sizes)
         if self.tp is not None and self.tp.driver:  # every rank makes the same pool of its own heads
-            pool.tp_id = self.tp.new_pool_id()
-            with self.tp.lock:
-                self.tp.send(("pool", pool.tp_id, dict(page_size=page_size, max_pages=max_pages,
-                                                       reserve_tokens=reserve_tokens)))  # fmt: skip
-            weakref.finalize(pool, self.tp.dropped, pool.tp_id)
+            self.tp.announce(pool, sizes)
         return pool
 
     @torch.inference_mode()
@@ -242,20 +227,21 @@ class FastDecoder:
         return list(self.forward_batch(pool, batch).split(batch.logit_sizes))
 
     @torch.inference_mode()
-    def forward_batch(self, pool: KVPool, batch: ForwardBatch) -> torch.Tensor:
+    def forward_batch(self, pool: KVPool, batch: ForwardBatch, summary: int | None = None) -> torch.Tensor:
         """The forward of a host batch described by :func:`~.describe.describe` with :meth:`geometry`:
         packed logits ``[L, vocab]`` in the model's dtype (a replayed graph at a bucket's shape, else
         eagerly). Touches no request. Tensor-parallel: rank 0 sends the batch to every rank first (one
-        message) and the ranks run it together."""
+        message) and the ranks run it together; with ``summary`` (the token to exclude) rank 0 gets the
+        rows' summaries ``[L, WIDTH]`` instead (:mod:`.vocab_summary`; :meth:`full_logits` then)."""
         if self.tp is not None:
-            message = ("batch", pool.tp_id, pool.pages.num_pages, batch)
-            return self.tp.forward(message, lambda: self.run_batch(pool, batch.to(self.device)))
+            message = ("batch", pool.tp_id, pool.pages.num_pages, batch, summary)
+            return self.tp.forward(message, lambda: self.run_batch(pool, batch.to(self.device), summary))
         if self.static is None or self.static.shape_for(batch.shape) != batch.shape:
             return self.run_batch(pool, batch.to(self.device))
         self._pool = pool
         return self.static.run(batch)
 
-    def run_batch(self, pool: KVPool, b: ForwardBatch) -> torch.Tensor:
+    def run_batch(self, pool: KVPool, b: ForwardBatch, summary: int | None = None) -> torch.Tensor:
         """The forward of a batch on the device: packed logits ``[L, vocab]`` of ``b.logit_index``, in the
         model's dtype. Touches no request and no host data beyond ``b``'s sizes."""
         weights = self.weights
@@ -270,17 +256,22 @@ class FastDecoder:
         for i, layer in enumerate(self.layers):
             x = layer_forward(self, i, layer, weights[i], x, rot, b, mask, pool)
         chosen = x.index_select(0, b.logit_index)
-        return self._logits(self._norm(self.norm, chosen))
+        return self._logits(self._norm(self.norm, chosen), summary)
+
+    def full_logits(self) -> torch.Tensor:
+        """Rank 0 (tensor-parallel): the full logits ``[L, vocab]`` of the last forward of summaries."""
+        return self.tp.forward(("logits",), self.tp.gather_kept)
 
     def _embed(self, ids: torch.Tensor) -> torch.Tensor:
         """Token embeddings ``[T, hidden]`` (vocab-parallel over the ranks where tensor-parallel)."""
         return self.embed(ids) if self.tp is None else self.tp.embed(self.embed.weight, ids)
 
-    def _logits(self, h: torch.Tensor) -> torch.Tensor:
+    def _logits(self, h: torch.Tensor, summary: int | None = None) -> torch.Tensor:
         """LM head logits of the normed hidden states ``h`` ``[L, hidden]``: ``[L, vocab]`` (tensor-parallel:
-        each rank's vocabulary slice, gathered on rank 0; the other ranks get None)."""
+        each rank's vocabulary slice, gathered on rank 0, or with ``summary`` their summaries; the other
+        ranks get None)."""
         out = self.lm_head(h)
-        return out if self.tp is None else self.tp.gather_logits(out, self.tp.vocab_size)
+        return out if self.tp is None else self.tp.logits(out, summary)
 
     def _reduce(self, x: torch.Tensor) -> torch.Tensor:
         """A row-parallel output's partial sums added over the ranks (nothing to add on one)."""
@@ -388,7 +379,7 @@ class FastDecoder:
         one gather of whole pages, in position order."""
         kv, _, ps, hd = pages.shape
         if g.pages is None:
-            return pages[:, g.first_page:g.first_page + g.n_k // ps].view(kv, 1, g.n_k, hd)
+            return pages[:, g.first_page : g.first_page + g.n_k // ps].view(kv, 1, g.n_k, hd)
         return pages.index_select(1, g.pages).view(kv, g.n_rows, g.n_k, hd)
 
 

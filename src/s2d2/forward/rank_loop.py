@@ -3,8 +3,10 @@
 Each message (:meth:`~s2d2.forward.tensor_parallel.TensorParallel.receive`) is one of
 
 * ``("pool", id, options)``: make a key/value pool of this rank's heads, as rank 0 made its own;
-* ``("batch", id, pages, batch)``: run the :class:`~s2d2.forward.forward_batch.ForwardBatch` against pool
-  ``id`` (grown to ``pages`` pages first: rank 0's pool grows as its scheduler takes pages);
+* ``("batch", id, pages, batch, summary)``: run the :class:`~s2d2.forward.forward_batch.ForwardBatch`
+  against pool ``id`` (grown to ``pages`` pages first: rank 0's pool grows as its scheduler takes pages),
+  giving rank 0 the full logits or, with ``summary`` (the token to exclude), their summaries;
+* ``("logits",)``: give rank 0 the full logits of the last forward of summaries;
 * ``("segments", id, pages, segments, tables)``: the grouped forward of segments with their page tables;
 * ``("stop",)``: return.
 
@@ -43,10 +45,13 @@ def serve_forwards(fast: FastDecoder, tp: TensorParallel) -> None:
         if kind == "pool":
             pools[msg[1]] = fast.new_pool(**msg[2])
             continue
+        if kind == "logits":
+            tp.gather_kept()
+            continue
         pool = pools[msg[1]]
         grow_to(pool, msg[2])
         if kind == "batch":
-            fast.run_batch(pool, msg[3].to(fast.device))
+            fast.run_batch(pool, msg[3].to(fast.device), msg[4])
         elif kind == "segments":
             fast.grouped_forward(pool, msg[3], msg[4])
         else:

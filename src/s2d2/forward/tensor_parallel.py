@@ -5,8 +5,9 @@ by the MLP's intermediate columns, by vocabulary (embedding and LM head) and, fo
 by experts. Every rank holds the same hidden states ``[T, hidden]`` between layers: a row-parallel
 projection's partial sums are added by one all-reduce (:meth:`TensorParallel.reduce`), so a layer costs
 two all-reduces (attention, MLP or mixture of experts). The embedding looks up the rank's vocabulary
-slice and all-reduces; the LM head's logits ``[L, vocab / size]`` are gathered to rank 0 (the driver),
-which runs the device half of the step on full rows (a gather of ``L x vocab`` values a forward).
+slice and all-reduces; the LM head's logits ``[L, vocab / size]`` stay on their ranks where the step reads
+only their summaries (:mod:`.vocab_summary`: a gather of a few values a row, :meth:`TensorParallel.
+summarize`), and are gathered to rank 0 (the driver) where it needs whole rows (``L x vocab`` values).
 
 Rank 0 runs the engine. Before each forward it sends every other rank ONE message (:meth:`send`: a
 pickled object broadcast as one uint8 tensor after its length) holding the batch description; the
@@ -25,6 +26,7 @@ import itertools
 import math
 import pickle
 import threading
+import weakref
 from collections import deque
 from datetime import timedelta
 from typing import Any
@@ -32,6 +34,8 @@ from typing import Any
 import numpy as np
 import torch
 import torch.nn.functional as F
+
+from .vocab_summary import combine, local_summary
 
 #: environment variable set in every rank process but the driver (its rank): finds them
 RANK_ENV = "S2D2_TP_RANK"
@@ -59,6 +63,12 @@ class TensorParallel:
         #: one forward (its message and its collectives) at a time
         self.lock = threading.RLock()
         self._pool_ids = itertools.count(1)
+        #: the vocabulary (set by the adapter) and this rank's logits of the last summarized forward
+        self.vocab_size = 0
+        self.kept: torch.Tensor | None = None
+        #: values gathered to rank 0 so far: full logits, and summaries (:meth:`summarize`)
+        self.logit_values = 0
+        self.summary_values = 0
         self._dropped: deque[int] = deque()
 
     @property
@@ -105,6 +115,7 @@ class TensorParallel:
         if self.size == 1:
             return local[:, :vocab]
         local = local.contiguous()
+        self.logit_values += local.numel() * self.size
         outs = [torch.empty_like(local) for _ in range(self.size)] if self.driver else []
         opts = torch.distributed.GatherOptions()
         opts.rootRank = 0
@@ -112,6 +123,38 @@ class TensorParallel:
             "logits gather", lambda: self.group.gather([outs] if self.driver else [], [local], opts).wait()
         )
         return torch.cat(outs, dim=1)[:, :vocab] if self.driver else None
+
+    def summarize(self, local: torch.Tensor, exclude: int) -> torch.Tensor | None:
+        """The rows' summaries ``[L, WIDTH]`` on rank 0 (None on the others) from each rank's logits
+        ``[L, per]`` (:mod:`.vocab_summary`): a gather of ``L x LOCAL_WIDTH`` values a rank instead of the
+        logits. Each rank keeps its logits for :meth:`gather_kept` until its next forward."""
+        self.kept = local
+        first, _ = self.vocab_slice(self.vocab_size)
+        mine = local_summary(local, first, self.vocab_size, exclude).contiguous()
+        if self.size == 1:
+            return combine(mine[None])
+        parts = [torch.empty_like(mine) for _ in range(self.size)] if self.driver else []
+        self.summary_values += mine.numel() * self.size
+        opts = torch.distributed.GatherOptions()
+        opts.rootRank = 0
+        self._guard(
+            "summary gather", lambda: self.group.gather([parts] if self.driver else [], [mine], opts).wait()
+        )
+        return combine(torch.stack(parts)) if self.driver else None
+
+    def logits(self, local: torch.Tensor, summary: int | None) -> torch.Tensor | None:
+        """The LM head's output ``local`` ``[L, per]`` as rank 0 reads it: the full logits
+        (:meth:`gather_logits`), or with ``summary`` (the token to exclude) the summaries
+        (:meth:`summarize`); None on the other ranks."""
+        if summary is None:
+            return self.gather_logits(local, self.vocab_size)
+        return self.summarize(local, summary)
+
+    def gather_kept(self) -> torch.Tensor | None:
+        """The full logits ``[L, vocab]`` of the last summarized forward on rank 0 (None on the others)."""
+        if self.kept is None:
+            raise RuntimeError("no summarized forward to take the logits of")
+        return self.gather_logits(self.kept, self.vocab_size)
 
     # ------------------------------------------------------------------ messages from rank 0
     def send(self, message: Any) -> None:
@@ -152,8 +195,13 @@ class TensorParallel:
         self._guard("receiving a batch", lambda: self.control.broadcast([blob], _from_rank_0()).wait())
         return pickle.loads(blob.numpy().tobytes())
 
-    def new_pool_id(self) -> int:
-        return next(self._pool_ids)
+    def announce(self, pool: Any, options: dict[str, Any]) -> None:
+        """Rank 0: every rank makes a pool like ``pool`` (``options``: its sizes) of its own heads; the
+        ranks drop theirs when ``pool`` is gone."""
+        pool.tp_id = next(self._pool_ids)
+        with self.lock:
+            self.send(("pool", pool.tp_id, options))
+        weakref.finalize(pool, self.dropped, pool.tp_id)
 
     def dropped(self, pool_id: int) -> None:
         """A pool of rank 0 is gone: the ranks free theirs with the next message (thread-safe)."""

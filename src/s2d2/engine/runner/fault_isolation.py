@@ -23,12 +23,22 @@ from typing import Any, TypeVar
 
 import torch
 
+from ...forward.vocab_summary import Summarized
+
 Row = TypeVar("Row")
 RunFn = Callable[[Sequence[Any], Sequence[Any]], list[torch.Tensor]]
 
 
 def _run(run: RunFn, rows: Sequence[Any], segments: Sequence[Any]) -> list[torch.Tensor]:
-    return list(run(rows, segments))
+    out = run(rows, segments)
+    return out if isinstance(out, list) else list(out)
+
+
+def _whole(run: RunFn, rows: Sequence[Any], segments: Sequence[Any]) -> list[torch.Tensor]:
+    """A part's logits as full rows: the parts' rows are put together, so one part's summaries
+    (:class:`~s2d2.forward.vocab_summary.Summarized`) become its full logits before the next forward."""
+    out = _run(run, rows, segments)
+    return out.full() if isinstance(out, Summarized) else out
 
 
 def isolate(
@@ -47,7 +57,7 @@ def isolate(
     def attempt(index: list[int], known_failed: bool = False) -> None:
         if not known_failed:
             try:
-                out = _run(run, [rows[i] for i in index], [segments[i] for i in index])
+                out = _whole(run, [rows[i] for i in index], [segments[i] for i in index])
             except Exception as exc:  # pinned down below, or charged to the one row it ran
                 if len(index) == 1:
                     failures[index[0]] = exc

@@ -22,6 +22,7 @@ from ...families.base import ModelAdapter
 from ...forward.attention_groups import split_by_length
 from ...forward.describe import describe, per_row
 from ...forward.segment import Segment
+from ...forward.vocab_summary import WIDTH, Summarized
 from ...layouts import family, specs
 from ...layouts.layout import last_rows
 from ..draft_step import VerifyMode
@@ -48,6 +49,14 @@ class ForwardCounters:
         return self.rows / self.forwards if self.forwards else 0.0
 
 
+def _greedy_plain(req: Request) -> bool:
+    """Whether ``req``'s step may read summaries (greedy, unconstrained, unadjusted, no log-probabilities
+    or trace); the step checks each query (:mod:`~s2d2.engine.step.summary_step`)."""
+    cfg = req.config
+    plain = req.grammar is None and cfg.logprobs is None and not req.adjust.active
+    return req.greedy and plain and req.tracer.steps is None
+
+
 class ModelRunner:
     """Builds each row's segment and runs the batch (see the module docstring)."""
 
@@ -57,6 +66,9 @@ class ModelRunner:
         self.adapter = adapter
         self.prefill_chunk = prefill_chunk
         self.counters = ForwardCounters()
+        #: the step's forwards give rows' summaries where the adapter can (tensor-parallel ranks: no
+        #: full-vocabulary gather; :class:`~s2d2.forward.vocab_summary.Summarized`); off: always logits
+        self.summaries = True
 
     @staticmethod
     def shape(segments: Sequence[Segment]) -> StepShape:
@@ -134,14 +146,16 @@ class ModelRunner:
         its segment's zero rows (:meth:`forward` with ``zero_rows=False``: the step reads block slot ``i``
         at raw row ``i - segment.zero_rows``). Counts the forward and the query tokens fed (the engine's
         counters); touches no row."""
-        logits = self.forward(segments, False)
+        logits = self.forward(segments, False, summary=self.summaries and all(map(_greedy_plain, rows)))
         c = self.counters
         c.forwards += 1
         c.rows += len(rows)
         c.query_tokens += sum(s.n for s in segments)
         return logits
 
-    def forward(self, segments: Sequence[Segment], zero_rows: bool = True) -> list[torch.Tensor]:
+    def forward(
+        self, segments: Sequence[Segment], zero_rows: bool = True, *, summary: bool = False
+    ) -> list[torch.Tensor]:
         """The step's forward: the runner describes it as ONE host-side batch (:func:`~s2d2.forward.
         describe.describe`: packed ids and positions, page tables, each query's visibility as integers,
         the logit rows), the adapter runs that batch and returns packed logits ``[L, vocab]``, and the
@@ -150,7 +164,9 @@ class ModelRunner:
         all those of an object that only follows the protocol (not a :class:`ModelAdapter`: a wrapper
         of one, which sees every forward as ``run``). Without ``zero_rows`` each row comes back without
         its segment's :attr:`~s2d2.forward.segment.Segment.zero_rows` (a partly cached block's draft:
-        its raw rows, views of the forward's output, no copy a row)."""
+        its raw rows, views of the forward's output, no copy a row). With ``summary``, where the adapter
+        :attr:`~s2d2.families.base.ModelAdapter.summarizes` and no segment re-aligns its rows, each row
+        gets its summaries ``[n, WIDTH]`` instead (a :class:`~s2d2.forward.vocab_summary.Summarized`)."""
         ad = self.adapter
         live = [s for s in segments if s.n]
         pool = live[0].state.cache if live else None
@@ -161,5 +177,12 @@ class ModelRunner:
             if zero_rows:
                 return out
             return [lg[s.zero_rows :] if s.zero_rows else lg for s, lg in zip(segments, out, strict=True)]
-        raw = ad.forward(pool, batch).split(batch.logit_sizes)
-        return per_row(segments, raw, ad.info.vocab_size, ad.device, zero_rows)
+        sizes, vocab = batch.logit_sizes, ad.info.vocab_size
+        if summary and ad.summarizes and sum(sizes) and all(s.finish is None for s in live):
+            got = ad.forward(pool, batch, ad.info.mask_token_id).split(sizes)
+
+            def full() -> list[torch.Tensor]:
+                return per_row(segments, ad.full_logits().split(sizes), vocab, ad.device, zero_rows)
+
+            return Summarized(per_row(segments, got, WIDTH, ad.device, zero_rows), full)
+        return per_row(segments, ad.forward(pool, batch).split(sizes), vocab, ad.device, zero_rows)

@@ -63,7 +63,9 @@ def in_lane(req: Request, forward: RowForward) -> bool:
 class Lane:
     """The lane's rows of one step, in order: ``(request, its part of the forward, its logits)``."""
 
-    def __init__(self) -> None:
+    def __init__(self, summary: bool = False) -> None:
+        #: the rows' logits are summaries (:mod:`.summary_math`)
+        self.summary = summary
         self.taken: list[tuple[Request, RowForward, torch.Tensor]] = []
         self.drafts: GreedyTokens | None = None
 
@@ -79,7 +81,7 @@ class Lane:
         if not self.taken:
             return []
         taken = self.taken
-        self.drafts = GreedyTokens([t[0] for t in taken], [dev.mark(t[2]) for t in taken])
+        self.drafts = GreedyTokens([t[0] for t in taken], [dev.mark(t[2]) for t in taken], self.summary)
         return [self.drafts]
 
     def apply(self, fail: Fail) -> None:

@@ -36,17 +36,19 @@ def run_queries(
     drafts: Sequence[DraftQuery],
     verifies: Sequence[VerifyQuery],
     batched: Sequence[BatchedCheck] = (),
+    summary: bool = False,
 ) -> None:
     """Compute every query on the device, then fill their results from ONE transfer (see the module).
 
     Edits are drawn before drafts, so a row that edits and drafts in one step draws in that order. Where
     no query asks for log-probabilities, the forward's logits are masked in place (no copy where the rows
     tile them; the forward's logits are read by this step's queries alone). ``batched``: lanes' checks,
-    registered after the queries."""
+    registered after the queries. ``summary``: every query's rows are summaries
+    (:func:`~.summary_step.servable`)."""
     fetch = Fetch()
     pending, checks, in_place = [], [], True
     if edits or drafts or verifies:  # (a step of lane rows alone registers the lanes' checks only)
-        pending, checks, in_place = _register_queries(dev, fetch, edits, drafts, verifies)
+        pending, checks, in_place = _register_queries(dev, fetch, edits, drafts, verifies, summary)
     for b in batched:
         b.register(dev, fetch, in_place)
     if not fetch.parts:
@@ -65,6 +67,7 @@ def _register_queries(
     edits: Sequence[DraftQuery],
     drafts: Sequence[DraftQuery],
     verifies: Sequence[VerifyQuery],
+    summary: bool = False,
 ) -> tuple[list, list, bool]:
     """Register the queries' device work with ``fetch``: the draft groups and the verifications to read
     back, and whether the forward's logits may be masked in place (no query asks for log-probabilities)."""
@@ -72,10 +75,14 @@ def _register_queries(
     _upload_grammar(dev, batches)
     in_place = not any(q.req.config.logprobs is not None for batch in batches for q in batch)
     pending = [
-        draft_group(g, dev, fetch, in_place) for batch in (edits, drafts) for g in by_transforms(batch)
+        draft_group(g, dev, fetch, in_place, summary)
+        for batch in (edits, drafts)
+        for g in by_transforms(batch)
     ]
     strict = [q for q in verifies if q.strict]
-    checks = list(zip(strict, verify_strict(strict, dev, fetch, in_place), strict=True)) if strict else []
+    checks = []
+    if strict:
+        checks = list(zip(strict, verify_strict(strict, dev, fetch, in_place, summary), strict=True))
     checks += [(q, verify_probabilistic(q, dev, fetch)) for q in verifies if not q.strict]
     return pending, checks, in_place
 

@@ -14,6 +14,7 @@ from ..draft_step import SlotDrafts
 from ..request import Request
 from .device import DeviceOps, Fetch
 from .logits_view import adjusted, row_chunks, without_mask_token
+from .summary_math import greedy_values
 
 
 @dataclass
@@ -103,10 +104,14 @@ class _Wants:
     min_p: float
 
 
-def draft_group(queries: list[DraftQuery], dev: DeviceOps, fetch: Fetch, in_place: bool) -> DraftGroup:
+def draft_group(
+    queries: list[DraftQuery], dev: DeviceOps, fetch: Fetch, in_place: bool, summary: bool = False
+) -> DraftGroup:
     """Register the device values of queries sharing sampling transforms (read back by
     :func:`read_group`); ``in_place``: see :func:`without_mask_token`. The float32 math runs over parts
-    of the rows (:func:`~.logits_view.row_chunks`; one part where they fit)."""
+    of the rows (:func:`~.logits_view.row_chunks`; one part where they fit). ``summary``: the rows are
+    summaries (greedy queries without filters, alternatives, kept distributions or log-probabilities:
+    :mod:`.summary_math`)."""
     first = queries[0].req
     mask_id = first.info.mask_token_id
     sizes, k, m = [], None, 0
@@ -122,6 +127,10 @@ def draft_group(queries: list[DraftQuery], dev: DeviceOps, fetch: Fetch, in_plac
         if q.alpha:
             estimators[(cfg.estimator, cfg.estimator_value)] = None
     wants = _Wants(entropy, norm_entropy, tuple(estimators), m, k, *_transforms(first))
+    if summary:
+        rows_ = torch.cat([q.rows for q in queries]) if len(queries) > 1 else queries[0].rows
+        values = greedy_values(rows_, first.info.vocab_size, entropy, norm_entropy, wants.estimators)
+        return DraftGroup(queries, {name: fetch.add(t) for name, t in values.items()})
     rows = [adjusted(dev, q, q.rows) for q in queries]
     logits, masked = without_mask_token(rows, mask_id, k is not None, in_place)
     chunks = row_chunks(sizes, masked.shape[-1])

@@ -16,10 +16,12 @@ from collections.abc import Sequence
 import torch
 
 from ...decoding import functional as F
+from ...forward.vocab_summary import PROB
 from ..request import Request
 from .device import DeviceOps, Fetch
 from .logits_view import chunk_rows, in_chunks, tiling, without_mask_token
 from .row_queries import _rows
+from .summary_math import tokens
 
 
 class GreedyDrafts:
@@ -28,7 +30,11 @@ class GreedyDrafts:
     sampling transforms and part of rows the float32 math takes at once (:func:`~.logits_view.chunk_rows`),
     one registration."""
 
-    def __init__(self, dev: DeviceOps, rows: Sequence[tuple[Request, torch.Tensor, int]]) -> None:
+    def __init__(
+        self, dev: DeviceOps, rows: Sequence[tuple[Request, torch.Tensor, int]], summary: bool = False
+    ) -> None:
+        #: the rows are summaries (:mod:`.summary_math`; their requests have no sampling filters)
+        self.summary = summary
         self.mask_id = rows[0][0].info.mask_token_id
         limit = chunk_rows(rows[0][1].shape[-1])
         #: per part: its transforms, the indices of its rows, their (logits, candidates), total candidates
@@ -76,8 +82,12 @@ class GreedyDrafts:
         for key, _, rows, _ in self.parts:
             tensors, picks = _candidate_rows(dev, rows, self.limit)
             self.picks.append(picks)
-            masked = without_mask_token(tensors, self.mask_id, False, in_place)[1]
-            drafts, conf = F.greedy_pick(F.probs_from_logits(masked, *key))
+            if self.summary:
+                rows = torch.cat(tensors) if len(tensors) > 1 else tensors[0]
+                drafts, conf = tokens(rows), rows[:, PROB].clone()
+            else:
+                masked = without_mask_token(tensors, self.mask_id, False, in_place)[1]
+                drafts, conf = F.greedy_pick(F.probs_from_logits(masked, *key))
             self.keys.append((fetch.add(drafts), fetch.add(conf)))
 
     def read(self, fetch: Fetch) -> None:
@@ -109,7 +119,9 @@ class GreedyTokens:
     distribution's argmax, so ties fall alike). :attr:`tokens` (a list of ints, in row order) is filled
     by :meth:`read`."""
 
-    def __init__(self, reqs: Sequence[Request], logits: list[torch.Tensor]) -> None:
+    def __init__(self, reqs: Sequence[Request], logits: list[torch.Tensor], summary: bool = False) -> None:
+        #: the rows are summaries (:mod:`.summary_math`; a greedy token is the same under any filters)
+        self.summary = summary
         self.mask_id = reqs[0].info.mask_token_id
         self.logits = logits
         #: per part of rows with one key: (key, row indices or None for every row); one config: one part
@@ -127,6 +139,10 @@ class GreedyTokens:
         self.tokens: list[int] = []
 
     def register(self, dev: DeviceOps, fetch: Fetch, in_place: bool) -> None:
+        if self.summary:
+            self.parts = [(self.parts[0][0], None)]  # one token a row, whatever its filters
+            self.keys = [fetch.add(tokens(torch.cat(self.logits)))]
+            return
         whole = without_mask_token(self.logits, self.mask_id, False, in_place)[1]
         self.keys = []
         for key, members in self.parts:
@@ -161,13 +177,25 @@ class StrictCheck:
     drafts that equal it, from the first) and correction (``argmax q`` at the first that does not, -1
     where every draft was accepted) are read off it on the host."""
 
-    def __init__(self, mask_id: int, logits: list[torch.Tensor], drafts: list[int], sizes: list[int]):
+    def __init__(
+        self,
+        mask_id: int,
+        logits: list[torch.Tensor],
+        drafts: list[int],
+        sizes: list[int],
+        summary: bool = False,
+    ):
         self.mask_id, self.logits, self.drafts, self.sizes = mask_id, logits, drafts, sizes
+        #: the rows are summaries (:mod:`.summary_math`)
+        self.summary = summary
         self.key = -1
         self.n_accepted: list[int] = []
         self.corrections: list[int] = []
 
     def register(self, dev: DeviceOps, fetch: Fetch, in_place: bool) -> None:
+        if self.summary:
+            self.key = fetch.add(tokens(torch.cat(self.logits)))
+            return
         self.key = fetch.add(F.argmax(without_mask_token(self.logits, self.mask_id, False, in_place)[1]))
 
     def read(self, fetch: Fetch) -> None:

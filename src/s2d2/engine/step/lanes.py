@@ -35,9 +35,10 @@ def lane_of(req: Request) -> str | None:
 class Lanes:
     """The lanes' rows of one step."""
 
-    def __init__(self) -> None:
-        self.ar = Lane()
-        self.lossless = LosslessLane()
+    def __init__(self, summary: bool = False) -> None:
+        """``summary``: the rows' logits are summaries (:mod:`.summary_step`)."""
+        self.ar = Lane(summary)
+        self.lossless = LosslessLane(summary)
 
     def take(self, req: Request, logits: torch.Tensor, forward: RowForward) -> bool:
         """Take ``req`` into its lane if this step of it is the lane's."""

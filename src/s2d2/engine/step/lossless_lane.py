@@ -75,7 +75,9 @@ def in_lane(req: Request, forward: RowForward) -> bool:
 class LosslessLane:
     """The lane's rows of one step, in order, with their parts of the forward and their logits."""
 
-    def __init__(self) -> None:
+    def __init__(self, summary: bool = False) -> None:
+        #: the rows' logits are summaries (:mod:`.summary_math`)
+        self.summary = summary
         self.drafting: list[tuple[Request, RowForward, torch.Tensor]] = []
         self.verifying: list[tuple[Request, RowForward, torch.Tensor]] = []
         #: the verifying rows' spans of drafts, concatenated in row order, and their lengths
@@ -107,11 +109,13 @@ class LosslessLane:
         return [c for c in (self.draft, self.check) if c is not None]
 
     def _drafts(self, dev: DeviceOps) -> GreedyDrafts:
-        return GreedyDrafts(dev, [(req, dev.mark(lg), f.segment.zero_rows) for req, f, lg in self.drafting])
+        rows = [(req, dev.mark(lg), f.segment.zero_rows) for req, f, lg in self.drafting]
+        return GreedyDrafts(dev, rows, self.summary)
 
     def _check(self, dev: DeviceOps) -> StrictCheck:
         mask_id = self.verifying[0][0].info.mask_token_id
-        return StrictCheck(mask_id, [dev.mark(lg) for _, _, lg in self.verifying], self.spans, self.sizes)
+        rows = [dev.mark(lg) for _, _, lg in self.verifying]
+        return StrictCheck(mask_id, rows, self.spans, self.sizes, self.summary)
 
     def apply(self, fail: Fail) -> None:
         """Every lane row's step from its filled results (an error fails its row alone)."""

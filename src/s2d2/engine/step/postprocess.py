@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 
 import torch
 
+from ...forward.vocab_summary import Summarized
 from ..request import Request
 from ..row_forward import RowForward
 from .device import DeviceOps
@@ -20,6 +21,7 @@ from .grammar import attach_masks
 from .host import apply, recomputed
 from .lanes import Lanes
 from .row_queries import RowWork, queries
+from .summary_step import from_summary
 
 #: how the engine fails one row: ``fail(request, exception)`` (its status, action and one-line error)
 Fail = Callable[[Request, BaseException], None]
@@ -37,7 +39,13 @@ def postprocess(
     an error fails its request alone. ``logits``: the runner's, without zero rows (the general step's
     :func:`~.row_queries.queries` puts them back; the lanes read the raw rows). Rows rewriting a preempted
     cache only keep what they wrote. Common AR and lossless steps take their lanes (:mod:`.lanes`: batched
-    queries, a lean commit each) unless ``lanes`` is off."""
+    queries, a lean commit each) unless ``lanes`` is off. ``logits`` that are the rows' summaries
+    (:class:`~s2d2.forward.vocab_summary.Summarized`) serve the step where it reads no more
+    (:mod:`.summary_step`); else it runs on the full logits of the same forward."""
+    if isinstance(logits, Summarized):
+        if from_summary(dev, rows, logits, parts, fail, lanes):
+            return
+        logits = logits.full()
     works: list[RowWork] = []
     edits: list[DraftQuery] = []
     drafts: list[DraftQuery] = []

@@ -14,6 +14,7 @@ from ...decoding import functional as F
 from ..request import Request
 from .device import DeviceOps, Fetch
 from .logits_view import adjusted, in_chunks, without_mask_token
+from .summary_math import tokens
 
 
 @dataclass
@@ -47,7 +48,7 @@ class VerifyQuery:
 
 
 def verify_strict(
-    queries: list[VerifyQuery], dev: DeviceOps, fetch: Fetch, in_place: bool
+    queries: list[VerifyQuery], dev: DeviceOps, fetch: Fetch, in_place: bool, summary: bool = False
 ) -> list[dict[str, int]]:
     """Strict rule for many rows at once: accepted prefix where draft == argmax q, correction = argmax q
     at the first mismatch.
@@ -56,7 +57,11 @@ def verify_strict(
     span position is registered (``q_arg``, ``[S]``) and each row's prefix and correction are read off
     it on the host (:func:`read_verifications`): the drafts are host values already, and this spares
     the device a dozen small operations. Otherwise the prefix and correction are computed on the device
-    too (the per-position values are gathered at the committed tokens) and registered per row."""
+    too (the per-position values are gathered at the committed tokens) and registered per row.
+    ``summary``: the rows are summaries (no query traces, adjusts logits or asks log-probabilities)."""
+    if summary:
+        rows = torch.cat([q.q_rows for q in queries]) if len(queries) > 1 else queries[0].q_rows
+        return [{"q_arg": fetch.add(tokens(rows))}] * len(queries)
     mask_id = queries[0].req.info.mask_token_id
     raw = any(q.req.config.logprobs is not None for q in queries)
     rows = [adjusted(dev, q, q.q_rows) for q in queries]

@@ -77,10 +77,16 @@ SDAR_FIXTURE = FIXTURES / "sdar"
 
 
 def family_fixture(name: str) -> Path:
-    """The conformance checkpoint of family ``name`` (``sdar``, ``fast_dllm_v2``, ``llada2``), or a skip."""
+    """The conformance checkpoint of family ``name`` (``sdar``, ``fast_dllm_v2``, ``llada2``), or a skip;
+    ``sdar_moe``: the checkpoint the tests write (:mod:`sdar_moe_fixture`)."""
+    if name == "sdar_moe":
+        from sdar_moe_fixture import sdar_moe_checkpoint
+
+        return sdar_moe_checkpoint()
     if not (FIXTURES / name).is_dir():
         pytest.skip("conformance fixtures not found (expected ../shared/fixtures or $S2D2_FIXTURES)")
     return FIXTURES / name
+
 
 #: Statistics every `s2d2 generate --json` reply carries.
 STAT_KEYS = {

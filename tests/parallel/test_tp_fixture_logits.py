@@ -1,8 +1,8 @@
 """The conformance fixtures' logits over two ranks equal one process's within 1e-4 (SDAR, Fast-dLLM v2,
-LLaDA2 with its 8 experts split 4 + 4), through the protocol: chained drafts from an empty cache, a
-prefill (LLaDA2's official one: its additive float mask, the grouped forward), a draft after it and the
-AR-mode verification of a filled block. Each two-rank model starts its second process once and stops it
-after its family."""
+LLaDA2 with its 8 experts split 4 + 4, SDAR-MoE with its 4 experts split 2 + 2 and a dense layer split
+by columns), through the protocol: chained drafts from an empty cache, a prefill (LLaDA2's official one:
+its additive float mask, the grouped forward), a draft after it and the AR-mode verification of a filled
+block. Each two-rank model starts its second process once and stops it after its family."""
 
 from __future__ import annotations
 
@@ -40,15 +40,15 @@ def _logits(adapter) -> list[torch.Tensor]:
     return out
 
 
-@pytest.mark.parametrize("family", ["sdar", "fast_dllm_v2", "llada2"])
+@pytest.mark.parametrize("family", ["sdar", "fast_dllm_v2", "llada2", "sdar_moe"])
 def test_two_ranks_give_one_process_logits(family):
     _check(family, 2)
 
 
-@pytest.mark.parametrize("family", ["sdar", "llada2"])
+@pytest.mark.parametrize("family", ["sdar", "llada2", "sdar_moe"])
 def test_four_ranks_replicate_the_kv_heads_and_give_one_process_logits(family):
     """4 heads, 2 KV heads over 4 ranks: ranks 0 and 1 hold KV head 0, ranks 2 and 3 KV head 1 (LLaDA2:
-    2 of its 8 experts a rank)."""
+    2 of its 8 experts a rank; SDAR-MoE: 1 of its 4)."""
     _check(family, 4)
 
 
@@ -65,9 +65,11 @@ def _check(family: str, size: int) -> None:
         share = 1.2 / size if size == 2 else 0.5  # KV heads replicated at 4 ranks; norms everywhere
         assert all(b < share * total for b in two.ranks.param_bytes), (two.ranks.param_bytes, total)
         assert len(two.ranks.param_bytes) == size
-        if family == "llada2":  # experts split: 8 / size a rank, and the router whole
+        n_experts = {"llada2": 8, "sdar_moe": 4}.get(family)
+        if n_experts:  # experts split: E / size a rank, and the router whole
             moe = two.model.model.layers[1].mlp
-            assert moe.experts.gate_up_proj.shape[0] == 8 // size and moe.gate.weight.shape[0] == 8
+            assert moe.experts.gate_up_proj.shape[0] == n_experts // size
+            assert moe.gate.weight.shape[0] == n_experts
     finally:
         two.ranks.close()
 

@@ -1,10 +1,12 @@
-"""Expert parallelism for the mixture-of-experts layers of a tensor-parallel rank (LLaDA2 on Glm4Moe).
+"""Expert parallelism for the mixture-of-experts layers of a tensor-parallel rank (LLaDA2 on Glm4Moe,
+SDAR-MoE on Qwen3-MoE).
 
 Each rank holds ``E / N`` routed experts whole (``[r E/N, (r+1) E/N)``), the router whole (small:
 ``[E, hidden]``, replicated, so every rank picks the same experts for every token) and its columns of
-the shared experts. A layer's output on one rank is the part of the sum its experts and its shared
-columns give; the forward adds the ranks' parts with ONE all-reduce per layer
-(:func:`~s2d2.forward.paged_forward.layer_forward`).
+the shared experts (Glm4Moe; Qwen3-MoE has none). A layer's output on one rank is the part of the sum its
+experts and its shared columns give; the forward adds the ranks' parts with ONE all-reduce per layer
+(:func:`~s2d2.forward.paged_forward.layer_forward`; a Qwen3-MoE shard runs there as
+:class:`~s2d2.forward.routed_experts.RoutedExperts` over its slice, ``first`` its first expert id).
 """
 
 from __future__ import annotations
@@ -33,27 +35,62 @@ class ExpertShard(torch.nn.Module):
         shared = full_config.moe_intermediate_size * full_config.n_shared_experts
         self.shared_experts = glm.Glm4MoeMLP(local_config, intermediate_size=shared // size)
 
+    #: the sub-modules cast to the model's dtype (the Glm4Moe router keeps its own: float32)
+    CAST = ("experts", "shared_experts")
+
     def forward(self, h: torch.Tensor) -> torch.Tensor:
         flat = h.reshape(-1, h.shape[-1])
         _, weights, index = self.gate(flat)
-        local = index - self.first
-        elsewhere = (local < 0) | (local >= self.per_rank)
-        # index E_local is skipped by the experts: an expert another rank holds adds nothing here
-        local = local.masked_fill(elsewhere, self.per_rank)
-        return (self.experts(flat, local, weights) + self.shared_experts(flat)).view(h.shape)
+        own = self.experts(flat, _local_index(index, self.first, self.per_rank), weights)
+        return (own + self.shared_experts(flat)).view(h.shape)
 
 
-def split_experts(model: torch.nn.Module, full_config: Any, rank: int, size: int) -> None:
+class SoftmaxExpertShard(torch.nn.Module):
+    """A Qwen3-MoE mixture-of-experts layer's share on one rank: ``gate`` (the whole softmax top-k router:
+    the top k of all ``E`` experts, renormalised iff ``norm_topk_prob``), ``experts`` (the native experts
+    module of this rank's ``E / N`` experts), ``first`` (the expert id of its expert 0). ``forward(h)``
+    ``[..., hidden]`` -> this rank's partial sum, the same shape."""
+
+    #: the sub-modules cast to the model's dtype (the router too, as in the native model)
+    CAST = ("gate", "experts")
+
+    def __init__(self, full_config: Any, local_config: Any, rank: int, size: int):
+        from transformers.models.qwen3_moe import modeling_qwen3_moe as qwen
+
+        super().__init__()
+        self.gate = qwen.Qwen3MoeTopKRouter(full_config)
+        self.experts = qwen.Qwen3MoeExperts(local_config)
+        self.experts._is_expert_parallel = True
+        self.per_rank = full_config.num_experts // size
+        self.first = rank * self.per_rank
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        flat = h.reshape(-1, h.shape[-1])
+        _, weights, index = self.gate(flat)
+        return self.experts(flat, _local_index(index, self.first, self.per_rank), weights).view(h.shape)
+
+
+def _local_index(index: torch.Tensor, first: int, per_rank: int) -> torch.Tensor:
+    """Expert ids ``[T, k]`` -> this rank's (``first`` is 0); index ``per_rank`` where another rank holds the
+    expert (the native experts skip it: it adds nothing here)."""
+    local = index - first
+    return local.masked_fill((local < 0) | (local >= per_rank), per_rank)
+
+
+def split_experts(
+    model: torch.nn.Module, full_config: Any, rank: int, size: int, shard: type = ExpertShard
+) -> None:
     """Replace each mixture-of-experts layer of the native ``model`` (built at the rank's sizes) by its
-    :class:`ExpertShard` (before the rank's weights are loaded into it)."""
+    ``shard`` (:class:`ExpertShard` for Glm4Moe, :class:`SoftmaxExpertShard` for Qwen3-MoE; before the
+    rank's weights are loaded into it)."""
     local = copy.deepcopy(model.config)
     for layer in model.model.layers:
         if hasattr(layer.mlp, "experts"):
-            shard = ExpertShard(full_config, local, rank, size)
-            dtype = layer.mlp.experts.gate_up_proj.dtype  # the router keeps its own (float32)
-            shard.experts.to(dtype)
-            shard.shared_experts.to(dtype)
-            layer.mlp = shard
+            part = shard(full_config, local, rank, size)
+            dtype = layer.mlp.experts.gate_up_proj.dtype
+            for name in shard.CAST:
+                getattr(part, name).to(dtype)
+            layer.mlp = part
 
 
 def renumber_experts(weights: dict[str, torch.Tensor], first: int) -> dict[str, torch.Tensor]:

@@ -20,6 +20,11 @@ Layer ``i`` is sparse (routed experts) iff ``i`` is not in ``mlp_only_layers`` a
 ``intermediate_size``. The router is a softmax over the experts, top ``num_experts_per_tok``, renormalised
 iff ``norm_topk_prob``; the fast forward runs it as :class:`~s2d2.forward.routed_experts.RoutedExperts`
 (deterministic, per token: batch == alone holds as for the dense families).
+
+Tensor parallel (``load(..., tp=...)``): each rank reads only its slices (:mod:`.sharding`: heads, the
+dense layers' columns, vocabulary) and its ``E / N`` experts whole, stacked from 0; the router stays whole
+on every rank (:class:`~.expert_parallel.SoftmaxExpertShard`), so every rank routes a token over all the
+experts, applies the ones it holds, and the layer's one all-reduce adds the ranks' parts.
 """
 
 from __future__ import annotations
@@ -33,8 +38,10 @@ import torch
 from ..errors import ModelLoadError
 from .base import ModelInfo
 from .checkpoint import find_mask_token, load_safetensors, matches_family, require_mask_token
+from .expert_parallel import SoftmaxExpertShard, renumber_experts, split_experts
 from .hf import HFAdapter
 from .sdar import MASK_TOKENS, eos_ids, qwen3_config
+from .sharding import local_config, rank_weights
 
 FAMILY = "sdar_moe"
 MODEL_TYPES = ("sdar_moe",)
@@ -128,6 +135,7 @@ def load(
     *,
     device: torch.device,
     dtype: torch.dtype,
+    tp: Any = None,
     **options: Any,
 ) -> HFAdapter:
     from transformers import Qwen3MoeForCausalLM
@@ -141,8 +149,11 @@ def load(
             f"{path}/config.json is not a valid SDAR-MoE config ({exc.__class__.__name__}: {exc})"
         ) from None
     mask_id = require_mask_token(path, config, added, MASK_TOKENS, qcfg.vocab_size)
-    weights = stack_experts(load_safetensors(path), qcfg.num_experts)
-    model = HFAdapter.build_native(Qwen3MoeForCausalLM, qcfg, weights, path, device, dtype)
+    if tp is None:
+        weights = stack_experts(load_safetensors(path), qcfg.num_experts)
+        model = HFAdapter.build_native(Qwen3MoeForCausalLM, qcfg, weights, path, device, dtype)
+    else:  # the rank's sizes: its heads, columns, vocabulary slice and experts (renumbered from 0)
+        model = _rank_model(path, qcfg, tp, device, dtype)
     block = config.get("block_size")
     info = ModelInfo(
         family=FAMILY,
@@ -155,4 +166,24 @@ def load(
         pad_token_id=config.get("pad_token_id"),
         bos_token_id=config.get("bos_token_id"),
     )
-    return HFAdapter(model, info, path)
+    return HFAdapter(model, info, path, tp=tp)
+
+
+def _rank_model(path: Path, qcfg: Any, tp: Any, device: torch.device, dtype: torch.dtype) -> torch.nn.Module:
+    """Tensor-parallel rank ``tp.rank``'s shard of the model of native config ``qcfg`` (full sizes): only its
+    slices of the checkpoint are read (:mod:`.sharding`), its ``E / N`` experts stacked from 0, and each
+    sparse layer a :class:`~.expert_parallel.SoftmaxExpertShard` (the router whole, so every rank routes
+    over all the experts)."""
+    from transformers import Qwen3MoeForCausalLM
+
+    n_experts = qcfg.num_experts
+    weights = rank_weights(path, qcfg, tp.rank, tp.size, experts=n_experts)
+    if n_experts:
+        weights = renumber_experts(weights, tp.rank * (n_experts // tp.size))
+    weights = stack_experts(weights, n_experts // tp.size)
+    native = local_config(qcfg, tp.size, experts=n_experts > 0)
+
+    def prepare(m: torch.nn.Module) -> None:
+        split_experts(m, qcfg, tp.rank, tp.size, SoftmaxExpertShard)
+
+    return HFAdapter.build_native(Qwen3MoeForCausalLM, native, weights, path, device, dtype, prepare)

@@ -9,7 +9,7 @@ k/v projections (rows)                      KV heads ``[r KV/N, ...)``; with few
                                             the one its q heads read (replicated)
 MLP gate/up (rows), down (columns)          intermediate columns ``[r I/N, ...)``
 embedding, LM head (rows)                   vocabulary ``[r ceil(V/N), ...)``, zero rows past ``V``
-routed experts (LLaDA2)                     experts ``[r E/N, ...)`` whole (expert parallel)
+routed experts (LLaDA2, SDAR-MoE)           experts ``[r E/N, ...)`` whole (expert parallel)
 shared experts (LLaDA2)                     intermediate columns, as the MLP
 norms, the router, biases of row-parallel   whole (replicated)
 ==========================================  ============================================================
@@ -172,8 +172,9 @@ def local_config(cfg: Any, size: int, *, experts: bool = False) -> Any:
         local.intermediate_size = cfg.intermediate_size // size
     local.vocab_size = math.ceil(cfg.vocab_size / size)
     local.pad_token_id = None  # the embedding's padding row matters to training only; it may be elsewhere
-    if experts:
-        local.n_routed_experts = cfg.n_routed_experts // size
+    if experts:  # Glm4Moe names the routed experts n_routed_experts, Qwen3-MoE num_experts
+        name = "n_routed_experts" if hasattr(cfg, "n_routed_experts") else "num_experts"
+        setattr(local, name, getattr(cfg, name) // size)
     return local
 
 

@@ -192,6 +192,8 @@ def _rest_parallel(
     bias = layer.self_attn.o_proj.bias
     x = x + out if bias is None else x + out + bias
     h = dec._norm(layer.post_attention_layernorm, x)
+    if w.moe is not None:  # this rank's slice of the routed experts (the route over all of them)
+        return x + dec.tp.reduce(w.moe.forward(h))
     if w.gate_up is None:
         return x + dec.tp.reduce(layer.mlp(h))
     return x + dec.tp.reduce(F.linear(_gated(dec, w, h), layer.mlp.down_proj.weight))

@@ -96,7 +96,6 @@ class RoutedExperts:
             at += n
         return out.view(T, k, -1)
 
-
     def grouped_slots(self, x: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
         """:meth:`expert_slots` as two grouped products over the slots sorted by expert: shapes follow
         ``T * k`` only and nothing is read on the host (the expert counts stay on the device)."""
@@ -138,7 +137,8 @@ def routed_experts_of(mlp: torch.nn.Module) -> RoutedExperts | None:
     """The :class:`RoutedExperts` view of a native mixture-of-experts MLP module whose router is a plain
     softmax top-k (``gate.weight``, ``gate.top_k``, ``gate.norm_topk_prob``) over stacked SwiGLU experts
     (``experts.gate_up_proj``, ``experts.down_proj``) with no shared expert and no router bias; None for
-    any other MLP (it then runs as its module). The weights are the module's own (no copy)."""
+    any other MLP (it then runs as its module). The weights are the module's own (no copy). A module that
+    holds a slice of the experts (a tensor-parallel rank's) says the id of its first as ``first``."""
     gate, experts = getattr(mlp, "gate", None), getattr(mlp, "experts", None)
     if gate is None or experts is None or hasattr(mlp, "shared_experts") or hasattr(mlp, "shared_expert"):
         return None
@@ -157,6 +157,7 @@ def routed_experts_of(mlp: torch.nn.Module) -> RoutedExperts | None:
         down=experts.down_proj.detach(),
         top_k=int(gate.top_k),
         normalize=bool(gate.norm_topk_prob),
+        first=int(getattr(mlp, "first", 0)),
     )
     moe.grouped = grouped_ok(moe)
     return moe

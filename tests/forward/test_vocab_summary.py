@@ -61,3 +61,13 @@ def test_sliced_summaries_equal_the_whole_rows_values(vocab, slices):
 def test_an_unknown_estimator_is_refused():
     with pytest.raises(ValueError, match="unknown estimator"):
         acceptance("nope", _sliced(_rows(10, 0), 2), 10, None)
+
+
+def test_a_slice_is_left_as_it_was():
+    """The step may still ask for the same forward's whole logits (raw, the mask token's included; the
+    padding past the vocabulary is never gathered)."""
+    x = _rows(64, 1)
+    before = x.clone()
+    local_summary(x[:, 32:], 32, 60, 40)  # a slice holding the excluded token and 4 padding columns
+    local_summary(x[:, :32], 0, 60, MASK)
+    assert torch.equal(x[:, :60], before[:, :60])

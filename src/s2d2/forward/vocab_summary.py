@@ -30,6 +30,8 @@ from collections.abc import Callable
 import torch
 
 TOKEN, PROB, MARGIN, ENTROPY, SQUARES = range(5)
+#: a logit no token reaches (a finite stand-in for -inf: its exponential is 0 and 0 times it is 0)
+_FLOOR = -1e30
 #: columns of a row's summary
 WIDTH = 5
 #: columns of one slice's reduction: best logit, its token, second best logit, and relative to the best
@@ -40,19 +42,23 @@ LOCAL_WIDTH = 6
 def local_summary(local: torch.Tensor, first: int, vocab: int, exclude: int) -> torch.Tensor:
     """One slice's reduction ``[L, LOCAL_WIDTH]`` float32 of ``local`` ``[L, per]``: the logits of tokens
     ``[first, first + per)``; tokens at ``vocab`` or past it (padding) and ``exclude`` do not count."""
-    x = local.float()
+    x = local.float()  # (``local`` itself where it is float32: written below, then restored)
     per = x.shape[-1]
-    dead = torch.arange(first, first + per, device=x.device)
-    dead = (dead >= vocab) | (dead == exclude)
-    if bool(dead.any()):
-        x = x.masked_fill(dead, float("-inf"))
+    col = exclude - first if first <= exclude < first + per else None  # (decided on the host: no sync)
+    if col is not None:
+        saved = x[:, col].clone()
+        x[:, col] = _FLOOR
+    if first + per > vocab:  # padding: never gathered as logits, so not restored
+        x[:, max(vocab - first, 0) :] = _FLOOR
     best, index = x.max(dim=-1, keepdim=True)  # the first best token, as the full rows' argmax
-    second = x.scatter(-1, index, float("-inf")).amax(dim=-1, keepdim=True)
+    second = torch.topk(x, 2, dim=-1).values[:, 1:] if per > 1 else torch.full_like(best, _FLOOR)
     shifted = x - best
     e = torch.exp(shifted)
     sums = e.sum(dim=-1, keepdim=True)
-    moment = torch.where(e > 0, e * shifted, 0.0).sum(dim=-1, keepdim=True)
-    squares = (e * e).sum(dim=-1, keepdim=True)
+    moment = torch.linalg.vecdot(e, shifted)[:, None]
+    squares = torch.linalg.vecdot(e, e)[:, None]
+    if col is not None:
+        x[:, col] = saved
     token = (index + first).float()
     return torch.cat([best, token, second, sums, moment, squares], dim=-1)
 

@@ -87,6 +87,18 @@ def test_moe_reads_the_experts_its_tokens_touch():
     assert m.read_params(128, 4) > 3 * m.read_params(1, 4)  # a wide step reads most experts
 
 
+def test_a_qwen3_moe_config_counts_its_dense_layers_by_its_schedule():
+    """SDAR-MoE (Qwen3-MoE) names its dense layers by ``mlp_only_layers`` and ``decoder_sparse_step``."""
+    base = dict(hidden_size=64, num_attention_heads=4, num_hidden_layers=8, vocab_size=100, num_experts=8,
+                num_experts_per_tok=2, moe_intermediate_size=32, intermediate_size=128)  # fmt: skip
+    assert ModelShape.from_config(base).dense_layers == 0
+    assert ModelShape.from_config({**base, "mlp_only_layers": [0, 5]}).dense_layers == 2
+    assert ModelShape.from_config({**base, "decoder_sparse_step": 2}).dense_layers == 4
+    both = {**base, "decoder_sparse_step": 2, "mlp_only_layers": [0, 1]}
+    assert ModelShape.from_config(both).dense_layers == 5
+    assert ModelShape.from_config({**base, "first_k_dense_replace": 1}).dense_layers == 1
+
+
 def test_memory_fit():
     assert "does not fit" in roofline("roofline:h200", FLASH).memory_line(1)
     two = roofline("roofline:h200", FLASH, tensor_parallel_size=2)

@@ -54,7 +54,7 @@ class ModelShape:
                         config.get("num_shared_experts") or config.get("n_shared_experts") or 0
                     ),
                     moe_intermediate=int(config["moe_intermediate_size"]),
-                    dense_layers=int(config.get("first_k_dense_replace") or 0),
+                    dense_layers=_dense_layers(config),
                 )
             # an MoE model without dense layers may leave intermediate_size out
             intermediate = config.get("intermediate_size") if experts else config["intermediate_size"]
@@ -176,3 +176,14 @@ class ModelShape:
 
 
 __all__ = ["ModelShape"]
+
+
+def _dense_layers(config: dict[str, Any]) -> int:
+    """How many layers of a mixture-of-experts config have a dense MLP: the first ``first_k_dense_replace``
+    (Glm4-MoE, DeepSeek), else those in ``mlp_only_layers`` or off the ``decoder_sparse_step`` schedule
+    (Qwen3-MoE: layer ``i`` routes iff ``(i + 1) % step == 0``)."""
+    if config.get("first_k_dense_replace") is not None:
+        return int(config["first_k_dense_replace"])
+    step = int(config.get("decoder_sparse_step") or 1)
+    dense = {int(i) for i in (config.get("mlp_only_layers") or [])}
+    return sum(1 for i in range(int(config["num_hidden_layers"])) if i in dense or (i + 1) % step)

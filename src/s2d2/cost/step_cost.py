@@ -33,6 +33,7 @@ import torch
 
 from ..errors import S2D2Error
 from ..files import write_text_atomically
+from ..forward.vocab_summary import LOCAL_WIDTH
 from .hardware import HARDWARE, Hardware
 from .model_shape import ModelShape
 
@@ -241,14 +242,15 @@ class RooflineCost:
         """The all-reduces of one forward of ``tokens`` tokens, seconds (0 on one GPU): the vocab-parallel
         embedding's, and per layer two of the hidden states (tokens x hidden): after attention and after
         the MLP or MoE block (routed and shared experts reduced together, one reduction per MoE layer);
-        then the vocab-parallel LM head's, a small one per token (each rank's best logit, its index and
-        its sum of exponentials, 3 float32: the device half needs no full-vocabulary gather)."""
+        then the vocab-parallel LM head's, a small one per token (each rank's reduction of its slice,
+        ``LOCAL_WIDTH`` float32, gathered: the rows' summaries, :mod:`~s2d2.forward.vocab_summary`; a
+        greedy step needs no full-vocabulary gather)."""
         if self.tp == 1:
             return 0.0
         m, hw = self.model, self.hw
         hidden_bytes = tokens * m.hidden * m.bytes_per_value
         hidden_states = (1 + 2 * m.layers) * hw.all_reduce_s(hidden_bytes, self.tp)
-        return hidden_states + hw.all_reduce_s(12 * tokens, self.tp)
+        return hidden_states + hw.all_reduce_s(4 * LOCAL_WIDTH * tokens, self.tp)
 
     def weight_bytes(self) -> float:
         """Bytes of weights one rank holds."""

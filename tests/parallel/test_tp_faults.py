@@ -73,22 +73,45 @@ def test_a_hung_rank_fails_the_requests_within_the_timeout(monkeypatch):
     assert _children_with_rank() == []
 
 
-def test_a_failure_on_rank_0_after_the_message_breaks_the_group(monkeypatch):
-    """The other ranks already run the forward (they wait in its all-reduce): rank 0 cannot re-run the
-    batch in halves as one process does (fault isolation); every request fails with the group's error."""
+@pytest.mark.parametrize("where", ["before its first collective", "after five collectives"])
+def test_a_failure_on_rank_0_after_the_message_fails_its_row_alone(monkeypatch, where):
+    """The other rank already runs the forward (it waits in a collective rank 0 never joins): rank 0
+    joins the rest of the forward's collectives with zeros, so both ranks end it in step; then fault
+    isolation re-runs the batch in halves as one process does, the row that causes the failure fails
+    alone, and its batch-mates decode the tokens of one process."""
     if tiny_model_path() is None:
         pytest.skip("the built-in tiny-gsm model is not installed")
+    monkeypatch.setenv("S2D2_TP_TIMEOUT_S", "20")  # a forward out of step fails in 20 s, not 60
+    one = s2d2.load("tiny-gsm", device="cpu", dtype="fp32", max_num_seqs=4)
     model = s2d2.load("tiny-gsm", device="cpu", dtype="fp32", max_num_seqs=4, tensor_parallel_size=2)
-    ranks, fast = model.adapter.ranks, model.adapter.fast
+    ranks, fast, tp = model.adapter.ranks, model.adapter.fast, model.adapter.tp
+    prompts = [one.encode(q) for q in ("Tom has 3 apples. He buys 4 more.", "Tom has 5 apples. He buys 2 more.")]
+    marker = max(max(p) for p in prompts) + 1
+    cfg = dict(max_new_tokens=12, preset="lossless", block_size=4)
     try:
+        run_batch, reduce, armed = fast.run_batch, tp.reduce, []
 
-        def fails(pool, batch, summary=None):
-            raise MemoryError("out of memory on rank 0")
+        def runs(pool, batch, summary=None):
+            armed[:] = [marker in batch.ids.tolist()]
+            if armed[0] and where.startswith("before"):
+                armed[0] = False
+                raise MemoryError("out of memory on rank 0")
+            return run_batch(pool, batch, summary)
 
-        monkeypatch.setattr(fast, "run_batch", fails)
-        results = model.generate_batch(["Tom has 3 apples."] * 2, max_new_tokens=8, errors="return")
-        assert all("cannot be brought back in step" in (r.error or "") for r in results), results
-        assert "MemoryError" in ranks.tp.broken
+        def reduces(x):
+            if armed and armed[0] and tp.issued == 5:
+                armed[0] = False
+                raise MemoryError("out of memory on rank 0")
+            return reduce(x)
+
+        monkeypatch.setattr(fast, "run_batch", runs)
+        monkeypatch.setattr(tp, "reduce", reduces)
+        results = model.generate_batch([*prompts, prompts[0][:3] + [marker]], errors="return", **cfg)
+        assert "out of memory on rank 0" in (results[2].error or ""), results[2]
+        assert [r.token_ids for r in results[:2]] == [r.token_ids for r in one.generate_batch(prompts, **cfg)]
+        assert tp.broken is None
+        again = model.generate_batch(prompts[1:], **cfg)  # the group works on
+        assert again[0].token_ids == results[1].token_ids
     finally:
         ranks.close(wait_s=1.0)
     assert _children_with_rank() == []

@@ -50,6 +50,7 @@ from .paged_forward import (
 from .segment import Segment, packed
 from .small_ops import SmallOps, small_ops_for
 from .span_attention import self_check, triton_available
+from .tensor_parallel import collectives
 
 
 def _rotate_half(x: torch.Tensor) -> torch.Tensor:
@@ -235,7 +236,9 @@ class FastDecoder:
         rows' summaries ``[L, WIDTH]`` instead (:mod:`.vocab_summary`; :meth:`full_logits` then)."""
         if self.tp is not None:
             message = ("batch", pool.tp_id, pool.pages.num_pages, batch, summary)
-            return self.tp.forward(message, lambda: self.run_batch(pool, batch.to(self.device), summary))
+            run = lambda: self.run_batch(pool, batch.to(self.device), summary)  # noqa: E731
+            sizes = (len(batch.ids), len(batch.logit_index))
+            return self.tp.forward(message, run, lambda: collectives(self, *sizes, summary))
         if self.static is None or self.static.shape_for(batch.shape) != batch.shape:
             return self.run_batch(pool, batch.to(self.device))
         self._pool = pool
@@ -293,7 +296,9 @@ class FastDecoder:
             check_pages(segments)  # before the message: a row without its pages fails alone
             tables = [pool.table(s.state) for s in segments]
             message = ("segments", pool.tp_id, pool.pages.num_pages, [_bare(s) for s in segments], tables)
-            return self.tp.forward(message, lambda: self._grouped(pool, segments, tables))
+            rows = sum(s.logit_rows.numel() for s in segments)
+            plan = lambda: collectives(self, sum(s.n for s in segments), rows, None, rows > 0)  # noqa: E731
+            return self.tp.forward(message, lambda: self._grouped(pool, segments, tables), plan)
         return self._grouped(pool, segments, tables)
 
     def _grouped(

@@ -35,7 +35,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from .vocab_summary import combine, local_summary
+from .vocab_summary import LOCAL_WIDTH, combine, local_summary
 
 #: environment variable set in every rank process but the driver (its rank): finds them
 RANK_ENV = "S2D2_TP_RANK"
@@ -69,6 +69,9 @@ class TensorParallel:
         #: values gathered to rank 0 so far: full logits, and summaries (:meth:`summarize`)
         self.logit_values = 0
         self.summary_values = 0
+        #: collectives issued in the current forward (:meth:`forward`); the device of their tensors
+        self.issued = 0
+        self.device = torch.device("cpu")
         self._dropped: deque[int] = deque()
 
     @property
@@ -89,11 +92,24 @@ class TensorParallel:
             )
             raise RankFailure(self.broken) from None
 
+    def _collective(self, what: str, fn):
+        """One of a forward's collectives (counted: :meth:`forward` completes the rest after a failure)."""
+        self.issued += 1
+        return self._guard(what, fn)
+
     def reduce(self, x: torch.Tensor) -> torch.Tensor:
         """Sum ``x`` over the ranks, in place (every rank gets the sum); returns ``x``."""
         if self.size > 1:
-            self._guard("all-reduce", lambda: self.group.allreduce([x]).wait())
+            self._collective("all-reduce", lambda: self.group.allreduce([x]).wait())
         return x
+
+    def _gather(self, what: str, local: torch.Tensor) -> list[torch.Tensor]:
+        """Every rank's ``local`` (same shape) on rank 0, in rank order (an empty list on the others)."""
+        outs = [torch.empty_like(local) for _ in range(self.size)] if self.driver else []
+        opts = torch.distributed.GatherOptions()
+        opts.rootRank = 0
+        self._collective(what, lambda: self.group.gather([outs] if self.driver else [], [local], opts).wait())
+        return outs
 
     def vocab_slice(self, vocab: int) -> tuple[int, int]:
         """This rank's vocabulary ``[start, start + per)`` (``per = ceil(vocab / size)``; the last rank's
@@ -116,12 +132,7 @@ class TensorParallel:
             return local[:, :vocab]
         local = local.contiguous()
         self.logit_values += local.numel() * self.size
-        outs = [torch.empty_like(local) for _ in range(self.size)] if self.driver else []
-        opts = torch.distributed.GatherOptions()
-        opts.rootRank = 0
-        self._guard(
-            "logits gather", lambda: self.group.gather([outs] if self.driver else [], [local], opts).wait()
-        )
+        outs = self._gather("logits gather", local)
         return torch.cat(outs, dim=1)[:, :vocab] if self.driver else None
 
     def summarize(self, local: torch.Tensor, exclude: int) -> torch.Tensor | None:
@@ -133,13 +144,8 @@ class TensorParallel:
         mine = local_summary(local, first, self.vocab_size, exclude).contiguous()
         if self.size == 1:
             return combine(mine[None])
-        parts = [torch.empty_like(mine) for _ in range(self.size)] if self.driver else []
         self.summary_values += mine.numel() * self.size
-        opts = torch.distributed.GatherOptions()
-        opts.rootRank = 0
-        self._guard(
-            "summary gather", lambda: self.group.gather([parts] if self.driver else [], [mine], opts).wait()
-        )
+        parts = self._gather("summary gather", mine)
         return combine(torch.stack(parts)) if self.driver else None
 
     def logits(self, local: torch.Tensor, summary: int | None) -> torch.Tensor | None:
@@ -169,23 +175,48 @@ class TensorParallel:
 
         self._guard("sending a batch", go)
 
-    def forward(self, message: Any, run: Any) -> Any:
+    def forward(self, message: Any, run: Any, plan: Any = None) -> Any:
         """Rank 0: send ``message`` (a forward) and run this rank's part of it (``run()``), one forward at
-        a time. A failure on this rank after the message left (the others then wait in a collective
-        this rank never joins) cannot be recovered: the group is broken and it raises
-        :class:`RankFailure`."""
+        a time.
+
+        A failure on this rank after the message left leaves the others waiting in a collective this rank
+        never joins. With ``plan`` (``plan()``: the forward's collectives in order, ``(kind, numel,
+        dtype)``, kind "reduce" or "gather") this rank joins the rest of them with zeros, so every rank
+        ends the forward, and the error is raised as it is: the group is in step again (the others
+        wrote garbage keys and values at the batch's slots, which no length covers; a re-run rewrites
+        them, as one process's fault isolation does). Without a plan, or where that fails too, the group
+        is broken and it raises :class:`RankFailure`."""
         with self.lock:
             self.send(message)
+            self.issued = 0
             try:
                 return run()
             except RankFailure:
                 raise
             except Exception as exc:
+                if plan is not None:
+                    try:
+                        self._complete(plan())
+                    except RankFailure:
+                        raise
+                    except Exception:  # (then out of step: broken below)
+                        pass
+                    else:
+                        raise exc from None
                 self.broken = (
                     f"a tensor-parallel rank died or hung: the forward failed on rank 0 and the ranks "
                     f"cannot be brought back in step ({type(exc).__name__}: {str(exc)[:160]})"
                 )
                 raise RankFailure(self.broken) from exc
+
+    def _complete(self, plan: list[tuple[str, int, torch.dtype]]) -> None:
+        """Join the collectives of ``plan`` this forward has not issued yet, with zeros."""
+        for kind, numel, dtype in plan[self.issued :]:
+            zeros = torch.zeros(numel, dtype=dtype, device=self.device)
+            if kind == "reduce":
+                self.reduce(zeros)
+            else:
+                self._gather("gather", zeros)
 
     def receive(self) -> tuple[list[int], Any]:
         """A rank but 0: the next message (waits as long as rank 0 is idle)."""
@@ -210,6 +241,21 @@ class TensorParallel:
     def _drain(self):
         while self._dropped:
             yield self._dropped.popleft()
+
+
+def collectives(
+    dec: Any, tokens: int, rows: int, summary: int | None, gather: bool = True
+) -> list[tuple[str, int, torch.dtype]]:
+    """A tensor-parallel forward's collectives in order, ``(kind, numel, dtype)``, for the model's lean
+    forward ``dec`` (its layers, LM head and dtype): the embedding's and each layer's two all-reduces of
+    ``[tokens, hidden]``, then the LM head's gather of ``rows`` (logits or, with ``summary``, their
+    reductions; none where ``gather`` is off)."""
+    per, hidden = dec.lm_head.weight.shape
+    plan = [("reduce", tokens * hidden, dec.dtype)] * (1 + 2 * len(dec.layers))
+    if gather:
+        width, dtype = (per, dec.dtype) if summary is None else (LOCAL_WIDTH, torch.float32)
+        plan.append(("gather", rows * width, dtype))
+    return plan
 
 
 def _from_rank_0() -> Any:
@@ -240,4 +286,5 @@ def process_groups(
     control = dist.ProcessGroupGloo(dist.PrefixStore("s2d2/control", store), rank, size, wait)
     tp = TensorParallel(rank, size, group, control, timeout_s=timeout_s)
     tp.store = store  # kept alive with the groups
+    tp.device = device
     return tp

@@ -85,7 +85,8 @@ def test_a_failure_on_rank_0_after_the_message_fails_its_row_alone(monkeypatch, 
     one = s2d2.load("tiny-gsm", device="cpu", dtype="fp32", max_num_seqs=4)
     model = s2d2.load("tiny-gsm", device="cpu", dtype="fp32", max_num_seqs=4, tensor_parallel_size=2)
     ranks, fast, tp = model.adapter.ranks, model.adapter.fast, model.adapter.tp
-    prompts = [one.encode(q) for q in ("Tom has 3 apples. He buys 4 more.", "Tom has 5 apples. He buys 2 more.")]
+    questions = ("Tom has 3 apples. He buys 4 more.", "Tom has 5 apples. He buys 2 more.")
+    prompts = [one.encode(q) for q in questions]
     marker = max(max(p) for p in prompts) + 1
     cfg = dict(max_new_tokens=12, preset="lossless", block_size=4)
     try:

@@ -57,7 +57,9 @@ def _check(family: str, size: int) -> None:
     one = load_adapter(path, device="cpu", dtype="fp32")
     two = load_parallel(path, size, device="cpu", dtype="fp32")
     try:
+        planned = _count_collectives(two.tp)
         want, got = _logits(one), _logits(two)
+        assert planned and all(issued == n for issued, n in planned), planned
         for a, b in zip(want, got, strict=True):
             assert a.shape == b.shape and a.shape[-1] == one.info.vocab_size
             torch.testing.assert_close(b, a, atol=ATOL, rtol=0)
@@ -72,6 +74,21 @@ def _check(family: str, size: int) -> None:
             assert moe.gate.weight.shape[0] == n_experts
     finally:
         two.ranks.close()
+
+
+def _count_collectives(tp) -> list[tuple[int, int]]:
+    """Per forward of ``tp``'s rank 0: the collectives it issued and the number its plan lists (what rank
+    0 completes with zeros after a failure must be exactly what the other ranks run)."""
+    counts, forward = [], tp.forward
+
+    def counted(message, run, plan=None):
+        out = forward(message, run, plan)
+        if plan is not None:
+            counts.append((tp.issued, len(plan())))
+        return out
+
+    tp.forward = counted
+    return counts
 
 
 def test_kv_heads_of_each_rank():

@@ -85,11 +85,6 @@ def combine(parts: torch.Tensor) -> torch.Tensor:
     return out
 
 
-def summarize(logits: torch.Tensor, exclude: int) -> torch.Tensor:
-    """The summary ``[L, WIDTH]`` of whole rows ``logits`` ``[L, vocab]`` (one slice)."""
-    return combine(local_summary(logits, 0, logits.shape[-1], exclude)[None])
-
-
 class Summarized(list):
     """A forward's rows as summaries (``[n, WIDTH]`` each, one tensor a segment, as the full logits would
     be): ``full()`` gets the full logits of the same forward instead (one list, the same shapes but

@@ -12,7 +12,7 @@ summaries.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import torch
 
@@ -22,9 +22,7 @@ from .device import DeviceOps
 from .device_math import DraftQuery, VerifyQuery, run_queries
 from .host import apply, recomputed
 from .lanes import Lanes
-from .row_queries import RowWork, each_alone, queries
-
-Fail = Callable[[Request, BaseException], None]
+from .row_queries import Fail, RowWork, each_alone, queries
 
 
 def unfiltered(req: Request) -> bool:

@@ -68,7 +68,7 @@ def examples(n: int) -> int:
 
 
 def fixtures_dir() -> Path:
-    """``$S2D2_FIXTURES`` when set, else the conformance fixtures kept in the repository (``tests/fixtures``)."""
+    """``$S2D2_FIXTURES`` when set, else the conformance fixtures kept in the repository (tests/fixtures)."""
     env = os.environ.get("S2D2_FIXTURES")
     return Path(env) if env else REPO / "tests" / "fixtures"
 

@@ -126,9 +126,7 @@ def checkpoint_names(path: Path, name: str | None = None) -> list[str]:
     return names
 
 
-def block_size(
-    side: SideFiles, rules: FamilyRules, option: int | None, names: list[str]
-) -> tuple[int, str]:
+def block_size(side: SideFiles, rules: FamilyRules, option: int | None, names: list[str]) -> tuple[int, str]:
     """The block size and its source: ``option``, ``config.json:KEY``, ``name`` or ``family default``."""
     if option is not None:
         if int(option) < 1:

@@ -39,6 +39,7 @@ from .checkpoint import matches_family
 from .checkpoint_facts import CheckpointFacts, FamilyRules, model_info
 from .hf import HFAdapter
 from .sharding import dense_checkpoint
+from .tensor_names import mlp, qwen_names
 
 FAMILY = "fast_dllm_v2"
 MODEL_TYPES = ("fast_dllm_qwen",)
@@ -70,6 +71,11 @@ _QWEN2_KEYS = (
 
 def detect(config: dict[str, Any]) -> bool:
     return matches_family(config, MODEL_TYPES, ARCHITECTURES, (AUTO_MAP_NAME,))
+
+
+def tensor_names(config: dict[str, Any]) -> list[str]:
+    """The checkpoint tensors this family reads (Qwen2's names: q/k/v biases, no q/k norms)."""
+    return qwen_names(config, qk_norm=False, qkv_bias=True, o_bias=False, mlp_of=lambda i, p: mlp(p))
 
 
 def qwen2_config(config: dict[str, Any]) -> Any:

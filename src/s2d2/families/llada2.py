@@ -52,6 +52,7 @@ from .checkpoint_facts import CheckpointFacts, FamilyRules, model_info
 from .expert_parallel import renumber_experts, split_experts
 from .hf import HFAdapter
 from .sharding import local_config, rank_weights
+from .tensor_names import ends, experts, layer_norms, mlp
 
 FAMILY = "llada2"
 MODEL_TYPES = ("llada2_moe",)
@@ -73,6 +74,27 @@ _EXPERT = re.compile(r"^(?P<layer>.+\.mlp)\.experts\.(?P<e>\d+)\.(?P<proj>(gate|
 
 def detect(config: dict[str, Any]) -> bool:
     return matches_family(config, MODEL_TYPES, ARCHITECTURES, AUTO_MAP_NAMES)
+
+
+def tensor_names(config: dict[str, Any]) -> list[str]:
+    """The checkpoint tensors this family reads (LLaDA2's own names, before :func:`remap_weights`)."""
+    names = ends(config, "model.word_embeddings.weight")
+    n_experts, dense = int(config.get("num_experts") or 0), int(config.get("first_k_dense_replace") or 0)
+    for i in range(int(config["num_hidden_layers"])):
+        p = f"model.layers.{i}"
+        a = f"{p}.attention"
+        names += layer_norms(p) + [f"{a}.query_key_value.weight", f"{a}.dense.weight"]
+        names += [f"{a}.query_key_value.bias"] * bool(config.get("use_qkv_bias"))
+        names += [f"{a}.dense.bias"] * bool(config.get("use_bias"))
+        norms = [f"{a}.query_layernorm.weight", f"{a}.key_layernorm.weight"]
+        names += norms * bool(config.get("use_qk_norm", True))
+        if not n_experts or i < dense:
+            names += mlp(f"{p}.mlp")
+            continue
+        names += [f"{p}.mlp.gate.weight"] + experts(f"{p}.mlp", n_experts)
+        names += [f"{p}.mlp.gate.expert_bias"] * bool(config.get("moe_router_enable_expert_bias", True))
+        names += mlp(f"{p}.mlp.shared_experts") * bool(config.get("num_shared_experts"))
+    return names
 
 
 def glm4_moe_config(config: dict[str, Any], *, attention_bias: bool) -> Any:

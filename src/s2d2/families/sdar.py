@@ -17,6 +17,7 @@ from .checkpoint import matches_family
 from .checkpoint_facts import CheckpointFacts, FamilyRules, model_info
 from .hf import HFAdapter
 from .sharding import dense_checkpoint
+from .tensor_names import mlp, qwen_names
 
 FAMILY = "sdar"
 MODEL_TYPES = ("sdar", "trado")
@@ -46,6 +47,12 @@ _QWEN3_KEYS = (
 
 def detect(config: dict[str, Any]) -> bool:
     return matches_family(config, MODEL_TYPES, ARCHITECTURES)
+
+
+def tensor_names(config: dict[str, Any]) -> list[str]:
+    """The checkpoint tensors this family reads (Qwen3's names)."""
+    bias = bool(config.get("attention_bias"))
+    return qwen_names(config, qk_norm=True, qkv_bias=bias, o_bias=bias, mlp_of=lambda i, p: mlp(p))
 
 
 def qwen3_config(config: dict[str, Any]) -> Any:

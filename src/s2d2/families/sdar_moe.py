@@ -42,6 +42,7 @@ from .expert_parallel import SoftmaxExpertShard, renumber_experts, split_experts
 from .hf import HFAdapter
 from .sdar import MASK_TOKENS, qwen3_config
 from .sharding import local_config, rank_weights
+from .tensor_names import experts, mlp, qwen_names
 
 FAMILY = "sdar_moe"
 MODEL_TYPES = ("sdar_moe",)
@@ -65,6 +66,18 @@ def sparse_layers(config: dict[str, Any]) -> list[int]:
     dense = {int(i) for i in (config.get("mlp_only_layers") or [])}
     n_layers = int(config["num_hidden_layers"])
     return [i for i in range(n_layers) if n_experts > 0 and i not in dense and (i + 1) % step == 0]
+
+
+def tensor_names(config: dict[str, Any]) -> list[str]:
+    """The checkpoint tensors this family reads: dense SDAR's, with each sparse layer's router and
+    per-expert MLPs."""
+    sparse, n = set(sparse_layers(config)), int(config.get("num_experts") or 0)
+    bias = bool(config.get("attention_bias"))
+
+    def mlp_of(i: int, p: str) -> list[str]:
+        return [f"{p}.gate.weight", *experts(p, n)] if i in sparse else mlp(p)
+
+    return qwen_names(config, qk_norm=True, qkv_bias=bias, o_bias=bias, mlp_of=mlp_of)
 
 
 def qwen3_moe_config(config: dict[str, Any]) -> Any:

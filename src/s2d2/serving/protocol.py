@@ -320,7 +320,7 @@ class ModelCard(BaseModel):
     created: int
     owned_by: str = "s2d2"
     #: sampling defaults of a request that omits them (the checkpoint's generation_config.json)
-    generation_defaults: dict[str, float] = Field(default_factory=dict)
+    generation_defaults: dict[str, int | float] = Field(default_factory=dict)
 
 
 class ModelList(BaseModel):

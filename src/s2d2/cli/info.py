@@ -101,11 +101,20 @@ def checkpoint_report(
     }
 
 
+def _size(n: float, units: tuple[str, ...], step: int) -> str:
+    """``n`` in the largest of ``units`` (each ``step`` times the one before) that keeps it >= 1."""
+    i = 0
+    while n >= step and i < len(units) - 1:
+        n, i = n / step, i + 1
+    return f"{n:.2f} {units[i]}".replace(".00 ", " ")
+
+
 def _table(report: dict[str, Any], model: str) -> None:
     from rich.console import Console
     from rich.table import Table
 
     w, defaults, tp = report["weights"], report["generation_defaults"], report["tensor_parallel_size"]
+    params = report["parameters"]
 
     def some(names: list[str]) -> str:
         return f"{len(names)}" + (f" (e.g. {names[0]})" if names else "")
@@ -119,10 +128,10 @@ def _table(report: dict[str, Any], model: str) -> None:
         ("tool-call parser", str(report["tool_call_parser"])),
         ("reasoning parser", str(report["reasoning_parser"])),
         ("generation defaults", ", ".join(f"{k}={v}" for k, v in defaults.items()) or "none"),
-        ("parameters", f"{report['parameters'] / 1e9:.2f} B ({report['parameters']:,})"),
+        ("parameters", f"{params:,} ({_size(params, ('', 'K', 'M', 'B'), 1000)})"),
         ("weights", f"{w['tensors']:,} tensors in {w['files']} files; missing {some(w['missing'])}; "
                     f"unexpected {some(w['unexpected'])}"),
-        (f"bytes per rank (tp {tp})", f"{report['bytes_per_rank'] / 2**30:.2f} GiB"),
+        (f"bytes per rank (tp {tp})", _size(report["bytes_per_rank"], ("B", "KiB", "MiB", "GiB"), 1024)),
     ]  # fmt: skip
     for key, value in rows:
         table.add_row(key, value)

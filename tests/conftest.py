@@ -68,12 +68,23 @@ def examples(n: int) -> int:
 
 
 def fixtures_dir() -> Path:
+    """``$S2D2_FIXTURES`` when set, else the conformance fixtures kept in the repository (tests/fixtures)."""
     env = os.environ.get("S2D2_FIXTURES")
-    return Path(env) if env else REPO.parent / "shared" / "fixtures"
+    return Path(env) if env else REPO / "tests" / "fixtures"
 
 
 FIXTURES = fixtures_dir()
 SDAR_FIXTURE = FIXTURES / "sdar"
+#: The side files of published checkpoints (no weights), beside the clone: ``../shared/fixtures/published``
+#: (``$S2D2_PUBLISHED`` overrides); tests that read them skip when they are absent.
+PUBLISHED = Path(os.environ.get("S2D2_PUBLISHED") or REPO.parent / "shared" / "fixtures" / "published")
+
+
+def published(name: str) -> Path:
+    """The published side files of checkpoint ``name`` (e.g. ``SDAR-4B-Chat``), or a skip with the reason."""
+    if not (PUBLISHED / name).is_dir():
+        pytest.skip(f"published side files not found: {PUBLISHED / name} (set $S2D2_PUBLISHED)")
+    return PUBLISHED / name
 
 
 def family_fixture(name: str) -> Path:
@@ -84,7 +95,7 @@ def family_fixture(name: str) -> Path:
 
         return sdar_moe_checkpoint()
     if not (FIXTURES / name).is_dir():
-        pytest.skip("conformance fixtures not found (expected ../shared/fixtures or $S2D2_FIXTURES)")
+        pytest.skip(f"conformance fixtures not found in {FIXTURES} (tests/fixtures, or $S2D2_FIXTURES)")
     return FIXTURES / name
 
 

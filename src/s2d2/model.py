@@ -24,7 +24,7 @@ from .engine.request import check_prompt
 from .engine.request_limits import default_max_query_tokens_per_row
 from .errors import ConfigError, PromptError, S2D2Error
 from .families import ModelAdapter
-from .families.checkpoint import load_tokenizer
+from .families.tokenizer import load_tokenizer, text_ids, without_mask
 from .forward.kv_pool import DEFAULT_PAGE_SIZE
 from .generation_result import GenerationResult
 from .model_source import BUILTIN_MODELS, builtin_path, resolve_model_path  # noqa: F401 - re-exported
@@ -120,9 +120,10 @@ class S2D2Model(Likelihoods):
         return self.adapter.info
 
     def checkpoint_config(self) -> DecodeConfig:
-        """The library's defaults adapted to the checkpoint's configuration (its block size)."""
+        """The library's defaults adapted to the checkpoint: its block size and its sampling defaults
+        (``generation_config.json``'s, unless loaded with ``generation_config="vllm"``)."""
         bs = self.info.default_block_size
-        return DecodeConfig(block_size=int(bs)) if bs else DecodeConfig()
+        return DecodeConfig(**self.info.generation_defaults, **({"block_size": int(bs)} if bs else {}))
 
     def default_config(self) -> DecodeConfig:
         """This model's default settings: :meth:`checkpoint_config` with the model's preset applied."""
@@ -142,8 +143,8 @@ class S2D2Model(Likelihoods):
             )
             if isinstance(ids, dict) or hasattr(ids, "input_ids"):
                 ids = ids["input_ids"]
-            return [int(i) for i in ids]
-        enc = self.tokenizer(prompt, add_special_tokens=False, return_offsets_mapping=True)
+            return without_mask(self.tokenizer, ids, self.info.mask_token_id)
+        enc = text_ids(self.tokenizer, prompt, return_offsets_mapping=True)
         ids = [int(i) for i in enc["input_ids"]]
         self._warn_unknown_words(prompt, ids, enc.get("offset_mapping"))
         return ids
@@ -344,39 +345,38 @@ def load(
     enforce_eager: bool = False,
     tensor_parallel_size: int = 1,
     distributed_executor_backend: str = "mp",
+    block_size: int | None = None,
+    generation_config: str | os.PathLike[str] = "auto",
     **options: Any,
 ) -> S2D2Model:
     """Load a block-diffusion model: a built-in name (``tiny-gsm``), a local checkpoint directory or a
-    Hugging Face Hub repository (``ORG/NAME``, at ``revision``: a branch, tag or commit; from the cache,
-    or downloaded unless ``HF_HUB_OFFLINE=1``; see :mod:`s2d2.model_source`).
+    Hugging Face Hub repository (``ORG/NAME``, at ``revision``; from the cache, or downloaded unless
+    ``HF_HUB_OFFLINE=1``; see :mod:`s2d2.model_source`).
 
-    The family is detected from ``config.json``; no remote code is executed; weights are read from
-    safetensors. ``device``: cpu | cuda (default: cuda if available); ``dtype``: bf16 | fp16 | fp32
-    (default: fp32 on CPU, bf16 on CUDA). ``max_num_seqs`` bounds the rows the batched engine decodes
-    together, ``kv_budget_tokens`` the cached positions they hold together (a budget of pages of
-    ``kv_page_size`` positions; rows take pages as they grow and the newest is preempted, then resumed,
-    when they run out), ``prefix_cache`` whether requests reuse the cached pages of an equal prompt
-    prefix, and ``max_query_tokens_per_row`` the
-    query tokens one row may feed to one forward (engine-wide settings; a request over it is refused);
-    ``options`` go to the family's loader. A checkpoint directory holding ``s2d2_preset.json`` (a preset
-    file) gets those settings as its defaults (explicit settings and ``preset=`` still win); pass
-    ``use_preset=False`` to ignore it. ``cost_profile``: a measured step-cost profile file (calibrated
-    and written when missing) or ``roofline:h200`` / ``roofline:a100`` (a projection); see
-    :mod:`s2d2.cost.step_cost`; the step planner of ``plan="auto"`` requests plans with it. Without one, on
-    an accelerator a profile of this machine is measured on first use and cached
-    (:func:`s2d2.cost.profile.default_profile_path`); on the CPU the planner plans with
-    :data:`s2d2.cost.generic.GENERIC_COST`, the built-in model's CPU profile.
-    ``max_num_batched_tokens``: most query tokens of one engine step over all rows (as vLLM's; the
-    planner degrades planned verifications and defers prefill chunks to keep it; at least
-    ``max_query_tokens_per_row``). ``enforce_eager``: run every forward eagerly; by default a CUDA
-    forward is captured as a CUDA graph per padded batch shape and replayed
-    (:mod:`s2d2.forward.graph_runner`). ``tensor_parallel_size``: ranks (processes, a GPU each on CUDA)
-    the model is split over (1: this process alone); ``distributed_executor_backend``: ``mp`` or ``ray``
-    (:mod:`s2d2.parallel`; a bad size is a one-line error before any process starts).
+    The family is detected from ``config.json``; no remote code runs; weights are read from safetensors;
+    stop ids, block size (``block_size`` overrides) and mask id come from the side files
+    (:mod:`s2d2.families.checkpoint_facts`), and ``generation_config.json``'s sampling fields are the
+    defaults of a request that omits them (``generation_config="vllm"`` or ``"off"``: not).
+    ``device``: cpu | cuda (default: cuda if available); ``dtype``: bf16 | fp16 | fp32 (default: fp32 on
+    CPU, bf16 on CUDA). ``max_num_seqs`` bounds the rows the batched engine decodes together,
+    ``kv_budget_tokens`` the cached positions they hold together (pages of ``kv_page_size`` positions;
+    the newest row is preempted, then resumed, when they run out), ``prefix_cache`` whether requests
+    reuse the cached pages of an equal prompt prefix, ``max_query_tokens_per_row`` the query tokens one
+    row may feed to one forward; ``options`` go to the family's loader. A checkpoint directory holding
+    ``s2d2_preset.json`` (a preset file) gets those settings as its defaults (explicit settings and
+    ``preset=`` still win; ``use_preset=False`` ignores it). ``cost_profile``: a measured step-cost
+    profile file (calibrated and written when missing) or ``roofline:h200`` / ``roofline:a100``; see
+    :mod:`s2d2.cost.step_cost` (without one, an accelerator's profile is measured on first use and cached;
+    the CPU plans with :data:`s2d2.cost.generic.GENERIC_COST`). ``max_num_batched_tokens``: most query
+    tokens of one engine step over all rows (as vLLM's). ``enforce_eager``: run every forward eagerly
+    (by default CUDA forwards are captured as graphs, :mod:`s2d2.forward.graph_runner`).
+    ``tensor_parallel_size``: ranks (a GPU each on CUDA) the model is split over;
+    ``distributed_executor_backend``: ``mp`` or ``ray`` (:mod:`s2d2.parallel`).
     """
     path = resolve_model_path(name_or_path, revision)
     preset_path = path / MODEL_PRESET_FILE  # read first: a broken preset file fails before the slow load
     preset = checked_preset_file(preset_path) if use_preset and preset_path.is_file() else None
+    options.update(block_size=block_size, generation_config=str(generation_config), name=str(name_or_path))
     adapter = load_parallel(path, tensor_parallel_size, device=device, dtype=dtype,
                             backend=distributed_executor_backend, **options)  # fmt: skip
     if getattr(adapter, "fast", None) is not None:

@@ -1,4 +1,4 @@
-"""The SDAR adapter reproduces the family's own golden logits (shared/fixtures/sdar) within 1e-4."""
+"""The SDAR adapter reproduces the family's own golden logits (tests/fixtures/sdar) within 1e-4."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The SDAR-MoE adapter reproduces the native Qwen3-MoE backbone's own forward within 1e-4 (float32).
 
-The goldens are computed here, as ``../shared/fixtures/sdar/README.md`` describes for dense SDAR: the
+The goldens are computed here, as ``tests/fixtures/sdar/README.md`` describes for dense SDAR: the
 test's own ``Qwen3MoeForCausalLM`` (config mapped by hand, experts stacked by hand from the checkpoint the
 tests write, :mod:`sdar_moe_fixture`), SDPA with 4-D boolean masks, a ``DynamicCache`` cropped with
 ``crop(-n)``. Inputs and masks are those of the dense SDAR fixture: the block-causal prefill, a draft block

@@ -23,6 +23,7 @@ from .bench_batch import bench_batch_command
 from .bench_forward import bench_forward_command
 from .evaluate import eval_command, lm_eval_command
 from .generate import generate_command
+from .info import info_command
 from .serve import bench_serve_command, serve_command
 from .trace import trace_command
 from .train_tiny import train_tiny_command
@@ -50,6 +51,7 @@ app.command("serve")(serve_command)
 app.command("bench-serve")(bench_serve_command)
 app.command("tune")(tune_command)
 app.command("trace")(trace_command)
+app.command("info")(info_command)
 app.command(
     "lm-eval",
     context_settings={"allow_extra_args": True, "ignore_unknown_options": True, "help_option_names": []},

@@ -17,6 +17,7 @@ from .options import (
     DtypeOpt,
     EstimatorOpt,
     ExecutorBackendOpt,
+    GenerationConfigOpt,
     MaxNewOpt,
     MaxNumSeqsOpt,
     ModelOpt,
@@ -106,6 +107,7 @@ def generate_command(
     revision: RevisionOpt = None,
     tensor_parallel_size: TensorParallelOpt = 1,
     distributed_executor_backend: ExecutorBackendOpt = "mp",
+    generation_config: GenerationConfigOpt = "auto",
 ) -> None:
     """Generate a continuation of PROMPT and print it (with --json: text, token ids and statistics).
 
@@ -138,6 +140,7 @@ def generate_command(
     if revision is not None:
         load_kw["revision"] = revision
     load_kw.update(parallel_options(tensor_parallel_size, distributed_executor_backend))
+    load_kw.update(generation_config=generation_config, block_size=block_size)  # block_size: its source
     if input_path is not None or output is not None:
         if prompt is not None:
             raise S2D2Error("give either PROMPT or --input, not both")

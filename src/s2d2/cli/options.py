@@ -32,6 +32,24 @@ RevisionOpt = Annotated[
         show_default=False,
     ),
 ]
+GenerationConfigOpt = Annotated[
+    str,
+    typer.Option(
+        "--generation-config",
+        help="auto: the checkpoint's generation_config.json sampling fields (temperature, top_k, top_p, "
+        "min_p, repetition_penalty) are the defaults of a request that omits them | vllm or off: s2d2's "
+        "own defaults | a folder holding generation_config.json (as vLLM's flag).",
+    ),
+]
+LoadBlockOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--block-size",
+        help="The block size the model runs with when a request sets none (default: the config's, a -bN "
+        "suffix of the model's name, or the family's published one).",
+        show_default=False,
+    ),
+]
 DeviceOpt = Annotated[str | None, typer.Option(help="cpu | cuda (default: cuda if available).")]
 DtypeOpt = Annotated[
     str | None, typer.Option(help="bf16 | fp16 | fp32 (default: fp32 on CPU, bf16 on CUDA).")

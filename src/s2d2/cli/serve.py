@@ -14,6 +14,8 @@ from .options import (
     DtypeOpt,
     EnforceEagerOpt,
     ExecutorBackendOpt,
+    GenerationConfigOpt,
+    LoadBlockOpt,
     ModelOpt,
     PresetOpt,
     RevisionOpt,
@@ -195,6 +197,8 @@ def serve_command(
     enable_auto_tool_choice: AutoToolOpt = False,
     tensor_parallel_size: TensorParallelOpt = 1,
     distributed_executor_backend: ExecutorBackendOpt = "mp",
+    block_size: LoadBlockOpt = None,
+    generation_config: GenerationConfigOpt = "auto",
 ) -> None:
     """Serve MODEL over an OpenAI-compatible HTTP API (completions, chat completions, streaming)."""
     _need_serve_extra()
@@ -210,6 +214,7 @@ def serve_command(
     if revision is not None:
         memory["revision"] = revision
     memory.update(parallel_options(tensor_parallel_size, distributed_executor_backend))
+    memory.update(block_size=block_size, generation_config=generation_config)
     hosts = [h.strip() for h in allowed_hosts.split(",") if h.strip()] if allowed_hosts else None
     options = dict(
         preset=preset,

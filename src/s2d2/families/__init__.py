@@ -2,9 +2,9 @@
 running remote code. Each family's adapter runs its forward on the family-independent machinery in
 :mod:`s2d2.forward` (the batch description, paged KV, attention, graphs).
 
-A family module provides ``FAMILY`` (its name), ``detect(config) -> bool`` and
-``load(path, config, added_tokens, *, device, dtype) -> ModelAdapter``. Add a family by writing one
-module and listing it in :data:`FAMILIES`.
+A family module provides ``FAMILY`` (its name), ``RULES`` (its :class:`~.checkpoint_facts.FamilyRules`),
+``detect(config) -> bool`` and ``load(path, config, facts, *, device, dtype) -> ModelAdapter``. Add a
+family by writing one module and listing it in :data:`FAMILIES`.
 """
 
 from __future__ import annotations
@@ -18,7 +18,9 @@ import torch
 from ..errors import ModelLoadError
 from . import fast_dllm_v2, llada2, sdar, sdar_moe
 from .base import KVState, ModelAdapter, ModelInfo
-from .checkpoint import read_added_tokens, read_config, resolve_device, resolve_dtype
+from .checkpoint import resolve_device, resolve_dtype
+from .checkpoint_facts import resolve_facts
+from .side_files import read_side_files
 
 FAMILIES: list[ModuleType] = [sdar, sdar_moe, fast_dllm_v2, llada2]
 
@@ -43,15 +45,24 @@ def load_adapter(
     *,
     device: str | torch.device | None = None,
     dtype: str | torch.dtype | None = None,
+    block_size: int | None = None,
+    name: str | None = None,
+    generation_config: str | None = "auto",
     **options: Any,
 ) -> ModelAdapter:
-    """Load the adapter of the checkpoint directory ``path``; ``options`` go to the family's loader."""
+    """Load the adapter of the checkpoint directory ``path``; ``options`` go to the family's loader.
+
+    Its stop ids, block size, mask id and sampling defaults are resolved from the side files by
+    :mod:`.checkpoint_facts` (``block_size``: the option; ``name``: the repo id whose ``-bN`` suffix may give
+    it; ``generation_config``: ``auto``, ``vllm``/``off`` or a folder)."""
     path = Path(path).expanduser()
-    config = read_config(path)
-    fam = detect_family(config, path)
+    side = read_side_files(path)
+    fam = detect_family(side.config, path)
     dev = resolve_device(device)
-    added = read_added_tokens(path)
-    return fam.load(path, config, added, device=dev, dtype=resolve_dtype(dtype, dev), **options)
+    facts = resolve_facts(
+        side, fam.RULES, block_size_option=block_size, name=name, generation_config=generation_config
+    )
+    return fam.load(path, side.config, facts, device=dev, dtype=resolve_dtype(dtype, dev), **options)
 
 
 __all__ = ["FAMILIES", "KVState", "ModelAdapter", "ModelInfo", "detect_family", "load_adapter"]

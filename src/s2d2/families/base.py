@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -51,8 +51,12 @@ class ModelInfo:
     vocab_size: int
     #: Largest number of positions the model accepts.
     max_length: int
-    #: Block size the checkpoint was trained/configured with, if it says.
+    #: Block size the checkpoint is run with (:mod:`.checkpoint_facts`: option, config, name or family).
     default_block_size: int | None = None
+    #: Where the block size came from: ``option``, ``config.json:KEY``, ``name`` or ``family default``.
+    block_size_source: str | None = None
+    #: Sampling defaults of a request that omits them (``generation_config.json``'s; empty: s2d2's own).
+    generation_defaults: dict[str, float] = field(default_factory=dict)
     #: True when logits at position i-1 predict token i (Fast-dLLM v2).
     shifted: bool = False
     pad_token_id: int | None = None

@@ -1,6 +1,6 @@
-r"""Reading a checkpoint directory: ``config.json``, the tokenizer (and its added tokens), safetensors
-weights (never pickles), the device and dtype to load on, and the config facts every family checks (does
-it name this family, which token is the mask). Errors are one-line :class:`~s2d2.errors.ModelLoadError`\ s."""
+r"""Reading a checkpoint directory: ``config.json``, safetensors weights (never pickles), the device and
+dtype to load on, and whether a config names a family. Errors are one-line
+:class:`~s2d2.errors.ModelLoadError`\ s."""
 
 from __future__ import annotations
 
@@ -27,25 +27,6 @@ def read_config(path: Path) -> dict[str, Any]:
         return json.loads(cfg_file.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise ModelLoadError(f"{cfg_file} is not valid JSON ({exc.__class__.__name__}: {exc})") from None
-
-
-def read_added_tokens(path: Path) -> dict[str, int]:
-    """Token ids from ``added_tokens.json`` and ``tokenizer.json``'s added tokens, if present."""
-    found: dict[str, int] = {}
-    tok_file = path / "tokenizer.json"
-    if tok_file.is_file():
-        try:
-            for tok in json.loads(tok_file.read_text()).get("added_tokens", []):
-                found[tok["content"]] = int(tok["id"])
-        except (json.JSONDecodeError, KeyError, TypeError, ValueError):
-            pass
-    added = path / "added_tokens.json"
-    if added.is_file():
-        try:
-            found.update({k: int(v) for k, v in json.loads(added.read_text()).items()})
-        except (json.JSONDecodeError, AttributeError, TypeError, ValueError) as exc:
-            raise ModelLoadError(f"{added} is not a valid token map ({exc})") from None
-    return found
 
 
 def load_safetensors(path: Path) -> dict[str, torch.Tensor]:
@@ -146,46 +127,3 @@ def matches_family(
     if isinstance(auto_map, dict) and auto_map_names:
         return any(n in str(v).lower() for v in auto_map.values() for n in auto_map_names)
     return False
-
-
-def find_mask_token(config: dict[str, Any], added: dict[str, int], names: tuple[str, ...]) -> int | None:
-    """``mask_token_id`` from config.json, else the first of ``names`` among the tokenizer's added tokens."""
-    if config.get("mask_token_id") is not None:
-        return int(config["mask_token_id"])
-    return next((added[n] for n in names if n in added), None)
-
-
-def require_mask_token(
-    path: Path, config: dict[str, Any], added: dict[str, int], names: tuple[str, ...], vocab_size: int
-) -> int:
-    """The mask token id, or a one-line :class:`ModelLoadError` (missing, or outside the vocabulary)."""
-    mask_id = find_mask_token(config, added, names)
-    if mask_id is None:
-        raise ModelLoadError(
-            f"{path}: no mask token: config.json has no mask_token_id and neither added_tokens.json nor "
-            f"tokenizer.json defines {names[0]!r}"
-        )
-    if not 0 <= mask_id < vocab_size:
-        raise ModelLoadError(f"mask token id {mask_id} is outside the vocabulary (size {vocab_size})")
-    return mask_id
-
-
-def load_tokenizer(path: Path) -> Any | None:
-    """The directory's tokenizer through transformers (never remote code), or None if it has none."""
-    if not any((path / f).is_file() for f in ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")):
-        return None
-    import warnings
-
-    from transformers import AutoTokenizer
-    from transformers.utils import logging as hf_logging
-
-    verbosity = hf_logging.get_verbosity()
-    hf_logging.set_verbosity_error()  # AutoTokenizer reads config.json and warns about the unknown model_type
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            return AutoTokenizer.from_pretrained(str(path), trust_remote_code=False)
-    except Exception as exc:  # tokenizers raise many types; the user needs one line
-        raise ModelLoadError(f"cannot load the tokenizer in {path}: {str(exc).splitlines()[0]}") from None
-    finally:
-        hf_logging.set_verbosity(verbosity)

@@ -35,11 +35,11 @@ from ..errors import ModelLoadError
 from ..forward.kv_pool import KVState
 from ..forward.segment import Segment
 from ..layouts import layout
-from .base import ModelInfo
-from .checkpoint import find_mask_token, matches_family, require_mask_token
+from .checkpoint import matches_family
+from .checkpoint_facts import CheckpointFacts, FamilyRules, model_info
 from .hf import HFAdapter
-from .sdar import eos_ids
 from .sharding import dense_checkpoint
+from .tensor_names import mlp, qwen_names
 
 FAMILY = "fast_dllm_v2"
 MODEL_TYPES = ("fast_dllm_qwen",)
@@ -48,6 +48,8 @@ ARCHITECTURES = ("Fast_dLLM_QwenForCausalLM",)
 AUTO_MAP_NAME = "fast_dllm_qwen"
 #: Tokenizer names of the mask token, most likely first (the real model uses ``|<MASK>|``).
 MASK_TOKENS = ("|<MASK>|", "<|MASK|>", "<|mask|>", "<mask>", "[MASK]")
+#: A checkpoint's ``bd_size`` is its block size; without one, the 32 Fast-dLLM v2's own forward defaults to.
+RULES = FamilyRules(mask_tokens=MASK_TOKENS, published_block_size=32)
 
 _QWEN2_KEYS = (
     "vocab_size",
@@ -71,8 +73,9 @@ def detect(config: dict[str, Any]) -> bool:
     return matches_family(config, MODEL_TYPES, ARCHITECTURES, (AUTO_MAP_NAME,))
 
 
-def mask_token_id(config: dict[str, Any], added: dict[str, int]) -> int | None:
-    return find_mask_token(config, added, MASK_TOKENS)
+def tensor_names(config: dict[str, Any]) -> list[str]:
+    """The checkpoint tensors this family reads (Qwen2's names: q/k/v biases, no q/k norms)."""
+    return qwen_names(config, qk_norm=False, qkv_bias=True, o_bias=False, mlp_of=lambda i, p: mlp(p))
 
 
 def qwen2_config(config: dict[str, Any]) -> Any:
@@ -112,7 +115,7 @@ class FastDLLMv2Adapter(HFAdapter):
 def load(
     path: Path,
     config: dict[str, Any],
-    added: dict[str, int],
+    facts: CheckpointFacts,
     *,
     device: torch.device,
     dtype: torch.dtype,
@@ -125,24 +128,12 @@ def load(
         raise ModelLoadError(f"unknown option(s) for the {FAMILY} family: {', '.join(sorted(options))}")
     try:
         qcfg = qwen2_config(config)
-        bd_size = config.get("bd_size")
-        bd_size = int(bd_size) if bd_size is not None else None
     except (KeyError, TypeError, ValueError) as exc:
         raise ModelLoadError(
             f"{path}/config.json is not a valid Fast-dLLM v2 config ({exc.__class__.__name__}: {exc})"
         ) from None
-    mask_id = require_mask_token(path, config, added, MASK_TOKENS, qcfg.vocab_size)
+    mask_id = facts.require_mask(path, qcfg.vocab_size)
     weights, native = dense_checkpoint(path, qcfg, tp)  # this rank's slices only, under tensor parallel
     model = HFAdapter.build_native(Qwen2ForCausalLM, native, weights, path, device, dtype)
-    info = ModelInfo(
-        family=FAMILY,
-        mask_token_id=mask_id,
-        eos_token_ids=eos_ids(config),
-        vocab_size=qcfg.vocab_size,
-        max_length=int(config.get("max_position_embeddings", 32768)),
-        default_block_size=bd_size,
-        shifted=True,
-        pad_token_id=config.get("pad_token_id"),
-        bos_token_id=config.get("bos_token_id"),
-    )
+    info = model_info(FAMILY, facts, config, mask_token_id=mask_id, vocab_size=qcfg.vocab_size, shifted=True)
     return FastDLLMv2Adapter(model, info, path, tp=tp)

@@ -267,8 +267,8 @@ class HFAdapter(ModelAdapter):
             if prepare is not None:
                 prepare(model)
         weights = {k: v.to(dtype) for k, v in weights.items()}
-        if getattr(config, "tie_word_embeddings", False):
-            weights.pop("lm_head.weight", None)
+        if getattr(config, "tie_word_embeddings", False):  # a tied checkpoint stores the embedding only
+            weights["lm_head.weight"] = weights["model.embed_tokens.weight"]
         load_weights_into(model, weights, path)
         if getattr(config, "tie_word_embeddings", False):
             model.tie_weights()

@@ -47,11 +47,12 @@ from ..errors import ModelLoadError
 from ..forward.kv_pool import KVState
 from ..forward.segment import Segment
 from .base import ModelInfo
-from .checkpoint import find_mask_token, load_safetensors, matches_family, require_mask_token
+from .checkpoint import load_safetensors, matches_family
+from .checkpoint_facts import CheckpointFacts, FamilyRules, model_info
 from .expert_parallel import renumber_experts, split_experts
 from .hf import HFAdapter
-from .sdar import eos_ids
 from .sharding import local_config, rank_weights
+from .tensor_names import ends, experts, layer_norms, mlp
 
 FAMILY = "llada2"
 MODEL_TYPES = ("llada2_moe",)
@@ -61,8 +62,12 @@ AUTO_MAP_NAMES = ("llada2_moe", "llada2moe")
 MASK_TOKENS = ("<|mask|>", "<|MASK|>", "|<MASK>|", "<mask>", "[MASK]")
 PREFILL_MASKS = ("official", "block-causal")
 DEFAULT_PREFILL_MASK = "official"
-#: Block length of the official generation code when the config does not say.
-DEFAULT_BLOCK_SIZE = 32
+#: Block length 32 of the official generation code; the mask id 156895 the engines serving LLaDA2.x use
+#: where no file names it (the published tokenizer files name ``<|mask|>`` but give no id); the official
+#: generation code stops on ``<|endoftext|>``.
+RULES = FamilyRules(
+    mask_tokens=MASK_TOKENS, published_block_size=32, published_mask_id=156895, end_of_turn=("<|endoftext|>",)
+)
 
 _EXPERT = re.compile(r"^(?P<layer>.+\.mlp)\.experts\.(?P<e>\d+)\.(?P<proj>(gate|up|down)_proj)\.weight$")
 
@@ -71,8 +76,25 @@ def detect(config: dict[str, Any]) -> bool:
     return matches_family(config, MODEL_TYPES, ARCHITECTURES, AUTO_MAP_NAMES)
 
 
-def mask_token_id(config: dict[str, Any], added: dict[str, int]) -> int | None:
-    return find_mask_token(config, added, MASK_TOKENS)
+def tensor_names(config: dict[str, Any]) -> list[str]:
+    """The checkpoint tensors this family reads (LLaDA2's own names, before :func:`remap_weights`)."""
+    names = ends(config, "model.word_embeddings.weight")
+    n_experts, dense = int(config.get("num_experts") or 0), int(config.get("first_k_dense_replace") or 0)
+    for i in range(int(config["num_hidden_layers"])):
+        p = f"model.layers.{i}"
+        a = f"{p}.attention"
+        names += layer_norms(p) + [f"{a}.query_key_value.weight", f"{a}.dense.weight"]
+        names += [f"{a}.query_key_value.bias"] * bool(config.get("use_qkv_bias"))
+        names += [f"{a}.dense.bias"] * bool(config.get("use_bias"))
+        norms = [f"{a}.query_layernorm.weight", f"{a}.key_layernorm.weight"]
+        names += norms * bool(config.get("use_qk_norm", True))
+        if not n_experts or i < dense:
+            names += mlp(f"{p}.mlp")
+            continue
+        names += [f"{p}.mlp.gate.weight"] + experts(f"{p}.mlp", n_experts)
+        names += [f"{p}.mlp.gate.expert_bias"] * bool(config.get("moe_router_enable_expert_bias", True))
+        names += mlp(f"{p}.mlp.shared_experts") * bool(config.get("num_shared_experts"))
+    return names
 
 
 def glm4_moe_config(config: dict[str, Any], *, attention_bias: bool) -> Any:
@@ -217,7 +239,7 @@ class LLaDA2Adapter(HFAdapter):
 def load(
     path: Path,
     config: dict[str, Any],
-    added: dict[str, int],
+    facts: CheckpointFacts,
     *,
     device: torch.device,
     dtype: torch.dtype,
@@ -233,7 +255,7 @@ def load(
         )
     if prefill_mask not in PREFILL_MASKS:
         raise _bad_prefill_mask(prefill_mask)
-    mask_id = require_mask_token(path, config, added, MASK_TOKENS, int(config.get("vocab_size") or 2**62))
+    mask_id = facts.require_mask(path, int(config.get("vocab_size") or 2**62))
     weights = load_safetensors(path) if tp is None else _rank_weights(path, config, tp)
     if any(k.endswith(".attention.dense.bias") for k in weights):
         raise ModelLoadError(f"{path}: LLaDA2 with an attention output bias (use_bias) is not supported")
@@ -256,17 +278,8 @@ def load(
             split_experts(m, gcfg, tp.rank, tp.size)
 
         model = HFAdapter.build_native(Glm4MoeForCausalLM, native, weights, path, device, dtype, prepare)
-    block = config.get("block_length", config.get("block_size"))
-    info = ModelInfo(
-        family=FAMILY,
-        mask_token_id=mask_id,
-        eos_token_ids=eos_ids(config),
-        vocab_size=gcfg.vocab_size,
-        max_length=int(config.get("max_position_embeddings", 16384)),
-        default_block_size=int(block) if block else DEFAULT_BLOCK_SIZE,
-        shifted=False,
-        pad_token_id=config.get("pad_token_id"),
-        bos_token_id=config.get("bos_token_id"),
+    info = model_info(
+        FAMILY, facts, config, mask_token_id=mask_id, vocab_size=gcfg.vocab_size, max_length=16384
     )
     return LLaDA2Adapter(model, info, path, prefill_mask=prefill_mask, tp=tp)
 

@@ -13,15 +13,18 @@ from typing import Any
 import torch
 
 from ..errors import ModelLoadError
-from .base import ModelInfo
-from .checkpoint import find_mask_token, matches_family, require_mask_token
+from .checkpoint import matches_family
+from .checkpoint_facts import CheckpointFacts, FamilyRules, model_info
 from .hf import HFAdapter
 from .sharding import dense_checkpoint
+from .tensor_names import mlp, qwen_names
 
 FAMILY = "sdar"
 MODEL_TYPES = ("sdar", "trado")
 ARCHITECTURES = ("SDARForCausalLM", "TraDoForCausalLM")
 MASK_TOKENS = ("<|MASK|>", "<|mask|>", "<mask>", "|<MASK>|")
+#: SDAR's published checkpoints are run with blocks of 4 (their ``-bN`` variants say otherwise by name).
+RULES = FamilyRules(mask_tokens=MASK_TOKENS, published_block_size=4)
 
 _QWEN3_KEYS = (
     "vocab_size",
@@ -46,15 +49,10 @@ def detect(config: dict[str, Any]) -> bool:
     return matches_family(config, MODEL_TYPES, ARCHITECTURES)
 
 
-def mask_token_id(config: dict[str, Any], added: dict[str, int]) -> int | None:
-    return find_mask_token(config, added, MASK_TOKENS)
-
-
-def eos_ids(config: dict[str, Any]) -> list[int]:
-    eos = config.get("eos_token_id")
-    if eos is None:
-        return []
-    return [int(e) for e in eos] if isinstance(eos, list) else [int(eos)]
+def tensor_names(config: dict[str, Any]) -> list[str]:
+    """The checkpoint tensors this family reads (Qwen3's names)."""
+    bias = bool(config.get("attention_bias"))
+    return qwen_names(config, qk_norm=True, qkv_bias=bias, o_bias=bias, mlp_of=lambda i, p: mlp(p))
 
 
 def qwen3_config(config: dict[str, Any]) -> Any:
@@ -80,7 +78,7 @@ def qwen3_config(config: dict[str, Any]) -> Any:
 def load(
     path: Path,
     config: dict[str, Any],
-    added: dict[str, int],
+    facts: CheckpointFacts,
     *,
     device: torch.device,
     dtype: torch.dtype,
@@ -97,18 +95,8 @@ def load(
         raise ModelLoadError(
             f"{path}/config.json is not a valid SDAR config ({exc.__class__.__name__}: {exc})"
         ) from None
-    mask_id = require_mask_token(path, config, added, MASK_TOKENS, qcfg.vocab_size)
+    mask_id = facts.require_mask(path, qcfg.vocab_size)
     weights, native = dense_checkpoint(path, qcfg, tp)  # this rank's slices only, under tensor parallel
     model = HFAdapter.build_native(Qwen3ForCausalLM, native, weights, path, device, dtype)
-    info = ModelInfo(
-        family=FAMILY,
-        mask_token_id=mask_id,
-        eos_token_ids=eos_ids(config),
-        vocab_size=qcfg.vocab_size,
-        max_length=int(config.get("max_position_embeddings", 32768)),
-        default_block_size=config.get("block_size"),
-        shifted=False,
-        pad_token_id=config.get("pad_token_id"),
-        bos_token_id=config.get("bos_token_id"),
-    )
+    info = model_info(FAMILY, facts, config, mask_token_id=mask_id, vocab_size=qcfg.vocab_size)
     return HFAdapter(model, info, path, tp=tp)

@@ -36,12 +36,13 @@ from typing import Any
 import torch
 
 from ..errors import ModelLoadError
-from .base import ModelInfo
-from .checkpoint import find_mask_token, load_safetensors, matches_family, require_mask_token
+from .checkpoint import load_safetensors, matches_family
+from .checkpoint_facts import CheckpointFacts, FamilyRules, model_info
 from .expert_parallel import SoftmaxExpertShard, renumber_experts, split_experts
 from .hf import HFAdapter
-from .sdar import MASK_TOKENS, eos_ids, qwen3_config
+from .sdar import MASK_TOKENS, qwen3_config
 from .sharding import local_config, rank_weights
+from .tensor_names import experts, mlp, qwen_names
 
 FAMILY = "sdar_moe"
 MODEL_TYPES = ("sdar_moe",)
@@ -49,17 +50,13 @@ ARCHITECTURES = ("SDARMoeForCausalLM",)
 #: Remote-code module/class fragments named in ``auto_map``.
 AUTO_MAP_NAMES = ("sdar_moe", "sdarmoe")
 #: SDAR's block size when the config does not say (SDAR-MoE is served with blocks of 4).
-DEFAULT_BLOCK_SIZE = 4
+RULES = FamilyRules(mask_tokens=MASK_TOKENS, published_block_size=4)
 
 _EXPERT = re.compile(r"^(?P<layer>.+\.mlp)\.experts\.(?P<e>\d+)\.(?P<proj>(gate|up|down)_proj)\.weight$")
 
 
 def detect(config: dict[str, Any]) -> bool:
     return matches_family(config, MODEL_TYPES, ARCHITECTURES, AUTO_MAP_NAMES)
-
-
-def mask_token_id(config: dict[str, Any], added: dict[str, int]) -> int | None:
-    return find_mask_token(config, added, MASK_TOKENS)
 
 
 def sparse_layers(config: dict[str, Any]) -> list[int]:
@@ -69,6 +66,18 @@ def sparse_layers(config: dict[str, Any]) -> list[int]:
     dense = {int(i) for i in (config.get("mlp_only_layers") or [])}
     n_layers = int(config["num_hidden_layers"])
     return [i for i in range(n_layers) if n_experts > 0 and i not in dense and (i + 1) % step == 0]
+
+
+def tensor_names(config: dict[str, Any]) -> list[str]:
+    """The checkpoint tensors this family reads: dense SDAR's, with each sparse layer's router and
+    per-expert MLPs."""
+    sparse, n = set(sparse_layers(config)), int(config.get("num_experts") or 0)
+    bias = bool(config.get("attention_bias"))
+
+    def mlp_of(i: int, p: str) -> list[str]:
+        return [f"{p}.gate.weight", *experts(p, n)] if i in sparse else mlp(p)
+
+    return qwen_names(config, qk_norm=True, qkv_bias=bias, o_bias=bias, mlp_of=mlp_of)
 
 
 def qwen3_moe_config(config: dict[str, Any]) -> Any:
@@ -131,7 +140,7 @@ def stack_experts(weights: dict[str, torch.Tensor], n_experts: int) -> dict[str,
 def load(
     path: Path,
     config: dict[str, Any],
-    added: dict[str, int],
+    facts: CheckpointFacts,
     *,
     device: torch.device,
     dtype: torch.dtype,
@@ -148,24 +157,13 @@ def load(
         raise ModelLoadError(
             f"{path}/config.json is not a valid SDAR-MoE config ({exc.__class__.__name__}: {exc})"
         ) from None
-    mask_id = require_mask_token(path, config, added, MASK_TOKENS, qcfg.vocab_size)
+    mask_id = facts.require_mask(path, qcfg.vocab_size)
     if tp is None:
         weights = stack_experts(load_safetensors(path), qcfg.num_experts)
         model = HFAdapter.build_native(Qwen3MoeForCausalLM, qcfg, weights, path, device, dtype)
     else:  # the rank's sizes: its heads, columns, vocabulary slice and experts (renumbered from 0)
         model = _rank_model(path, qcfg, tp, device, dtype)
-    block = config.get("block_size")
-    info = ModelInfo(
-        family=FAMILY,
-        mask_token_id=mask_id,
-        eos_token_ids=eos_ids(config),
-        vocab_size=qcfg.vocab_size,
-        max_length=int(config.get("max_position_embeddings", 32768)),
-        default_block_size=int(block) if block else DEFAULT_BLOCK_SIZE,
-        shifted=False,
-        pad_token_id=config.get("pad_token_id"),
-        bos_token_id=config.get("bos_token_id"),
-    )
+    info = model_info(FAMILY, facts, config, mask_token_id=mask_id, vocab_size=qcfg.vocab_size)
     return HFAdapter(model, info, path, tp=tp)
 
 

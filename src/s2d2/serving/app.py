@@ -92,6 +92,13 @@ class ServerState:
         #: ``--tool-call-parser`` (None: detected from the chat template)
         self.tool_parser: str | None = None
 
+    def card(self) -> dict[str, Any]:
+        """The served model's ``/v1/models`` entry; ``generation_defaults``: the sampling defaults of a
+        request that omits them (the checkpoint's ``generation_config.json``, unless turned off)."""
+        defaults = dict(self.model.info.generation_defaults)
+        return {"id": self.name, "object": "model", "created": self.created, "owned_by": "s2d2",
+                "generation_defaults": defaults}  # fmt: skip
+
     def write_routing_state(self) -> bool:
         """Write the engine's routing statistics to :attr:`routing_file` (if any); False if that failed
         (said in one line on stderr; :attr:`shutdown_failed` is set)."""
@@ -258,13 +265,13 @@ def _routes(app: FastAPI, state: ServerState) -> None:
     async def models() -> dict[str, Any]:
         return {
             "object": "list",
-            "data": [{"id": state.name, "object": "model", "created": state.created, "owned_by": "s2d2"}],
+            "data": [state.card()],
         }
 
     @app.get("/v1/models/{model_id:path}", response_model=ModelCard, responses=ERROR_RESPONSES)
     async def model_card(model_id: str) -> dict[str, Any]:
         check_model_name(model_id, state.name)
-        return {"id": state.name, "object": "model", "created": state.created, "owned_by": "s2d2"}
+        return state.card()
 
     @app.post("/v1/completions", response_model=CompletionResponse, responses=ERROR_RESPONSES)
     async def completions(body: CompletionRequest, request: Request) -> Any:

@@ -24,6 +24,7 @@ import warnings
 from collections.abc import Sequence
 from typing import Any
 
+from ..families.tokenizer import without_mask
 from .errors import bad_request
 from .protocol import ChatMessage
 from .tools.formats import ToolFormat
@@ -121,6 +122,6 @@ def chat_prompt_ids(
         ids = apply_template(tok, [template_message(m) for m in messages], tools, fmt, extra)
         if isinstance(ids, dict) or hasattr(ids, "input_ids"):
             ids = ids["input_ids"]
-        return [int(i) for i in ids]
+        return without_mask(tok, ids, model.info.mask_token_id)  # the template's own tokens stay special
     text = fallback_chat_text(messages, role_names=spells_role_names(model), tools=tools, fmt=fmt)
     return encode_text(model, text)

@@ -197,7 +197,7 @@ def shared_prefix(n_tokens: int, tokenizer: str = "tiny-gsm") -> str:
     if n_tokens == 0:
         return ""
     from ..bench.shared_prefix import shared_prefix_text
-    from ..families.checkpoint import load_tokenizer
+    from ..families.tokenizer import load_tokenizer
     from ..model_source import resolve_model_path
 
     tok = load_tokenizer(resolve_model_path(tokenizer))

@@ -319,6 +319,8 @@ class ModelCard(BaseModel):
     object: str = "model"
     created: int
     owned_by: str = "s2d2"
+    #: sampling defaults of a request that omits them (the checkpoint's generation_config.json)
+    generation_defaults: dict[str, int | float] = Field(default_factory=dict)
 
 
 class ModelList(BaseModel):

@@ -1,7 +1,8 @@
 """The FastAPI app: OpenAI-compatible endpoints on one batched engine (``create_app(model, ...)``).
 
-``POST /v1/completions``, ``POST /v1/chat/completions`` and ``POST /v1/responses``
-(:mod:`.openai_responses`; streamed or not), ``GET /v1/models``,
+``POST /v1/completions``, ``POST /v1/chat/completions``, ``POST /v1/responses``
+(:mod:`.openai_responses`; streamed or not), Anthropic's ``POST /v1/messages`` and
+``POST /v1/messages/count_tokens`` (:mod:`.anthropic_messages`), ``GET /v1/models``,
 ``GET /health``, ``GET /metrics``, ``GET /openapi.json`` and ``GET /docs`` (:mod:`.docs_ui`). The app
 owns an :class:`EngineThread` (started and stopped by the app's lifespan); each request is checked
 (:mod:`.prepare`), submitted, and answered from its own queue (:mod:`.responses`). See ``docs`` of
@@ -29,6 +30,9 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response, Streami
 from ..decoding.routing_state import DEFAULT_MAX_TABLES, EngineRoutingState
 from ..engine.llm_engine import LLMEngine
 from ..errors import S2D2Error
+from .anthropic_messages.errors import AnthropicErrors
+from .anthropic_messages.request import CountTokensRequest, MessagesRequest
+from .anthropic_messages.serve import count_tokens, serve_message
 from .detokenizer import TextStream
 from .docs_ui import add_docs
 from .drain import DrainGate, draining_error
@@ -238,7 +242,8 @@ def create_app(
     add_docs(app)
     app.add_middleware(BodySizeLimit, max_bytes=max_body_bytes, timeout=body_timeout)
     app.add_middleware(DrainGate, draining=lambda: thread.draining, retry_after=RETRY_AFTER_S)
-    app.add_middleware(AccessControl, allowed_hosts=allowed_hosts, api_key=api_key)  # outermost: first
+    app.add_middleware(AccessControl, allowed_hosts=allowed_hosts, api_key=api_key)  # first check
+    app.add_middleware(AnthropicErrors)  # outermost: Anthropic's error shape on /v1/messages
     return app
 
 
@@ -277,6 +282,14 @@ def _routes(app: FastAPI, state: ServerState) -> None:
     @app.post("/v1/responses", responses=ERROR_RESPONSES)
     async def responses(body: ResponsesRequest, request: Request) -> Any:
         return await serve_response(state, body, request, prepare=_prepare, submit=_submit)
+
+    @app.post("/v1/messages", responses=ERROR_RESPONSES)
+    async def messages(body: MessagesRequest, request: Request) -> Any:
+        return await serve_message(state, body, request, prepare=_prepare, submit=_submit)
+
+    @app.post("/v1/messages/count_tokens", responses=ERROR_RESPONSES)
+    async def messages_count_tokens(body: CountTokensRequest) -> Any:
+        return await count_tokens(state, body, prepare=_prepare)
 
 
 async def _submit(state: ServerState, prep: Prepared) -> list[Any]:

@@ -53,6 +53,8 @@ from .protocol import (
     ModelCard,
     ModelList,
 )
+from .reasoning.detect import detect_reasoning_parser
+from .reasoning.parser import PARSERS
 from .request_checks import check_body_text
 from .responses import (
     Delta,
@@ -65,7 +67,7 @@ from .responses import (
 )
 from .security import AccessControl
 from .tools.formats import format_named
-from .tools.reply import tool_events
+from .tools.reply import new_reader, reply_events
 
 log = logging.getLogger("s2d2.serving")
 
@@ -95,6 +97,8 @@ class ServerState:
         self.shutdown_failed = False
         #: ``--tool-call-parser`` (None: detected from the chat template)
         self.tool_parser: str | None = None
+        #: the reasoning parser in force (``--reasoning-parser``, else detected; None: none)
+        self.reasoning_parser: str | None = None
 
     def write_routing_state(self) -> bool:
         """Write the engine's routing statistics to :attr:`routing_file` (if any); False if that failed
@@ -182,6 +186,7 @@ def create_app(
     api_key: str | None = None,
     allowed_hosts: list[str] | None = None,
     tool_call_parser: str | None = None,
+    reasoning_parser: str | None = None,
 ) -> FastAPI:
     """An app serving ``model`` (an :class:`s2d2.S2D2Model`) with its own streaming engine.
 
@@ -195,11 +200,14 @@ def create_app(
     ``body_timeout`` (seconds a body may take, 408 after), ``api_key`` (required as a Bearer token on
     every ``/v1`` route, ``/docs`` and ``/openapi.json``) and ``allowed_hosts`` (``Host`` header names;
     default: the loopback names). ``tool_call_parser``: the tool-call format (:mod:`.tools.formats`;
-    default: detected from the chat template).
+    default: detected from the chat template). ``reasoning_parser``: ``qwen3`` (``<think>`` blocks read
+    into ``reasoning_content``), ``none``, or None: detected from the chat template
+    (:func:`.reasoning.detect.detect_reasoning_parser`).
     """
     _check_preset(model, preset)
     if tool_call_parser is not None:
         format_named(tool_call_parser)  # a one-line error now for an unknown name
+    reasoning = resolve_reasoning_parser(model, reasoning_parser)
     rows = max_num_seqs or model.max_num_seqs
     limit = max_query_tokens_per_row or getattr(model, "max_query_tokens_per_row", None)
     engine = LLMEngine(
@@ -220,6 +228,7 @@ def create_app(
     state = ServerState(model, thread, name=served_name or model.name, preset=preset)
     state.routing_file = state_file
     state.tool_parser = tool_call_parser
+    state.reasoning_parser = reasoning
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -245,6 +254,19 @@ def create_app(
     app.add_middleware(AccessControl, allowed_hosts=allowed_hosts, api_key=api_key)  # first check
     app.add_middleware(AnthropicErrors)  # outermost: Anthropic's error shape on /v1/messages
     return app
+
+
+def resolve_reasoning_parser(model: Any, name: str | None) -> str | None:
+    """The reasoning parser in force: ``name`` (``none``: no parser), else the chat template's
+    (:func:`.reasoning.detect.detect_reasoning_parser`); an unknown name is a one-line S2D2Error."""
+    if name is None:
+        return detect_reasoning_parser(getattr(model.tokenizer, "chat_template", None))
+    if name == "none":
+        return None
+    if name not in PARSERS:
+        names = ", ".join(sorted(PARSERS))
+        raise S2D2Error(f"unknown reasoning parser {name!r}; choose one of: none, {names}")
+    return name
 
 
 def _routes(app: FastAPI, state: ServerState) -> None:
@@ -323,7 +345,12 @@ def _prepare(state: ServerState, body: Any) -> Prepared:
     run in a worker thread, so a long prompt never holds the event loop."""
     check_body_text(body, state.model.info.max_length)
     return prepare(
-        state.model, body, served_name=state.name, server_preset=state.preset, tool_parser=state.tool_parser
+        state.model,
+        body,
+        served_name=state.name,
+        server_preset=state.preset,
+        tool_parser=state.tool_parser,
+        reasoning_parser=state.reasoning_parser,
     )
 
 
@@ -345,8 +372,9 @@ async def _serve(state: ServerState, body: Any, request: Request, *, chat: bool)
             for sub in subs
         ]
     r = Renderer(prep, chat, state.name, decode, scores)
-    if prep.stream and prep.tools is not None and prep.tools.parses:
-        streams = [tool_events(s, prep.tools, Delta) for s in streams]
+    if prep.stream and new_reader(prep.tools, prep.reasoning) is not None:
+        make = functools.partial(new_reader, prep.tools, prep.reasoning)
+        streams = [reply_events(s, make, Delta) for s in streams]
     if prep.stream:
         headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
         return StreamingResponse(sse_chunks(r, streams), media_type="text/event-stream", headers=headers)

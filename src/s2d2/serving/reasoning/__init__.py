@@ -1,0 +1,1 @@
+"""Reasoning on the server: which reasoning parser a model's chat template calls for (:mod:`.detect`)."""

@@ -6,8 +6,9 @@
   string or ``text`` blocks), in the order they come. A result must answer a ``tool_use`` of an earlier
   assistant turn.
 - An ``assistant`` turn: its text (the ``text`` blocks joined) and one call per ``tool_use`` block
-  (``arguments`` = its ``input`` as JSON text). ``thinking`` / ``redacted_thinking`` blocks of earlier
-  turns are dropped (Anthropic leaves earlier turns' thinking out of the context too).
+  (``arguments`` = its ``input`` as JSON text); its ``thinking`` blocks' text is the message's
+  ``reasoning_content`` (the chat template decides whether to render it, as for chat); a
+  ``redacted_thinking`` block is dropped.
 - ``cache_control`` is accepted wherever Anthropic takes it and has no effect (the prefix cache needs no
   marks). ``citations`` must be null. Images, documents and other block types are a 400 naming the block,
   as is a last turn by the assistant (a prefill: the chat path always starts a new assistant turn) and
@@ -63,7 +64,7 @@ def _tool_use(block: dict[str, Any], where: str) -> dict[str, Any]:
 
 
 def _assistant(blocks: list[Any], where: str) -> dict[str, Any]:
-    text, calls = "", []
+    text, thought, calls = "", "", []
     for j, block in enumerate(blocks):
         at = f"{where}.{j}"
         kind = block.get("type") if isinstance(block, dict) else None
@@ -71,6 +72,7 @@ def _assistant(blocks: list[Any], where: str) -> dict[str, Any]:
             calls.append(_tool_use(block, at))
         elif kind == "thinking":
             check_object(block, THINKING_KEYS, at)
+            thought += required_str(block, "thinking", at)
         elif kind == "redacted_thinking":
             check_object(block, REDACTED_KEYS, at)
         else:
@@ -78,6 +80,8 @@ def _assistant(blocks: list[Any], where: str) -> dict[str, Any]:
     message: dict[str, Any] = {"role": "assistant", "content": text or (None if calls else "")}
     if calls:
         message["tool_calls"] = calls
+    if thought:
+        message["reasoning_content"] = thought
     return message
 
 

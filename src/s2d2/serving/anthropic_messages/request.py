@@ -4,11 +4,13 @@ a chat completions request.
 Supported: ``model`` (the served name, as every endpoint), ``messages`` and ``system``
 (:mod:`.blocks`), ``tools`` and ``tool_choice`` (:mod:`.tools`), ``max_tokens``, ``stop_sequences``,
 ``temperature``, ``top_p``, ``top_k``, ``stream``, ``output_config.format`` (``json_schema``: the reply's
-text follows the schema, as chat's ``response_format``), the ``s2d2`` settings object, and with no
-effect ``metadata``, ``service_tier`` and ``thinking`` (the model thinks as its chat template makes it;
-thinking is not a separate block here). Anthropic's other documented fields (:data:`UNSUPPORTED`) are a
-400 saying they are not supported; any other field is a 400 naming it. The translated chat request goes
-through the same checks, rendering and tool-call constraint as ``/v1/chat/completions``.
+text follows the schema, as chat's ``response_format``), ``thinking`` (``enabled`` / ``adaptive`` /
+``disabled`` set the chat template's ``enable_thinking`` variable, which Qwen3-style templates read; the
+reasoning comes back as a ``thinking`` block where the server has a reasoning parser), the ``s2d2``
+settings object, and with no effect ``metadata`` and ``service_tier``. Anthropic's other documented
+fields (:data:`UNSUPPORTED`) are a 400 saying they are not supported; any other field is a 400 naming
+it. The translated chat request goes through the same checks, rendering and tool-call constraint as
+``/v1/chat/completions``.
 """
 
 from __future__ import annotations
@@ -43,7 +45,9 @@ class CountTokensRequest(BaseModel):
     system: str | list[Any] | None = Field(None, description="A system prompt: text or text blocks.")
     tools: list[Any] | None = Field(None, description="Client tools: name, description, input_schema.")
     tool_choice: dict[str, Any] | None = Field(None, description="`auto`, `any`, `tool` (with name), `none`.")
-    thinking: dict[str, Any] | None = Field(None, description="Accepted; no effect (see the docs).")
+    thinking: dict[str, Any] | None = Field(
+        None, description="`enabled` / `adaptive` / `disabled`: the template's `enable_thinking`."
+    )
     output_config: dict[str, Any] | None = Field(
         None, description='`{"format": {"type": "json_schema", ...}}`.'
     )
@@ -109,6 +113,8 @@ def to_chat(body: CountTokensRequest) -> ChatCompletionRequest:
     if isinstance(body, MessagesRequest):
         chat.update(max_tokens=body.max_tokens, stop=body.stop_sequences, stream=body.stream)
         chat.update(temperature=body.temperature, top_p=body.top_p, top_k=body.top_k)
+    if body.thinking is not None:
+        chat["chat_template_kwargs"] = {"enable_thinking": body.thinking["type"] != "disabled"}
     if body.s2d2 is not None:
         chat["s2d2"] = body.s2d2.model_dump(exclude_none=True)
     try:

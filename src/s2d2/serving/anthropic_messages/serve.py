@@ -21,8 +21,8 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from ..detokenizer import TextStream
 from ..errors import APIError, decode_error
 from ..responses import collect_all, text_events
-from ..tools.parser import Content, ToolCallParser
-from ..tools.reply import tool_message
+from ..tools.parser import Content
+from ..tools.reply import new_reader, reply_message
 from .reply import MessageHead, content_blocks, message_events, stop_reason, tool_use_id, usage_of
 from .request import CountTokensRequest, MessagesRequest, to_chat
 
@@ -77,19 +77,23 @@ async def serve_message(
     stream = TextStream(decode, prep.stop)
     events = text_events(state.engine, sub, stream)
     head = MessageHead(state.name)
-    plan = prep.tools if prep.tools is not None and prep.tools.parses else None
+    reader = new_reader(prep.tools, prep.reasoning)
     prompt_tokens = len(prep.prompt_ids)
+
+    def stop_of() -> str | None:
+        return matched_stop(stream, decode, prep.stop)
+
     if prep.stream:
-        parser = ToolCallParser(plan.format, tool_use_id) if plan is not None else None
 
         def read(text: str, final: bool) -> list[Any]:
-            if parser is None:
+            if reader is None:
                 return [Content(text)]
-            return parser.feed(text) + (parser.finish() if final else [])
+            return reader.feed(text) + (reader.finish() if final else [])
 
-        sse = message_events(
-            head, events, read, prompt_tokens, lambda: matched_stop(stream, decode, prep.stop)
-        )
+        def cut() -> bool:
+            return reader is not None and reader.cut
+
+        sse = message_events(head, events, read, prompt_tokens, stop_of, cut)
         headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
         return StreamingResponse(sse, media_type="text/event-stream", headers=headers)
     results = await collect_all([events], request.is_disconnected)
@@ -98,17 +102,17 @@ async def serve_message(
     res = results[0]
     if res.outcome.error is not None:
         raise decode_error(res.outcome.error, res.outcome.cannot_end)
-    calls: list[dict[str, Any]] = []
-    content: str | None = res.text
-    if plan is not None:
-        message = tool_message(plan, res.text)
+    content, calls, thought, was_cut = res.text, [], None, False
+    if reader is not None:
+        message, was_cut = reply_message(reader, res.text)
         content, calls = message["content"], message.get("tool_calls", [])
-        for call in calls:
-            call["id"] = tool_use_id()
-    stop = matched_stop(stream, decode, prep.stop)
-    reason = stop_reason(res.outcome.finish_reason, bool(calls), stop)
-    usage = usage_of(prompt_tokens, res.outcome)
-    return JSONResponse(head.message(content_blocks(content, calls), reason, stop, usage))
+        thought = message.get("reasoning_content")
+    for call in calls:
+        call["id"] = tool_use_id()
+    stop = stop_of()
+    reason = stop_reason(res.outcome.finish_reason, bool(calls), stop, was_cut)
+    blocks = content_blocks(thought, content, calls)
+    return JSONResponse(head.message(blocks, reason, stop, usage_of(prompt_tokens, res.outcome)))
 
 
 async def count_tokens(

@@ -179,6 +179,13 @@ def test_sampling_fields_are_honoured(served):
     assert hot.content != greedy.content  # temperature 1 samples (a random model's text differs)
 
 
+def test_output_config_format_json_schema(served):
+    fmt = {"type": "json_schema", "schema": SCHEMAS["nested"]}
+    out = _create(served, max_tokens=64, extra_body={**LOSSLESS, "output_config": {"format": fmt}})
+    jsonschema.validate(json.loads(out.content[0].text), SCHEMAS["nested"])
+    assert out.stop_reason == "end_turn"
+
+
 def test_count_tokens_equals_the_rendered_prompt(served):
     model, client, _ = served
     conv = [{"role": "system", "content": SYSTEM}, *USER]

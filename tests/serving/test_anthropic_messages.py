@@ -22,7 +22,7 @@ from test_server import running_server  # noqa: E402
 
 import s2d2  # noqa: E402
 from s2d2.serving.app import create_app  # noqa: E402
-from structured_fixtures import SCHEMAS  # noqa: E402
+from structured_fixtures import EOS, SCHEMAS  # noqa: E402
 from tool_fixtures import make_sdar_tool_model  # noqa: E402
 
 TOOLS = [
@@ -153,6 +153,30 @@ def test_any_without_parallel_calls_makes_one_valid_call(served):
     calls = [b for b in out.content if b.type == "tool_use"]
     assert len(calls) == 1 and out.stop_reason == "tool_use"
     jsonschema.validate(calls[0].input, SCHEMAS["enum" if calls[0].name == "paint" else "array"])
+
+
+@pytest.mark.parametrize("limit, calls", [(24, 0), (100, 1), (120, 1), (160, 1)])
+def test_parallel_calls_cut_by_max_tokens_streamed_equal_whole(served, limit, calls):
+    """Under ``any`` with parallel calls, EOS biased off (but at 160), a reply ends inside a call: its
+    complete calls are kept (at least ``calls``), the cut one dropped (no markup in a text block), and
+    the stream gives the same blocks and stop."""
+    model = served[0]
+    settings = dict(LOSSLESS["s2d2"])
+    if limit != 160:
+        settings["logit_bias"] = {str(model.tokenizer.convert_tokens_to_ids(EOS)): -100.0}
+    kw = dict(tools=TOOLS, tool_choice={"type": "any"}, max_tokens=limit, extra_body={"s2d2": settings})
+    out = _create(served, **kw)
+    assert all(b.type == "tool_use" for b in out.content) and len(out.content) >= calls, out.content
+    for b in out.content:
+        jsonschema.validate(b.input, SCHEMAS["enum" if b.name == "paint" else "array"])
+    assert out.stop_reason == ("tool_use" if limit == 160 else "max_tokens")
+    _, text, _, final = _stream(served, **kw)
+
+    def shown(content):
+        return [{k: v for k, v in b.items() if k != "id"} for b in _blocks(content)]
+
+    assert shown(final.content) == shown(out.content)
+    assert text == "" and final.stop_reason == out.stop_reason
 
 
 def test_stop_sequences(served):

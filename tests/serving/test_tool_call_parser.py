@@ -67,12 +67,37 @@ def test_any_split_reads_like_the_whole_text(text):
         "<tool_call>not a call</tool_call>",
         '<tool_call>\n{"name": "unknown", "arguments": {}}\n</tool_call>',
         '<tool_call>\n{"name": "f", "arguments": [1, 2]}\n</tool_call>',
-        '<tool_call>\n{"name": "f", "arguments": {"a": 1',
     ],
 )
 def test_a_call_that_does_not_parse_is_text(text):
     reply = parse_reply(text, FMT, NAMES, _ids())
-    assert (reply.content, reply.tool_calls) == (text, [])
+    assert (reply.content, reply.tool_calls, reply.cut) == (text, [], False)
+
+
+#: A reply cut at each point inside its second call: the first call is kept, the cut one dropped.
+CUTS = [TWO_CALLS[:k] for k in range(TWO_CALLS.index("\n<tool_call>", 10) + 2, len(TWO_CALLS) - 14)]
+
+
+@pytest.mark.parametrize("text", CUTS[::3])
+def test_a_reply_cut_inside_a_call_keeps_every_complete_call(text):
+    """Cut inside the second call (by max_tokens or a stop string): the first call whole, the second
+    dropped, no markup in the content, and the reader says it was cut; any split reads the same."""
+    reply = parse_reply(text, FMT, NAMES, _ids())
+    assert reply.content == "Sure." and reply.cut
+    assert [(c["function"]["name"], c["function"]["arguments"]) for c in reply.tool_calls] == [
+        ("f", '{"a": "x}\\"{<tool_call>", "b": [1, {"c": 2}]}')
+    ]
+    for seed in range(5):
+        assert _split(text, seed).tool_calls == [
+            {**c, "id": f"call_{i}"} for i, c in enumerate(reply.tool_calls)
+        ]
+
+
+def test_a_reply_cut_inside_its_only_call_has_no_content():
+    for k in range(len("<tool_call>"), len(TWO_CALLS) // 2):
+        text = TWO_CALLS[len("Sure.\n") :][:k]
+        reply = parse_reply(text, FMT, NAMES, _ids())
+        assert (reply.content, reply.tool_calls, reply.cut) == ("", [], True), text
 
 
 def test_formats_by_name_and_detected():

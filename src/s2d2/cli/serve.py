@@ -148,6 +148,14 @@ ToolParserOpt = Annotated[
         "template (hermes when it says nothing).",
     ),
 ]
+ReasoningParserOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--reasoning-parser",
+        help="Split the reply's reasoning into reasoning_content (qwen3: <think> blocks) or none; default: "
+        "detected from the chat template (qwen3 where it writes <think>).",
+    ),
+]
 AutoToolOpt = Annotated[
     bool,
     typer.Option(
@@ -194,6 +202,7 @@ def serve_command(
     revision: RevisionOpt = None,
     enforce_eager: EnforceEagerOpt = False,
     tool_call_parser: ToolParserOpt = None,
+    reasoning_parser: ReasoningParserOpt = None,
     enable_auto_tool_choice: AutoToolOpt = False,
     tensor_parallel_size: TensorParallelOpt = 1,
     distributed_executor_backend: ExecutorBackendOpt = "mp",
@@ -228,6 +237,7 @@ def serve_command(
         api_key=api_key,
         allowed_hosts=hosts or default_allowed_hosts(host),
         tool_call_parser=tool_call_parser,
+        reasoning_parser=reasoning_parser,
     )
     if ray:
         if cost_profile is not None or max_num_batched_tokens is not None:

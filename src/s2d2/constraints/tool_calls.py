@@ -12,6 +12,9 @@ and the mode:
 - ``required``: one or more calls (``parallel``) or exactly one, separated by the separator, nothing
   else (a named function is ``required`` over that one function).
 
+- ``auto`` with an ``answer`` (a JSON schema's text: the request's ``response_format``): either calls as
+  under ``required``, or a final answer matching that schema, nothing else (xgrammar's ``or``).
+
 ``parallel`` false stops the output after the first call. The arguments' grammar is the one JSON
 schemas get everywhere (:func:`.compiler.json_schema_grammar`: compact, no raw control characters).
 """
@@ -37,14 +40,18 @@ def tool_calls_source(
     functions: Sequence[tuple[str, Any]],
     mode: str,
     parallel: bool,
+    answer: str | None = None,
 ) -> str:
-    """The constraint's source text (canonical JSON; equal requests share one compiled grammar)."""
+    """The constraint's source text (canonical JSON; equal requests share one compiled grammar);
+    ``answer``: the final answer's JSON schema (text) that ``auto`` allows instead of calls."""
     if mode not in MODES:
         raise ConfigError(f"tool-call mode must be one of {', '.join(MODES)}, got {mode!r}")
     if not functions:
         raise ConfigError("a tool-call constraint needs at least one function")
     if not begin.startswith(trigger):
         raise ConfigError("a tool call's begin text must start with its trigger")
+    if answer is not None and mode != "auto":
+        raise ConfigError("a final answer's schema applies under tool-call mode auto only")
     spec = {
         "trigger": trigger,
         "begin": begin,
@@ -55,6 +62,17 @@ def tool_calls_source(
         "mode": mode,
         "parallel": bool(parallel),
     }
+    if answer is not None:
+        spec["answer"] = _schema(answer)
+    return json.dumps(spec, separators=(",", ":"))
+
+
+def with_answer(source: str, answer: str) -> str:
+    """``source`` (mode ``auto``) allowing a final answer matching the JSON schema ``answer`` instead."""
+    spec = json.loads(source)
+    if spec["mode"] != "auto":
+        raise ConfigError("a final answer's schema applies under tool-call mode auto only")
+    spec["answer"] = _schema(answer)
     return json.dumps(spec, separators=(",", ":"))
 
 
@@ -80,6 +98,16 @@ def structural_tag(source: str, arguments_grammar: Any) -> dict[str, Any]:
         for name, schema in spec["functions"]
     ]
     parallel = spec["parallel"]
+    if "answer" in spec:
+        calls = {
+            "type": "tags_with_separator",
+            "tags": tags,
+            "separator": spec["separator"],
+            "at_least_one": True,
+            "stop_after_first": not parallel,
+        }
+        answer = {"type": "grammar", "grammar": arguments_grammar(spec["answer"])}
+        return {"type": "structural_tag", "format": {"type": "or", "elements": [calls, answer]}}
     if spec["mode"] == "auto":
         fmt: dict[str, Any] = {
             "type": "triggered_tags",

@@ -10,7 +10,9 @@ server-sent event bodies), :mod:`.metrics` (Prometheus text), :mod:`.limits` (bo
 :mod:`.request_checks` (known fields, valid Unicode, prompts certainly over the context), :mod:`.security`
 (Host check, API key), :mod:`.drain` (503 while shutting down), :mod:`.docs_ui` (``/docs`` without a
 CDN), :mod:`.app` (``create_app``), :mod:`.server` (uvicorn with connection timeouts and a bounded
-graceful shutdown), :mod:`.load` (``s2d2 bench-serve``), :mod:`.ray` (``s2d2 serve --ray``).
+graceful shutdown), :mod:`.load` (``s2d2 bench-serve``), :mod:`.ray` (``s2d2 serve --ray``); the packages
+:mod:`.tools` (tool calls), :mod:`.openai_responses` (OpenAI's Responses API) and
+:mod:`.anthropic_messages` (Anthropic's Messages API, on the same chat path).
 
 FastAPI and uvicorn are the optional extra ``serve`` (``pip install 's2d2[serve]'``); nothing here is
 imported by the rest of the library.

@@ -1,7 +1,8 @@
 """The FastAPI app: OpenAI-compatible endpoints on one batched engine (``create_app(model, ...)``).
 
-``POST /v1/completions``, ``POST /v1/chat/completions`` and ``POST /v1/responses``
-(:mod:`.openai_responses`; streamed or not), ``GET /v1/models``,
+``POST /v1/completions``, ``POST /v1/chat/completions``, ``POST /v1/responses``
+(:mod:`.openai_responses`; streamed or not), Anthropic's ``POST /v1/messages`` and
+``POST /v1/messages/count_tokens`` (:mod:`.anthropic_messages`), ``GET /v1/models``,
 ``GET /health``, ``GET /metrics``, ``GET /openapi.json`` and ``GET /docs`` (:mod:`.docs_ui`). The app
 owns an :class:`EngineThread` (started and stopped by the app's lifespan); each request is checked
 (:mod:`.prepare`), submitted, and answered from its own queue (:mod:`.responses`). See ``docs`` of
@@ -29,6 +30,9 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response, Streami
 from ..decoding.routing_state import DEFAULT_MAX_TABLES, EngineRoutingState
 from ..engine.llm_engine import LLMEngine
 from ..errors import S2D2Error
+from .anthropic_messages.errors import AnthropicErrors
+from .anthropic_messages.request import CountTokensRequest, MessagesRequest
+from .anthropic_messages.serve import count_tokens, serve_message
 from .detokenizer import TextStream
 from .docs_ui import add_docs
 from .drain import DrainGate, draining_error
@@ -49,6 +53,8 @@ from .protocol import (
     ModelCard,
     ModelList,
 )
+from .reasoning.detect import detect_reasoning_parser
+from .reasoning.parser import PARSERS
 from .request_checks import check_body_text
 from .responses import (
     Delta,
@@ -61,7 +67,7 @@ from .responses import (
 )
 from .security import AccessControl
 from .tools.formats import format_named
-from .tools.reply import tool_events
+from .tools.reply import new_reader, reply_events
 
 log = logging.getLogger("s2d2.serving")
 
@@ -91,6 +97,8 @@ class ServerState:
         self.shutdown_failed = False
         #: ``--tool-call-parser`` (None: detected from the chat template)
         self.tool_parser: str | None = None
+        #: the reasoning parser in force (``--reasoning-parser``, else detected; None: none)
+        self.reasoning_parser: str | None = None
 
     def card(self) -> dict[str, Any]:
         """The served model's ``/v1/models`` entry; ``generation_defaults``: the sampling defaults of a
@@ -185,6 +193,7 @@ def create_app(
     api_key: str | None = None,
     allowed_hosts: list[str] | None = None,
     tool_call_parser: str | None = None,
+    reasoning_parser: str | None = None,
 ) -> FastAPI:
     """An app serving ``model`` (an :class:`s2d2.S2D2Model`) with its own streaming engine.
 
@@ -198,11 +207,14 @@ def create_app(
     ``body_timeout`` (seconds a body may take, 408 after), ``api_key`` (required as a Bearer token on
     every ``/v1`` route, ``/docs`` and ``/openapi.json``) and ``allowed_hosts`` (``Host`` header names;
     default: the loopback names). ``tool_call_parser``: the tool-call format (:mod:`.tools.formats`;
-    default: detected from the chat template).
+    default: detected from the chat template). ``reasoning_parser``: ``qwen3`` (``<think>`` blocks read
+    into ``reasoning_content``), ``none``, or None: detected from the chat template
+    (:func:`.reasoning.detect.detect_reasoning_parser`).
     """
     _check_preset(model, preset)
     if tool_call_parser is not None:
         format_named(tool_call_parser)  # a one-line error now for an unknown name
+    reasoning = resolve_reasoning_parser(model, reasoning_parser)
     rows = max_num_seqs or model.max_num_seqs
     limit = max_query_tokens_per_row or getattr(model, "max_query_tokens_per_row", None)
     engine = LLMEngine(
@@ -223,6 +235,7 @@ def create_app(
     state = ServerState(model, thread, name=served_name or model.name, preset=preset)
     state.routing_file = state_file
     state.tool_parser = tool_call_parser
+    state.reasoning_parser = reasoning
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -245,8 +258,22 @@ def create_app(
     add_docs(app)
     app.add_middleware(BodySizeLimit, max_bytes=max_body_bytes, timeout=body_timeout)
     app.add_middleware(DrainGate, draining=lambda: thread.draining, retry_after=RETRY_AFTER_S)
-    app.add_middleware(AccessControl, allowed_hosts=allowed_hosts, api_key=api_key)  # outermost: first
+    app.add_middleware(AccessControl, allowed_hosts=allowed_hosts, api_key=api_key)  # first check
+    app.add_middleware(AnthropicErrors)  # outermost: Anthropic's error shape on /v1/messages
     return app
+
+
+def resolve_reasoning_parser(model: Any, name: str | None) -> str | None:
+    """The reasoning parser in force: ``name`` (``none``: no parser), else the chat template's
+    (:func:`.reasoning.detect.detect_reasoning_parser`); an unknown name is a one-line S2D2Error."""
+    if name is None:
+        return detect_reasoning_parser(getattr(model.tokenizer, "chat_template", None))
+    if name == "none":
+        return None
+    if name not in PARSERS:
+        names = ", ".join(sorted(PARSERS))
+        raise S2D2Error(f"unknown reasoning parser {name!r}; choose one of: none, {names}")
+    return name
 
 
 def _routes(app: FastAPI, state: ServerState) -> None:
@@ -285,6 +312,14 @@ def _routes(app: FastAPI, state: ServerState) -> None:
     async def responses(body: ResponsesRequest, request: Request) -> Any:
         return await serve_response(state, body, request, prepare=_prepare, submit=_submit)
 
+    @app.post("/v1/messages", responses=ERROR_RESPONSES)
+    async def messages(body: MessagesRequest, request: Request) -> Any:
+        return await serve_message(state, body, request, prepare=_prepare, submit=_submit)
+
+    @app.post("/v1/messages/count_tokens", responses=ERROR_RESPONSES)
+    async def messages_count_tokens(body: CountTokensRequest) -> Any:
+        return await count_tokens(state, body, prepare=_prepare)
+
 
 async def _submit(state: ServerState, prep: Prepared) -> list[Any]:
     """One engine request per choice, all or none (a refusal aborts the choices already queued)."""
@@ -317,7 +352,12 @@ def _prepare(state: ServerState, body: Any) -> Prepared:
     run in a worker thread, so a long prompt never holds the event loop."""
     check_body_text(body, state.model.info.max_length)
     return prepare(
-        state.model, body, served_name=state.name, server_preset=state.preset, tool_parser=state.tool_parser
+        state.model,
+        body,
+        served_name=state.name,
+        server_preset=state.preset,
+        tool_parser=state.tool_parser,
+        reasoning_parser=state.reasoning_parser,
     )
 
 
@@ -339,8 +379,9 @@ async def _serve(state: ServerState, body: Any, request: Request, *, chat: bool)
             for sub in subs
         ]
     r = Renderer(prep, chat, state.name, decode, scores)
-    if prep.stream and prep.tools is not None and prep.tools.parses:
-        streams = [tool_events(s, prep.tools, Delta) for s in streams]
+    if prep.stream and new_reader(prep.tools, prep.reasoning) is not None:
+        make = functools.partial(new_reader, prep.tools, prep.reasoning)
+        streams = [reply_events(s, make, Delta) for s in streams]
     if prep.stream:
         headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
         return StreamingResponse(sse_chunks(r, streams), media_type="text/event-stream", headers=headers)

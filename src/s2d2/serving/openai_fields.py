@@ -25,7 +25,10 @@ _NO_EFFECT = "Accepted for OpenAI compatibility; no effect here."
 #: OpenAI's documented request fields this server does not support (refused by name, not as unknown).
 UNSUPPORTED = ("reasoning_effort", "web_search_options", "reasoning", "background", "include", "instructions")
 #: The keys OpenAI documents inside nested request objects (any other is a 400 naming its path).
-MESSAGE_KEYS = {"role", "content", "name", "tool_calls", "tool_call_id", "refusal", "function_call", "audio"}
+MESSAGE_KEYS = {
+    "role", "content", "name", "tool_calls", "tool_call_id", "refusal", "function_call", "audio",
+    "reasoning_content",
+}  # fmt: skip
 RESPONSE_FORMAT_KEYS = {"type", "json_schema"}
 JSON_SCHEMA_KEYS = {"name", "description", "schema", "strict"}
 TOOL_KEYS = {"type", "function"}

@@ -101,6 +101,8 @@ class Prepared:
     #: tools (the reply is read for calls unless tool_choice is none)
     constraint: Any = None
     tools: ToolPlan | None = None
+    #: a chat reply's reasoning parser (:mod:`.reasoning.parser`; None: no reasoning is split out)
+    reasoning: str | None = None
     #: ``max_tokens: 0`` with ``echo``: only the prompts are scored, nothing is decoded
     score_only: bool = False
     #: vLLM's ``prompt_logprobs``: alternatives per prompt token (None: not asked for)
@@ -351,8 +353,11 @@ def prepare(
     served_name: str,
     server_preset: str | None = None,
     tool_parser: str | None = None,
+    reasoning_parser: str | None = None,
 ) -> Prepared:
-    """Check ``body`` and translate it (see the module docstring); raises a 4xx APIError."""
+    """Check ``body`` and translate it (see the module docstring); raises a 4xx APIError.
+    ``tool_parser``: the server's call format (None: detected); ``reasoning_parser``: the server's
+    reasoning parser (None: none), applied to chat replies."""
     check_model_name(body.model, served_name)
     _refused(body)
     body, score_only = scoring_request(body)
@@ -382,6 +387,7 @@ def prepare(
         logprobs=config.logprobs,
         constraint=constraint,
         tools=tools,
+        reasoning=reasoning_parser if chat else None,
         notes=_notes(config, model, body) + unknown_words_notes(model, ids),
         score_only=score_only,
         prompt_logprobs=getattr(body, "prompt_logprobs", None),

@@ -33,7 +33,7 @@ from .token_logprobs import (
     prompt_logprobs_format,
     scored_tokens,
 )
-from .tools.reply import finish_reason, tool_message
+from .tools.reply import finish_reason, new_reader, reply_message
 
 
 @dataclass
@@ -45,6 +45,8 @@ class Delta:
     logprobs: list[Any] | None = None
     #: chat with tools: the ``delta.tool_calls`` entries read from this text (``text`` is then the content)
     tool_calls: list[Any] | None = None
+    #: chat with a reasoning parser: the reasoning read from this text (``text`` is then the content)
+    reasoning: str | None = None
 
 
 @dataclass
@@ -279,10 +281,11 @@ def completion_body(r: Renderer, results: Sequence[ChoiceResult]) -> dict[str, A
         if r.prep.prompt_logprobs is not None and r.prompt_scores is not None:
             scores = r.prompt_scores[row.prompt_index]
             choice["prompt_logprobs"] = prompt_logprobs_format(scores, r.prep.prompt_logprobs)
-        if r.chat and r.prep.tools is not None and r.prep.tools.parses:
-            choice["message"] = tool_message(r.prep.tools, res.text)
+        reader = new_reader(r.prep.tools, r.prep.reasoning) if r.chat else None
+        if reader is not None:
+            choice["message"], cut = reply_message(reader, res.text)
             called = "tool_calls" in choice["message"]
-            choice["finish_reason"] = finish_reason(res.outcome.finish_reason, called)
+            choice["finish_reason"] = finish_reason(res.outcome.finish_reason, called, cut)
         elif r.chat:
             choice["message"] = {"role": "assistant", "content": res.text}
         else:
@@ -298,10 +301,16 @@ def completion_body(r: Renderer, results: Sequence[ChoiceResult]) -> dict[str, A
 
 
 def _tool_delta(d: Delta) -> dict[str, Any] | None:
-    """A chat delta with ``tool_calls`` entries (None: the plain ``{"content": ...}`` delta)."""
-    if d.tool_calls is None:
+    """A chat delta with ``reasoning_content`` or ``tool_calls`` entries (None: the plain
+    ``{"content": ...}`` delta)."""
+    if d.tool_calls is None and d.reasoning is None:
         return None
-    return {"content": d.text, "tool_calls": d.tool_calls} if d.text else {"tool_calls": d.tool_calls}
+    out: dict[str, Any] = {"content": d.text} if d.text else {}
+    if d.reasoning is not None:
+        out["reasoning_content"] = d.reasoning
+    if d.tool_calls is not None:
+        out["tool_calls"] = d.tool_calls
+    return out
 
 
 def _sse(obj: Any) -> str:

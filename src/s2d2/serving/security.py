@@ -5,8 +5,9 @@
   reach a server on 127.0.0.1 through a DNS name it controls (DNS rebinding). ``*`` allows any host.
 * **API key.** With a key (``--api-key KEY`` or ``S2D2_API_KEY``), every ``/v1`` route, the API's
   description ``/openapi.json`` and the ``/docs`` page with its assets require ``Authorization: Bearer
-  KEY`` (compared in constant time), else a 401 in OpenAI's error format; ``/health`` and ``/metrics``
-  stay open (for probes and scrapers; keep them off public networks).
+  KEY`` or, as Anthropic's clients send it, ``x-api-key: KEY`` (compared in constant time), else a 401
+  in OpenAI's error format (Anthropic's on ``/v1/messages``); ``/health`` and ``/metrics`` stay open
+  (for probes and scrapers; keep them off public networks).
 """
 
 from __future__ import annotations
@@ -73,17 +74,23 @@ class AccessControl:
                 return APIError(
                     400, f"the Host header {host!r} is not allowed", param="Host", code="invalid_host"
                 )
-        if self.api_key is not None and _protected(scope.get("path", "")):
-            auth = headers.get(b"authorization", b"")
-            scheme, _, key = auth.partition(b" ")
-            if scheme.lower() != b"bearer" or not hmac.compare_digest(key.strip(), self.api_key):
-                return APIError(
-                    401,
-                    "a valid API key is required: send 'Authorization: Bearer <key>'",
-                    code="invalid_api_key",
-                    headers={"WWW-Authenticate": "Bearer"},
-                )
+        if self.api_key is not None and _protected(scope.get("path", "")) and not self._key_ok(headers):
+            return APIError(
+                401,
+                "a valid API key is required: send 'Authorization: Bearer <key>' (or 'x-api-key: <key>')",
+                code="invalid_api_key",
+                headers={"WWW-Authenticate": "Bearer"},
+            )
         return None
+
+    def _key_ok(self, headers: dict[bytes, bytes]) -> bool:
+        """Whether the request carries the key: as a Bearer token, or in ``x-api-key``."""
+        if self.api_key is None:
+            return True
+        scheme, _, key = headers.get(b"authorization", b"").partition(b" ")
+        bearer = scheme.lower() == b"bearer" and hmac.compare_digest(key.strip(), self.api_key)
+        given = headers.get(b"x-api-key")
+        return bearer or (given is not None and hmac.compare_digest(given.strip(), self.api_key))
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] == "http":

@@ -7,7 +7,10 @@
 - chat ``tools`` (:mod:`.tools.request`): under ``tool_choice`` auto, required or a named function the
   calls' names and arguments are constrained (a structural tag over the model's call markup).
 
-At most one of them per request; each problem is a 400 naming the field.
+At most one of them per request, except ``response_format`` (json_schema / json_object) with ``tools``:
+under ``tool_choice`` auto one constraint lets the reply be either calls or a final answer matching the
+format (:func:`s2d2.constraints.tool_calls.with_answer`); under required or a named function only calls
+(the format is still checked). Each problem is a 400 naming the field.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..constraints import OutputConstraint, constraint_of
+from ..constraints.tool_calls import with_answer
 from ..errors import S2D2Error
 from .errors import bad_request
 
@@ -41,7 +45,8 @@ def structured_of(body: Any, tools: OutputConstraint | None = None, forced: bool
     """The request's structured-output constraint (see the module docstring); ``tools``: the tool calls'
     constraint (:class:`.tools.request.ToolPlan`), if any; a 400 on bad input. ``forced``: the reply
     only calls (tool_choice required or named), so a ``response_format`` (which shapes text) is checked
-    and the calls' constraint applies; with tool_choice auto the two cannot both apply (a 400)."""
+    and the calls' constraint applies; with tool_choice auto the reply is calls or an answer in the
+    format."""
     given: list[tuple[str, str, Any]] = []  # (field, constraint_of keyword, value)
     rf = getattr(body, "response_format", None)
     if rf is not None and rf.type != "text":
@@ -55,8 +60,11 @@ def structured_of(body: Any, tools: OutputConstraint | None = None, forced: bool
             raise bad_request(f"structured_outputs.{key} is not supported", param="structured_outputs")
         if value is not None:
             given.append((f"structured_outputs.{key}", _VLLM_KEYS[key], value))
-    if tools is not None and forced and [g[0] for g in given] == ["response_format"]:
-        structured_of(body)  # the format is still checked
+    if tools is not None and [g[0] for g in given] == ["response_format"]:
+        answer = structured_of(body).constraint  # the format is checked either way
+        if not forced:
+            schema = answer.source if answer.kind == "json_schema" else '{"type":"object"}'
+            tools = OutputConstraint("tool_calls", with_answer(tools.source, schema))
         given = []
     if tools is not None:
         given.append(("tools", "tool_calls", tools))

@@ -1,10 +1,13 @@
 """The Responses API's answers: the ``response`` object whole, or its server-sent events.
 
-A reply is a list of output items: an assistant ``message`` (its text as one ``output_text`` part) and
-one ``function_call`` item per call (``call_id``, ``name``, ``arguments`` as JSON text), in the order the
-model wrote them. ``status`` is ``completed``, or ``incomplete`` with ``incomplete_details.reason``
-``max_output_tokens`` when the token limit cut the reply. Streamed, the events are OpenAI's:
-``response.created``, ``response.in_progress``, per item ``response.output_item.added``, for a message
+A reply is a list of output items: a ``reasoning`` item first when the server's reasoning parser split
+some off (its text as one ``reasoning_text`` content part, no summary), an assistant ``message`` (its
+text as one ``output_text`` part) and one ``function_call`` item per call (``call_id``, ``name``,
+``arguments`` as JSON text), in the order the model wrote them. ``status`` is ``completed``, or
+``incomplete`` with ``incomplete_details.reason`` ``max_output_tokens`` when the token limit (or a stop
+string inside a call) cut the reply. Streamed, the events are OpenAI's: ``response.created``,
+``response.in_progress``, per item ``response.output_item.added``, for reasoning
+``response.reasoning_text.delta`` ..., ``response.reasoning_text.done``, for a message
 ``response.content_part.added``, ``response.output_text.delta`` ..., ``response.output_text.done``,
 ``response.content_part.done``, for a call ``response.function_call_arguments.delta`` ...,
 ``response.function_call_arguments.done``, then ``response.output_item.done``, and last
@@ -21,6 +24,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..reasoning.parser import Reasoning
 from ..tools.parser import Arguments, CallStart, Content
 
 
@@ -100,9 +104,23 @@ def call_item(call_id: str, name: str, arguments: str, status: str = "completed"
     }
 
 
-def output_items(content: str | None, tool_calls: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The output of a whole reply (content first, then the calls)."""
-    items = [message_item(content)] if content else []
+def reasoning_item(text: str, status: str = "completed", item_id: str | None = None) -> dict[str, Any]:
+    part = {"type": "reasoning_text", "text": text}
+    return {
+        "type": "reasoning",
+        "id": item_id or _id("rs"),
+        "summary": [],
+        "content": [part] if status == "completed" else [],
+        "status": status,
+    }
+
+
+def output_items(
+    content: str | None, tool_calls: list[dict[str, Any]], reasoning: str | None = None
+) -> list[dict[str, Any]]:
+    """The output of a whole reply (reasoning first, then content, then the calls)."""
+    items = [reasoning_item(reasoning)] if reasoning else []
+    items += [message_item(content)] if content else []
     for c in tool_calls:
         items.append(call_item(c["id"], c["function"]["name"], c["function"]["arguments"]))
     return items
@@ -129,8 +147,9 @@ class EventWriter:
         self.open = item
         self.output.append(item)
         out = [self._event("response.output_item.added", output_index=len(self.output) - 1, item=item)]
-        if item["type"] == "message":
+        if item["type"] in ("message", "reasoning"):
             item["_text"] = ""
+        if item["type"] == "message":
             part = {"type": "output_text", "text": "", "annotations": []}
             out.append(self._part("response.content_part.added", part))
         return out
@@ -144,7 +163,12 @@ class EventWriter:
         if item is None:
             return out
         ix = self.output.index(item)
-        if item["type"] == "message":
+        if item["type"] == "reasoning":
+            text = item.pop("_text")
+            fields = dict(item_id=item["id"], output_index=ix, content_index=0, text=text)
+            out.append(self._event("response.reasoning_text.done", **fields))
+            item.update(reasoning_item(text, item_id=item["id"]))
+        elif item["type"] == "message":
             text = item.pop("_text")
             fields = dict(item_id=item["id"], output_index=ix, content_index=0, text=text, logprobs=[])
             out.append(self._event("response.output_text.done", **fields))
@@ -159,18 +183,27 @@ class EventWriter:
         self.open = None
         return out
 
+    def _text(self, kind: str, text: str) -> list[str]:
+        """A text delta of the open item, opening a ``kind`` item (message or reasoning) first if need be."""
+        out: list[str] = []
+        if self.open is None or self.open["type"] != kind:
+            new = message_item if kind == "message" else reasoning_item
+            out += self.close() + self._add(new("", "in_progress"))
+        self.open["_text"] += text
+        fields = dict(item_id=self.open["id"], output_index=len(self.output) - 1, content_index=0, delta=text)
+        if kind == "message":
+            out.append(self._event("response.output_text.delta", **fields, logprobs=[]))
+        else:
+            out.append(self._event("response.reasoning_text.delta", **fields))
+        return out
+
     def feed(self, events: list[Any]) -> list[str]:
         out: list[str] = []
         for e in events:
-            if isinstance(e, Content) and e.text:
-                if self.open is None or self.open["type"] != "message":
-                    out += self.close() + self._add(message_item("", "in_progress"))
-                self.open["_text"] += e.text
-                ix = len(self.output) - 1
-                fields = dict(
-                    item_id=self.open["id"], output_index=ix, content_index=0, delta=e.text, logprobs=[]
-                )
-                out.append(self._event("response.output_text.delta", **fields))
+            if isinstance(e, Reasoning) and e.text:
+                out += self._text("reasoning", e.text)
+            elif isinstance(e, Content) and e.text:
+                out += self._text("message", e.text)
             elif isinstance(e, CallStart):
                 out += self.close() + self._add(call_item(e.id, e.name, "", "in_progress"))
             elif isinstance(e, Arguments) and self.open is not None:
@@ -180,17 +213,21 @@ class EventWriter:
                 out.append(self._event("response.function_call_arguments.delta", **fields))
         return out
 
-    def finish(self, outcome: Any, prompt_tokens: int) -> list[str]:
+    def finish(self, outcome: Any, prompt_tokens: int, cut: bool = False) -> list[str]:
+        """The last events; ``cut``: the reply ended inside a call (incomplete, as by the token limit)."""
         out = self.close()
-        status = status_of(outcome.finish_reason)
+        status = "incomplete" if cut else status_of(outcome.finish_reason)
         r = self.head.response(status, self.output, usage_of(prompt_tokens, outcome))
         kind = "response.completed" if status == "completed" else "response.incomplete"
         return [*out, self._event(kind, response=r)]
 
 
-async def response_events(head: ResponseHead, deltas: AsyncIterator[Any], read: Any, prompt_tokens: int):
+async def response_events(
+    head: ResponseHead, deltas: AsyncIterator[Any], read: Any, prompt_tokens: int, cut: Any = lambda: False
+):
     """The SSE text of one reply: ``deltas`` are the choice's events (:mod:`..responses`); ``read(text,
-    final)`` turns text into tool-reader events (plain content when the request has no tools)."""
+    final)`` turns text into reader events (plain content when the request reads neither tools nor
+    reasoning); ``cut()``: whether the reply ended inside a call."""
     w = EventWriter(head)
     for line in w.start():
         yield line
@@ -200,7 +237,8 @@ async def response_events(head: ResponseHead, deltas: AsyncIterator[Any], read: 
                 yield w._event("error", code="decode_failed", message=item.error, param=None)
                 return
             text = item.last.text if item.last is not None else ""
-            for line in w.feed(read(text, True)) + w.finish(item, prompt_tokens):
+            lines = w.feed(read(text, True))
+            for line in lines + w.finish(item, prompt_tokens, cut()):
                 yield line
             return
         for line in w.feed(read(item.text, False)):

@@ -19,8 +19,8 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from ..detokenizer import TextStream
 from ..errors import APIError
 from ..responses import collect_all, text_events
-from ..tools.parser import Content, ToolCallParser
-from ..tools.reply import call_id, tool_message
+from ..tools.parser import Content
+from ..tools.reply import new_reader, reply_message
 from .reply import ResponseHead, output_items, response_events, status_of, usage_of
 from .request import ResponsesRequest, to_chat
 
@@ -54,18 +54,17 @@ async def serve_response(
     sub = (await submit(state, prep))[0]
     events = text_events(state.engine, sub, TextStream(state.model.decode_ids, prep.stop))
     head = ResponseHead(state.name, body)
-    plan = prep.tools if prep.tools is not None and prep.tools.parses else None
+    reader = new_reader(prep.tools, prep.reasoning)
     prompt_tokens = len(prep.prompt_ids)
     if prep.stream:
-        parser = ToolCallParser(plan.format, call_id) if plan is not None else None
 
         def read(text: str, final: bool) -> list[Any]:
-            if parser is None:
+            if reader is None:
                 return [Content(text)]
-            return parser.feed(text) + (parser.finish() if final else [])
+            return reader.feed(text) + (reader.finish() if final else [])
 
         headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
-        stream = response_events(head, events, read, prompt_tokens)
+        stream = response_events(head, events, read, prompt_tokens, lambda: reader is not None and reader.cut)
         return StreamingResponse(stream, media_type="text/event-stream", headers=headers)
     results = await collect_all([events], request.is_disconnected)
     if results is None:
@@ -73,12 +72,11 @@ async def serve_response(
     res = results[0]
     if res.outcome.error is not None:
         raise APIError(500, f"the request failed while decoding: {res.outcome.error}", code="decode_failed")
-    if plan is not None:
-        message = tool_message(plan, res.text)
+    content, calls, thought, cut = res.text, [], None, False
+    if reader is not None:
+        message, cut = reply_message(reader, res.text)
         content, calls = message["content"], message.get("tool_calls", [])
-    else:
-        content, calls = res.text, []
-    status = status_of(res.outcome.finish_reason)
-    return JSONResponse(
-        head.response(status, output_items(content, calls), usage_of(prompt_tokens, res.outcome))
-    )
+        thought = message.get("reasoning_content")
+    status = "incomplete" if cut else status_of(res.outcome.finish_reason)
+    output = output_items(content, calls, thought)
+    return JSONResponse(head.response(status, output, usage_of(prompt_tokens, res.outcome)))

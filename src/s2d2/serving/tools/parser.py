@@ -9,10 +9,12 @@ same content and the same calls: the streamed deltas reassemble to exactly the n
 The format's markup never reaches the content: text that may be the start of the trigger is held until
 it is known; whitespace between text and a call, between calls and after the last call is dropped. A
 call's arguments are the JSON value after ``"arguments":``, verbatim (as the model wrote it, which the
-structural tag keeps compact and within the schema), cut where that value closes. Text after a trigger
-that does not read as a call's head (``{"name": "...", "arguments": ``) is returned as content
-(:func:`parse_reply` also returns the whole reply as text when a call's arguments are no JSON object or
-name no tool), never an error.
+structural tag keeps compact and within the schema), cut where that value closes. A call is returned
+only once its arguments have closed (``CallStart`` and its whole ``Arguments`` together), so a reply cut
+inside a call (by ``max_tokens`` or a stop string) returns every complete call and drops the cut one:
+its markup never reaches the content, and :attr:`ToolCallParser.cut` says so. A complete call whose
+name is no tool's or whose arguments are no JSON object is returned as text, as is text after a trigger
+that does not read as a call's head (``{"name": "...", "arguments": ``); never an error.
 """
 
 from __future__ import annotations
@@ -91,16 +93,23 @@ class _Json:
 
 @dataclass
 class ToolCallParser:
-    """The incremental reader (see the module docstring); ``new_id()`` names each call."""
+    """The incremental reader (see the module docstring); ``new_id()`` names each call; ``names``: the
+    tools' names (None: any name); ``cut``: set by :meth:`finish` when the text ended inside a call."""
 
     format: ToolFormat
     new_id: Callable[[], str]
+    names: set[str] | None = None
     state: str = "text"
     buf: str = ""
     held_ws: str = ""
     skip_ws: bool = False
     calls: int = 0
     json: _Json = field(default_factory=_Json)
+    cut: bool = False
+    #: the call being read: its name, its raw text since the trigger, its arguments so far
+    name: str = ""
+    raw: str = ""
+    arguments: str = ""
 
     @property
     def close(self) -> str:
@@ -115,18 +124,31 @@ class ToolCallParser:
                 return out
 
     def finish(self) -> list[Event]:
-        """The events the end of the text decides (held text, an unread head)."""
+        """The events the end of the text decides: held text is content; a call cut short (a head that
+        may still become one, arguments not closed, the closing tag missing, or after a call the start
+        of a trigger) is dropped and :attr:`cut` set."""
         out: list[Event] = []
         if self.state == "head":
-            self._text_out(out, self.format.trigger + self.buf)
-            self.buf, self.state = "", "text"
+            if self._may_be_head(self.buf):
+                self.cut = True
+            else:
+                self._text_out(out, self.format.trigger + self.buf)
+        elif self.state == "text" and self.calls and self.buf:  # the start of a next call's trigger
+            self.cut = True
         elif self.state == "text":
             self._text_out(out, self.buf)
-            self.buf = ""
+        else:  # inside the arguments, or before the closing tag
+            self.cut = True
+        self.buf, self.state = "", "text"
         if self.held_ws and not self.calls:
             out.append(Content(self.held_ws))
         self.held_ws = ""
         return out
+
+    def _may_be_head(self, text: str) -> bool:
+        """Whether ``text`` (after a trigger) may be the start of a call's head."""
+        rest = self.format.begin[len(self.format.trigger) :]
+        return rest.startswith(text) or text.startswith(rest) or _HEAD.match(text) is not None
 
     # ----------------------------------------------------------------- states: each returns "go on"
     def _text(self, out: list[Event]) -> bool:
@@ -149,7 +171,7 @@ class ToolCallParser:
                 self.state = "text"
                 return True
             return False
-        out.append(CallStart(self.calls, self.new_id(), m.group(1)))
+        self.name, self.raw, self.arguments = m.group(1), self.format.trigger + self.buf[: m.end()], ""
         self.buf, self.state, self.json = self.buf[m.end() :], "arguments", _Json()
         return True
 
@@ -158,13 +180,27 @@ class ToolCallParser:
             self.buf = self.buf.lstrip()
         for i, ch in enumerate(self.buf):
             if self.json.feed(ch):
-                out.append(Arguments(self.calls, self.buf[: i + 1]))
-                self.buf, self.state = self.buf[i + 1 :], "tail"
-                return True
-        if self.buf:
-            out.append(Arguments(self.calls, self.buf))
+                self.arguments += self.buf[: i + 1]
+                self.buf = self.buf[i + 1 :]
+                return self._call_read(out)
+        self.arguments += self.buf
         self.buf = ""
         return False
+
+    def _call_read(self, out: list[Event]) -> bool:
+        """The arguments closed: a valid call is returned whole; an invalid one is text."""
+        try:
+            valid = isinstance(json.loads(self.arguments), dict)
+        except json.JSONDecodeError:
+            valid = False
+        if valid and (self.names is None or self.name in self.names):
+            out.append(CallStart(self.calls, self.new_id(), self.name))
+            out.append(Arguments(self.calls, self.arguments))
+            self.state = "tail"
+            return True
+        self._text_out(out, self.raw + self.arguments)
+        self.state = "text"
+        return True
 
     def _tail(self, out: list[Event]) -> bool:
         k = self.buf.find(self.close)
@@ -190,10 +226,12 @@ class ToolCallParser:
 
 @dataclass
 class Reply:
-    """A reply read whole: its content (None when it only calls) and its calls (OpenAI's shape)."""
+    """A reply read whole: its content (None when it only calls), its calls (OpenAI's shape) and whether
+    it ended inside a call (that call dropped)."""
 
     content: str | None
     tool_calls: list[dict]
+    cut: bool = False
 
 
 def collect(events: list[Event]) -> Reply:
@@ -208,18 +246,9 @@ def collect(events: list[Event]) -> Reply:
     return Reply(text if text or not calls else None, calls)
 
 
-def valid_call(call: dict, names: set[str]) -> bool:
-    fn = call["function"]
-    try:
-        return fn["name"] in names and isinstance(json.loads(fn["arguments"]), dict)
-    except json.JSONDecodeError:
-        return False
-
-
-def parse_reply(text: str, fmt: ToolFormat, names: set[str], new_id: Callable[[], str]) -> Reply:
-    """The whole reply's content and calls; a call that does not parse leaves the reply as text."""
-    parser = ToolCallParser(fmt, new_id)
+def parse_reply(text: str, fmt: ToolFormat, names: set[str] | None, new_id: Callable[[], str]) -> Reply:
+    """The whole reply's content and calls, and whether it ended inside a call (the reader's ``cut``)."""
+    parser = ToolCallParser(fmt, new_id, names)
     reply = collect(parser.feed(text) + parser.finish())
-    if not all(valid_call(c, names) for c in reply.tool_calls):
-        return Reply(text, [])
+    reply.cut = parser.cut
     return reply

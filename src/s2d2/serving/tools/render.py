@@ -68,6 +68,9 @@ def template_message(m: Any) -> dict[str, Any]:
             }
             for c in m.tool_calls
         ]
+    thought = (getattr(m, "model_extra", None) or {}).get("reasoning_content")
+    if isinstance(thought, str):  # an earlier reply's reasoning (Qwen3-style templates re-render it)
+        out["reasoning_content"] = thought
     if m.tool_call_id is not None:
         out["tool_call_id"] = m.tool_call_id
     if m.name is not None:

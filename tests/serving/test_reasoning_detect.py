@@ -4,13 +4,13 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
-from conftest import FIXTURES
 from s2d2.serving.reasoning.detect import detect_reasoning_parser
 
-PUBLISHED = FIXTURES / "published"
+PUBLISHED = Path("/work/shared/fixtures/published")
 
 
 def _template(folder: str) -> str:

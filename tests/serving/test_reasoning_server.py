@@ -100,6 +100,13 @@ def test_reasoning_parser_none_leaves_the_text_whole(model):
     assert out.content.startswith("<think>\n") and getattr(out, "reasoning_content", None) is None
 
 
+def test_serve_refuses_an_unknown_reasoning_parser_before_loading(capsys):
+    from conftest import assert_one_line_error, run_cli
+
+    code, _, err = run_cli(capsys, "serve", "--model", "no/such-model", "--reasoning-parser", "deepseek")
+    assert_one_line_error(code, err, "unknown reasoning parser 'deepseek'", "none, qwen3")
+
+
 def test_parser_detected_from_the_template_or_named():
     def fake(template):
         return SimpleNamespace(tokenizer=SimpleNamespace(chat_template=template))

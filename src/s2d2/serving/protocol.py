@@ -296,6 +296,9 @@ class AssistantMessage(BaseModel):
     role: str = "assistant"
     content: str | None
     tool_calls: list[dict[str, Any]] | None = None
+    reasoning_content: str | None = Field(
+        None, description="The reply's reasoning (with a reasoning parser: --reasoning-parser)."
+    )
 
 
 class ChatChoice(BaseModel):

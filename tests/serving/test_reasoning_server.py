@@ -100,6 +100,13 @@ def test_reasoning_parser_none_leaves_the_text_whole(model):
     assert out.content.startswith("<think>\n") and getattr(out, "reasoning_content", None) is None
 
 
+def test_serve_refuses_an_unknown_reasoning_parser_before_loading(capsys):
+    from conftest import assert_one_line_error, run_cli
+
+    code, _, err = run_cli(capsys, "serve", "--model", "no/such-model", "--reasoning-parser", "deepseek")
+    assert_one_line_error(code, err, "unknown reasoning parser 'deepseek'", "none, qwen3")
+
+
 def test_parser_detected_from_the_template_or_named():
     def fake(template):
         return SimpleNamespace(tokenizer=SimpleNamespace(chat_template=template))
@@ -128,3 +135,31 @@ def test_history_reasoning_reaches_the_template(model, client):
     got = _chat(client, model, messages=history, **kw).usage.prompt_tokens
     base = _chat(client, model, messages=without, **kw).usage.prompt_tokens
     assert got - base == len(model.encode("<think>\ncall f first\n</think>\n\n"))
+
+
+def test_a_required_call_may_follow_a_think_block(model, client):
+    """With thinking on, a required call's constraint first allows a think block: biased toward
+    ``<think>`` and then ``</think>``, the model thinks (briefly), then calls; the call parses after the
+    block, whole and streamed. With ``enable_thinking: false`` the constraint starts at the call."""
+    from structured_fixtures import SCHEMAS
+
+    tok = model.tokenizer
+    bias = {str(tok.convert_tokens_to_ids("<think>")): 50.0, str(tok.convert_tokens_to_ids("</think>")): 60.0}
+    tools = [{"type": "function", "function": {"name": "paint", "parameters": SCHEMAS["enum"]}}]
+    kw = dict(tools=tools, tool_choice="required", logit_bias=bias, logprobs=True, max_tokens=120)
+    out = _chat(client, model, **kw, extra_body={"structured_outputs": None}).choices[0]
+    raw = "".join(t.token for t in out.logprobs.content)
+    assert raw.startswith("<think></think>\n\n<tool_call>"), raw
+    assert out.finish_reason == "tool_calls" and out.message.content is None
+    assert out.message.reasoning_content is None
+    (call,) = out.message.tool_calls
+    assert call.function.name == "paint"
+    streamed = []
+    for chunk in _chat(client, model, stream=True, **kw, extra_body={"structured_outputs": None}):
+        for c in chunk.choices:
+            streamed += [(d.function.name, d.function.arguments) for d in c.delta.tool_calls or []]
+    assert streamed == [("paint", ""), (None, call.function.arguments)]
+    off = {"structured_outputs": None, "chat_template_kwargs": {"enable_thinking": False}}
+    plain = _chat(client, model, **kw, extra_body=off).choices[0]
+    assert "".join(t.token for t in plain.logprobs.content).startswith("<tool_call>")
+    assert plain.message.tool_calls[0].function.name == "paint"

@@ -117,7 +117,7 @@ def test_text_format_json_schema(served):
         ({"reasoning": {"effort": "low"}}, "reasoning"),
         ({"tools": [{"type": "web_search"}]}, "tools.0.type"),
         ({"tools": [{"type": "function", "parameters": {"type": "object"}}]}, "tools.0.name"),
-        ({"input": [{"type": "reasoning", "summary": []}]}, "input.0.type"),
+        ({"input": [{"type": "file_search_call", "id": "fs_1"}]}, "input.0.type"),
         ({"max_output_tokens": 100000}, "max_output_tokens"),
     ],
 )

@@ -172,6 +172,16 @@ BatchedTokensOpt = Annotated[
 ]
 
 
+def _check_reasoning_parser(name: str | None) -> None:
+    """A one-line error for an unknown ``--reasoning-parser``, before the model loads."""
+    from ..serving.reasoning.parser import PARSERS
+
+    if name is not None and name != "none" and name not in PARSERS:
+        raise S2D2Error(
+            f"unknown reasoning parser {name!r}; choose one of: none, {', '.join(sorted(PARSERS))}"
+        )
+
+
 def serve_command(
     model: ModelOpt = "tiny-gsm",
     host: HostOpt = "127.0.0.1",
@@ -217,6 +227,7 @@ def serve_command(
     _check_robustness_options(max_query_tokens_per_row, max_routing_tables, timeout_keep_alive, body_timeout)
     if api_key is not None and not api_key.strip():
         raise S2D2Error("--api-key (or S2D2_API_KEY) must not be empty")
+    _check_reasoning_parser(reasoning_parser)
     check_kv_options(kv_page_size, kv_budget_tokens)
     memory = dict(prefix_cache=prefix_cache, kv_page_size=kv_page_size, kv_budget_tokens=kv_budget_tokens,
                   enforce_eager=enforce_eager)  # fmt: skip

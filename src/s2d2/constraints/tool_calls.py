@@ -15,7 +15,9 @@ and the mode:
 - ``auto`` with an ``answer`` (a JSON schema's text: the request's ``response_format``): either calls as
   under ``required``, or a final answer matching that schema, nothing else (xgrammar's ``or``).
 
-``parallel`` false stops the output after the first call. The arguments' grammar is the one JSON
+``parallel`` false stops the output after the first call. A ``think`` pair (a reasoning model's open and
+close tags, set by :func:`with_think`) lets the output begin with one free-text block between them (the
+model reasons first); the constraint holds from the block's end. The arguments' grammar is the one JSON
 schemas get everywhere (:func:`.compiler.json_schema_grammar`: compact, no raw control characters).
 """
 
@@ -84,6 +86,30 @@ def _schema(schema: Any) -> str:
     return json.dumps(schema, separators=(",", ":"))
 
 
+def with_think(source: str, open_tag: str, close_tag: str, after: str = "") -> str:
+    """``source`` allowing one free-text block ``open_tag … close_tag`` (then exactly ``after``) before
+    what it constrains."""
+    spec = json.loads(source)
+    spec["think"] = [open_tag, close_tag, after]
+    return json.dumps(spec, separators=(",", ":"))
+
+
+def _thinking_first(spec: dict[str, Any], fmt: dict[str, Any]) -> dict[str, Any]:
+    """``fmt`` after an optional think block when ``spec`` has one."""
+    if "think" not in spec:
+        return fmt
+    open_tag, close_tag, after = spec["think"]
+    block: dict[str, Any] = {
+        "type": "tag",
+        "begin": open_tag,
+        "content": {"type": "any_text"},
+        "end": close_tag,
+    }
+    if after:
+        block = {"type": "sequence", "elements": [block, {"type": "const_string", "value": after}]}
+    return {"type": "sequence", "elements": [{"type": "optional", "content": block}, fmt]}
+
+
 def structural_tag(source: str, arguments_grammar: Any) -> dict[str, Any]:
     """xgrammar's structural-tag description of ``source`` (:func:`tool_calls_source`);
     ``arguments_grammar(schema_text)`` gives the EBNF of one function's arguments."""
@@ -107,7 +133,8 @@ def structural_tag(source: str, arguments_grammar: Any) -> dict[str, Any]:
             "stop_after_first": not parallel,
         }
         answer = {"type": "grammar", "grammar": arguments_grammar(spec["answer"])}
-        return {"type": "structural_tag", "format": {"type": "or", "elements": [calls, answer]}}
+        either = {"type": "or", "elements": [calls, answer]}
+        return {"type": "structural_tag", "format": _thinking_first(spec, either)}
     if spec["mode"] == "auto":
         fmt: dict[str, Any] = {
             "type": "triggered_tags",
@@ -123,4 +150,4 @@ def structural_tag(source: str, arguments_grammar: Any) -> dict[str, Any]:
             "at_least_one": True,
             "stop_after_first": not parallel,
         }
-    return {"type": "structural_tag", "format": fmt}
+    return {"type": "structural_tag", "format": _thinking_first(spec, fmt)}

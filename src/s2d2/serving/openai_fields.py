@@ -10,8 +10,10 @@ have no effect here, OpenAI's fields it does not support, and unknown keys insid
 - Refused as unsupported (a 400 with code ``unsupported_parameter``, "... is not supported"): OpenAI's
   other documented fields (:data:`UNSUPPORTED`), and ``prediction`` / ``audio`` / ``modalities`` asking
   for what the server cannot do. A field nobody documents stays ``unknown_parameter``.
-- Unknown keys inside a message, ``response_format`` (and its ``json_schema``), ``stream_options`` or a
-  ``tools`` entry are a 400 naming their path (:func:`unknown_nested`).
+- Unknown keys at any depth of a message (its content parts, its ``tool_calls``), ``response_format``
+  (and its ``json_schema``), a ``tools`` entry or ``tool_choice`` are a 400 naming their path
+  (:func:`unknown_nested`); the one rule is :func:`unknown_keys` over a :data:`Shape` per field, which
+  the Responses API's checks share.
 """
 
 from __future__ import annotations
@@ -24,6 +26,9 @@ _NO_EFFECT = "Accepted for OpenAI compatibility; no effect here."
 
 #: OpenAI's documented request fields this server does not support (refused by name, not as unknown).
 UNSUPPORTED = ("reasoning_effort", "web_search_options", "reasoning", "background", "include", "instructions")
+#: What a nested request object may hold: each allowed key mapped to the shape of its value (None: any
+#: value); a list is checked item by item against the same shape.
+Shape = dict[str, "Shape | None"]
 #: The keys OpenAI documents inside nested request objects (any other is a 400 naming its path).
 MESSAGE_KEYS = {
     "role", "content", "name", "tool_calls", "tool_call_id", "refusal", "function_call", "audio",
@@ -33,6 +38,21 @@ RESPONSE_FORMAT_KEYS = {"type", "json_schema"}
 JSON_SCHEMA_KEYS = {"name", "description", "schema", "strict"}
 TOOL_KEYS = {"type", "function"}
 FUNCTION_KEYS = {"name", "description", "parameters", "strict"}
+
+
+def keys(names: set[str] | tuple[str, ...], **nested: Shape) -> Shape:
+    """A :data:`Shape` allowing ``names`` (any value) and the ``nested`` keys (values of those shapes)."""
+    return {**dict.fromkeys(names), **nested}
+
+
+TOOL_CALL_SHAPE = keys(("id", "type"), function=keys(("name", "arguments")))
+MESSAGE_SHAPE = keys(MESSAGE_KEYS, content=keys(("type", "text")), tool_calls=TOOL_CALL_SHAPE)
+NESTED_SHAPES: dict[str, Shape] = {
+    "messages": MESSAGE_SHAPE,
+    "response_format": keys(RESPONSE_FORMAT_KEYS, json_schema=keys(JSON_SCHEMA_KEYS)),
+    "tools": keys(TOOL_KEYS, function=keys(FUNCTION_KEYS)),
+    "tool_choice": keys(("type",), function=keys(("name",))),
+}
 
 
 class OpenAIExtras(BaseModel):
@@ -73,29 +93,34 @@ def unsupported(body: Any) -> list[str]:
     return names
 
 
-def _extra(obj: Any, allowed: set[str], path: str) -> list[str]:
-    """``path.key`` for each key of ``obj`` (a dict or a pydantic model) outside ``allowed``."""
-    if isinstance(obj, BaseModel):
-        keys = list(obj.model_extra or {})  # (its declared fields are known)
-    elif isinstance(obj, dict):
-        keys = list(obj)
-    else:
-        return []
-    return [f"{path}.{k}" for k in keys if k not in allowed]
+def _items(value: Any) -> dict[str, Any] | None:
+    """A dict's items, a pydantic model's set fields and extra keys, else None."""
+    if isinstance(value, BaseModel):
+        fields = {n: getattr(value, n) for n in type(value).model_fields if getattr(value, n) is not None}
+        return {**fields, **(value.model_extra or {})}
+    return value if isinstance(value, dict) else None
+
+
+def unknown_keys(value: Any, shape: Shape, path: str) -> list[str]:
+    """``path.key`` (at any depth) for each key of ``value`` outside ``shape``; a list's items are each
+    checked against ``shape`` (``path.i``); scalars have no keys."""
+    if isinstance(value, (list, tuple)):
+        return [p for i, item in enumerate(value) for p in unknown_keys(item, shape, f"{path}.{i}")]
+    items = _items(value)
+    out: list[str] = []
+    for key, item in (items or {}).items():
+        if key not in shape:
+            out.append(f"{path}.{key}")
+        elif shape[key] is not None:
+            out += unknown_keys(item, shape[key], f"{path}.{key}")
+    return out
 
 
 def unknown_nested(body: Any) -> list[str]:
-    """Paths of unknown keys inside the request's messages, ``response_format`` and ``tools``."""
-    names: list[str] = []
-    for i, message in enumerate(getattr(body, "messages", None) or []):
-        names += _extra(message, MESSAGE_KEYS, f"messages.{i}")
-    rf = getattr(body, "response_format", None)
-    if rf is not None:
-        names += _extra(rf, RESPONSE_FORMAT_KEYS, "response_format")
-        spec = (rf.model_extra or {}).get("json_schema") if isinstance(rf, BaseModel) else None
-        names += _extra(spec, JSON_SCHEMA_KEYS, "response_format.json_schema")
-    for i, tool in enumerate(getattr(body, "tools", None) or []):
-        names += _extra(tool, TOOL_KEYS, f"tools.{i}")
-        if isinstance(tool, dict):
-            names += _extra(tool.get("function"), FUNCTION_KEYS, f"tools.{i}.function")
-    return names
+    """Paths of unknown keys inside the request's messages, ``response_format``, ``tools`` and
+    ``tool_choice`` (:data:`NESTED_SHAPES`)."""
+    return [
+        p
+        for name, shape in NESTED_SHAPES.items()
+        for p in unknown_keys(getattr(body, name, None), shape, name)
+    ]

@@ -30,7 +30,7 @@ from .chat import FALLBACK_NOTE, chat_prompt_ids, encode_text, unknown_words_not
 from .errors import APIError, bad_request
 from .prompt_scoring import scoring_request
 from .protocol import ChatCompletionRequest, CompletionRequest
-from .structured import check_settings, compile_for, structured_of
+from .structured import check_settings, compile_for, structured_of, thinking_first
 from .tools.request import ToolPlan, chat_tool_plan, refuse_legacy
 
 MAX_STOP = 4
@@ -365,6 +365,7 @@ def prepare(
     tools = chat_tool_plan(model, body, tool_parser) if chat else None
     forced = tools is not None and tools.mode in ("required", "named")
     structured = structured_of(body, tools.constraint if tools is not None else None, forced)
+    structured = thinking_first(structured, reasoning_parser if chat else None, body)
     stop = stop_strings(body.stop)
     config, given = build_config(model, body, server_preset)
     constraint = compile_for(model, structured)

@@ -164,7 +164,8 @@ class CompletionRequest(_Sampling):
 
 
 class ContentPart(BaseModel):
-    model_config = ConfigDict(strict=True, extra="ignore", allow_inf_nan=False)
+    # extra keys are kept to be refused by path (openai_fields.unknown_nested), not silently dropped
+    model_config = ConfigDict(strict=True, extra="allow", allow_inf_nan=False)
     type: Literal["text"]
     text: str
 
@@ -200,8 +201,8 @@ class ChatCompletionRequest(_Sampling):
 
 def unknown_fields(body: BaseModel) -> list[str]:
     """The request's top-level fields and ``stream_options`` keys that no model declares, then unknown keys
-    of its messages, ``response_format`` and ``tools`` (:func:`.openai_fields.unknown_nested`), by
-    their path."""
+    of its messages, ``response_format``, ``tools`` and ``tool_choice``
+    (:func:`.openai_fields.unknown_nested`), by their path."""
     names = list(body.model_extra or {})
     options = getattr(body, "stream_options", None)
     if options is not None:
@@ -295,6 +296,9 @@ class AssistantMessage(BaseModel):
     role: str = "assistant"
     content: str | None
     tool_calls: list[dict[str, Any]] | None = None
+    reasoning_content: str | None = Field(
+        None, description="The reply's reasoning (with a reasoning parser: --reasoning-parser)."
+    )
 
 
 class ChatChoice(BaseModel):

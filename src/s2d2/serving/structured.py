@@ -15,13 +15,15 @@ format (:func:`s2d2.constraints.tool_calls.with_answer`); under required or a na
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any
 
 from ..constraints import OutputConstraint, constraint_of
-from ..constraints.tool_calls import with_answer
+from ..constraints.tool_calls import with_answer, with_think
 from ..errors import S2D2Error
 from .errors import bad_request
+from .reasoning.parser import END_THINK, THINK
 
 #: vLLM's ``structured_outputs`` keys, as :func:`s2d2.constraints.constraint_of` names them.
 _VLLM_KEYS = {"json": "json_schema", "regex": "regex", "choice": "choice", "grammar": "grammar"}
@@ -81,6 +83,23 @@ def structured_of(body: Any, tools: OutputConstraint | None = None, forced: bool
     except S2D2Error as exc:
         raise bad_request(str(exc), param=param, code="invalid_value") from None
     return Structured(constraint, param)
+
+
+def thinking_first(structured: Structured, reasoning: str | None, body: Any) -> Structured:
+    """With a reasoning parser and thinking on (``chat_template_kwargs.enable_thinking`` not false), a
+    tool-call constraint that binds from the first token (required, named, or calls-or-answer) first
+    lets the model write its think block (``<think>`` … ``</think>`` and Qwen3's blank line); tool_choice
+    auto leaves text before a call free anyway. Other constraints are unchanged."""
+    c = structured.constraint
+    kwargs = getattr(body, "chat_template_kwargs", None) or {}
+    if reasoning is None or kwargs.get("enable_thinking") is False or c is None or c.kind != "tool_calls":
+        return structured
+    spec = json.loads(c.source)
+    if spec["mode"] == "auto" and "answer" not in spec:
+        return structured
+    return Structured(
+        OutputConstraint(c.kind, with_think(c.source, THINK, END_THINK, "\n\n")), structured.param
+    )
 
 
 def compile_for(model: Any, structured: Structured) -> Any:

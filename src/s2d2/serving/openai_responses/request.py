@@ -1,15 +1,18 @@
 """``POST /v1/responses``: OpenAI's Responses request, checked and translated into a chat request.
 
 Supported: ``input`` (a string, or a list of message items, ``function_call`` and
-``function_call_output`` items), ``instructions`` (a system turn first), function ``tools`` (the flat
+``function_call_output`` items, and ``reasoning`` items sent back: their text becomes the next assistant
+turn's ``reasoning_content``), ``instructions`` (a system turn first), function ``tools`` (the flat
 Responses shape: ``{"type": "function", "name", "description", "parameters", "strict"}``) with
 ``tool_choice`` (``auto`` / ``required`` / ``none`` / ``{"type": "function", "name": N}``) and
 ``parallel_tool_calls``, ``max_output_tokens``, ``temperature``, ``top_p``, ``stream``, ``text.format``
 (``text``, ``json_object``, ``json_schema`` with ``name`` and ``schema``), the ``s2d2`` settings object,
 and the caller-only ``user`` / ``metadata`` / ``truncation: "disabled"`` / ``include: []``. The server
 keeps no responses: ``store: true`` and ``previous_response_id`` (and ``conversation``) are a 400, as is
-every other field the server does not implement (by its name). The translated chat request goes through
-the same checks, rendering and tool-call constraint as ``/v1/chat/completions``.
+every other field the server does not implement (by its name). Unknown keys at any depth of ``input``
+items, ``text`` / ``text.format`` and ``tool_choice`` are a 400 naming their path (the chat checks'
+rule, :func:`..openai_fields.unknown_keys`). The translated chat request goes through the same checks,
+rendering and tool-call constraint as ``/v1/chat/completions``.
 """
 
 from __future__ import annotations
@@ -19,12 +22,41 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..errors import bad_request
+from ..openai_fields import Shape, keys, unknown_keys
 from ..protocol import ChatCompletionRequest, S2D2Settings
 
 _CLOSED: dict[str, Any] = {"additionalProperties": False}
 #: Fields refused with their reason (the server keeps no responses).
 _NOT_KEPT = ("previous_response_id", "conversation")
 _ROLES = ("user", "system", "developer", "assistant")
+_TEXT_PART = keys(("type", "text", "annotations", "logprobs"))
+#: What each kind of ``input`` item may hold (OpenAI's documented keys).
+INPUT_SHAPES: dict[str, Shape] = {
+    "message": keys(("type", "role", "id", "status"), content=_TEXT_PART),
+    "function_call": keys(("type", "id", "call_id", "name", "arguments", "status")),
+    "function_call_output": keys(("type", "id", "call_id", "status"), output=_TEXT_PART),
+    "reasoning": keys(("type", "id", "encrypted_content", "status"), summary=_TEXT_PART, content=_TEXT_PART),
+}
+FORMAT_SHAPES: dict[str, Shape] = {
+    "json_schema": keys(("type", "name", "schema", "description", "strict")),
+    "json_object": keys(("type",)),
+    "text": keys(("type",)),
+}
+
+
+def unknown_paths(body: ResponsesRequest) -> list[str]:
+    """Paths of unknown keys in ``input`` items, ``text`` (and its ``format``) and ``tool_choice``."""
+    out: list[str] = []
+    for i, item in enumerate(body.input if isinstance(body.input, list) else []):
+        kind = item.get("type", "message") if isinstance(item, dict) else None
+        if kind in INPUT_SHAPES:  # (an unknown type is refused by name when the input is read)
+            out += unknown_keys(item, INPUT_SHAPES[kind], f"input.{i}")
+    fmt = (body.text or {}).get("format")
+    kind = fmt.get("type") if isinstance(fmt, dict) else None
+    shape = keys(("verbosity",), format=FORMAT_SHAPES.get(kind)) if kind in FORMAT_SHAPES else None
+    out += unknown_keys(body.text, shape or keys(("format", "verbosity")), "text")
+    out += unknown_keys(body.tool_choice, keys(("type", "name")), "tool_choice")
+    return out
 
 
 class ResponsesRequest(BaseModel):
@@ -59,6 +91,14 @@ def _refused(body: ResponsesRequest) -> None:
     extra = list(body.model_extra or {})
     if extra:
         raise bad_request(f"{extra[0]} is not supported", param=extra[0], code="unsupported_parameter")
+    unknown = unknown_paths(body)
+    if unknown:
+        plural = "s" if len(unknown) > 1 else ""
+        raise bad_request(
+            f"unrecognized request argument{plural} supplied: {', '.join(unknown)}",
+            param=unknown[0],
+            code="unknown_parameter",
+        )
     if body.store:
         raise bad_request(
             "store=true is not supported: the server keeps no responses (send store=false or leave it out)",
@@ -87,7 +127,8 @@ def _text_of(content: Any, where: str) -> str:
         raise bad_request(f"{where} must be a string or a list of text parts", param=where)
     parts = []
     for j, part in enumerate(content):
-        if not isinstance(part, dict) or part.get("type") not in ("input_text", "output_text", "text"):
+        kinds = ("input_text", "output_text", "text", "reasoning_text", "summary_text")
+        if not isinstance(part, dict) or part.get("type") not in kinds:
             raise bad_request(
                 f"{where}.{j} must be a text part (input_text / output_text)",
                 param=f"{where}.{j}",
@@ -104,17 +145,23 @@ def _messages(body: ResponsesRequest) -> list[dict[str, Any]]:
     if body.instructions:
         out.append({"role": "system", "content": body.instructions})
     items = [{"role": "user", "content": body.input}] if isinstance(body.input, str) else body.input
+    thought: str | None = None  # a reasoning item's text, for the assistant turn after it
     for i, item in enumerate(items):
         where = f"input.{i}"
         if not isinstance(item, dict):
             raise bad_request(f"{where} must be an object", param=where)
         kind = item.get("type", "message")
+        if kind == "reasoning":
+            thought = _text_of(item.get("content") or [], f"{where}.content")
+            continue
         if kind == "message":
             if item.get("role") not in _ROLES:
                 raise bad_request(f"{where}.role must be one of {', '.join(_ROLES)}", param=f"{where}.role")
             out.append(
                 {"role": item["role"], "content": _text_of(item.get("content", ""), f"{where}.content")}
             )
+            if item["role"] == "assistant" and thought is not None:
+                out[-1]["reasoning_content"], thought = thought, None
         elif kind == "function_call":
             call = _function_call(item, where)
             last = out[-1] if out else None
@@ -126,6 +173,8 @@ def _messages(body: ResponsesRequest) -> list[dict[str, Any]]:
             ):
                 last = {"role": "assistant", "content": None, "tool_calls": []}
                 out.append(last)
+            if thought is not None:
+                last["reasoning_content"], thought = thought, None
             last.setdefault("tool_calls", []).append(call)
         elif kind == "function_call_output":
             if not isinstance(item.get("call_id"), str):

@@ -232,3 +232,30 @@ def test_responses_reasoning_items_sent_back_are_accepted(served):
     ]
     out = client.responses.create(model=model.name, input=items, tools=FLAT_TOOLS, max_output_tokens=4)
     assert out.status in ("completed", "incomplete")
+
+
+def test_responses_text_format_with_tools_gives_calls_or_a_valid_answer(served):
+    """The Agents SDK's ``output_type`` with tools on the Responses API: ``text.format`` + ``tools`` is a
+    200 whose output is function calls or a message meeting the schema (a bias toward ``{`` gives the
+    answer)."""
+    model, client = served
+    brace = str(model.tokenizer.convert_tokens_to_ids("{"))
+    kinds = set()
+    for bias in ({}, {brace: 20.0}):
+        out = client.responses.create(
+            model=model.name,
+            input="user ab 3",
+            tools=FLAT_TOOLS,
+            text={"format": SCHEMA_FORMAT},
+            max_output_tokens=160,
+            extra_body={"s2d2": {"preset": "lossless", "logit_bias": bias}},
+        )
+        types = [o.type for o in out.output]
+        if types[0] == "function_call":
+            assert set(types) == {"function_call"}
+            kinds.add("calls")
+        else:
+            assert types == ["message"]
+            jsonschema.validate(json.loads(out.output_text), ANSWER)
+            kinds.add("answer")
+    assert kinds == {"calls", "answer"}

@@ -163,3 +163,25 @@ def test_a_required_call_may_follow_a_think_block(model, client):
     plain = _chat(client, model, **kw, extra_body=off).choices[0]
     assert "".join(t.token for t in plain.logprobs.content).startswith("<tool_call>")
     assert plain.message.tool_calls[0].function.name == "paint"
+
+
+def test_a_final_answer_in_a_format_may_follow_a_think_block(model, client):
+    """``response_format`` with tools (calls or an answer) also lets a thinking model think first: the
+    same bias gives an empty think block, then a reply that is calls or an answer meeting the schema."""
+    import json
+
+    from structured_fixtures import SCHEMAS
+
+    jsonschema = pytest.importorskip("jsonschema")
+
+    tok = model.tokenizer
+    bias = {str(tok.convert_tokens_to_ids("<think>")): 50.0, str(tok.convert_tokens_to_ids("</think>")): 60.0}
+    bias[str(tok.convert_tokens_to_ids("{"))] = 20.0  # toward the answer
+    tools = [{"type": "function", "function": {"name": "paint", "parameters": SCHEMAS["enum"]}}]
+    fmt = {"type": "json_schema", "json_schema": {"name": "a", "schema": SCHEMAS["enum"]}}
+    kw = dict(tools=tools, response_format=fmt, logit_bias=bias, logprobs=True, max_tokens=120)
+    out = _chat(client, model, **kw, extra_body={"structured_outputs": None}).choices[0]
+    raw = "".join(t.token for t in out.logprobs.content)
+    assert raw.startswith("<think></think>\n\n{"), raw
+    assert out.finish_reason == "stop" and out.message.tool_calls is None
+    jsonschema.validate(json.loads(out.message.content), SCHEMAS["enum"])

@@ -46,6 +46,7 @@ import torch
 from ..errors import ModelLoadError
 from ..forward.kv_pool import KVState
 from ..forward.segment import Segment
+from ..layouts import family
 from .base import ModelInfo
 from .checkpoint import load_safetensors
 from .checkpoint_facts import FamilyRules
@@ -71,7 +72,6 @@ RULES = FamilyRules(
 )
 
 _EXPERT = re.compile(r"^(?P<layer>.+\.mlp)\.experts\.(?P<e>\d+)\.(?P<proj>(gate|up|down)_proj)\.weight$")
-
 
 
 def tensor_names(config: dict[str, Any]) -> list[str]:
@@ -229,7 +229,9 @@ class LLaDA2Adapter(HFAdapter):
         self, state: KVState, ids: torch.Tensor, *, block_size: int, causal: bool, n_logits: int
     ) -> torch.Tensor:
         """The prefill forward (writes ``ids``); returns its last ``n_logits`` rows (for tests)."""
-        seg = self.prefill_segment(state, ids, block_size=block_size, causal=causal)
+        seg = Segment.of(
+            state, family.prefill(self.info, state.length, ids, block_size=block_size, causal=causal)
+        )
         seg.logit_rows = Segment.last_rows(seg.n, n_logits)
         return self.run_and_keep([seg])[0]
 

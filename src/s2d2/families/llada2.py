@@ -242,7 +242,7 @@ def checkpoint_weights(
     """The weights remapped onto Glm4Moe's names and the config to build at (with a q/k/v bias where the
     checkpoint has one); under tensor parallelism the rank's sizes, slices and experts (renumbered from
     0)."""
-    weights = load_safetensors(path) if tp is None else _rank_weights(path, config, tp)
+    weights = load_safetensors(path) if tp is None else _rank_weights(path, config, gcfg, tp)
     if any(k.endswith(".attention.dense.bias") for k in weights):
         raise ModelLoadError(f"{path}: LLaDA2 with an attention output bias (use_bias) is not supported")
     if any(k.endswith(".attention.query_key_value.bias") for k in weights):
@@ -257,14 +257,9 @@ def checkpoint_weights(
     return remap_weights(weights, native), native, prepare
 
 
-def _rank_weights(path: Path, config: dict[str, Any], tp: Any) -> dict[str, torch.Tensor]:
-    """A tensor-parallel rank's slices of the checkpoint (:mod:`.sharding`), its experts numbered from 0."""
-    try:
-        sizes = glm4_moe_config(config, attention_bias=False)
-    except (KeyError, TypeError, ValueError) as exc:
-        raise ModelLoadError(
-            f"{path}/config.json is not a valid LLaDA2 config ({exc.__class__.__name__}: {exc})"
-        ) from None
+def _rank_weights(path: Path, config: dict[str, Any], sizes: Any, tp: Any) -> dict[str, torch.Tensor]:
+    """A tensor-parallel rank's slices of the checkpoint (:mod:`.sharding`, at the native ``sizes``), its
+    experts numbered from 0."""
     experts = int(config.get("num_experts") or 0)
     weights = rank_weights(path, sizes, tp.rank, tp.size, experts=experts)
     return renumber_experts(weights, tp.rank * (experts // tp.size)) if experts else weights

@@ -32,6 +32,7 @@ def test_the_families_and_the_forward_hold_what_their_names_say():
     families = {
         "__init__", "base", "checkpoint", "hf", "sdar", "sdar_moe", "fast_dllm_v2", "llada2", "sharding",
         "expert_parallel", "side_files", "checkpoint_facts", "tokenizer", "tensor_names",
+        "loader",
     }  # fmt: skip
     forward = {
         "__init__", "attention_groups", "describe", "fastpath", "forward_batch", "graph_runner", "host_lists",

@@ -14,6 +14,7 @@ from s2d2.engine.runner import ModelRunner
 from s2d2.forward.forward_batch import ForwardBatch
 from s2d2.forward.kv_pool import take_pages
 from s2d2.forward.segment import Predraft, Segment
+from s2d2.layouts import family
 
 
 @pytest.fixture(scope="module")
@@ -30,14 +31,19 @@ def mixed_segments(adapter, pool) -> list[Segment]:
         gen = torch.Generator().manual_seed(0)
         for r, st in enumerate(rows):
             ids = torch.randint(3, 300, (8 + 9 * r,), generator=gen)
-            adapter.run_and_keep([adapter.prefill_segment(st, ids, block_size=4, causal=True)])
+            adapter.prefill(st, ids, block_size=4, causal=True)
     M, (a, b, c, d) = adapter.info.mask_token_id, rows
     group = Predraft([9, M], [c.length + 4, c.length + 5], 2, True)
+    info = adapter.info
     segments = [
-        adapter.draft_segment(a, [], [5, M, 7, M], start=a.length, block_size=4, causal=True),
-        adapter.verify_segment(b, [5, 6, 7, 8], start=b.length, slots=[1, 2, 3]),
-        adapter.fused_verify_segment(c, [5, 6, 7, 8], start=c.length, slots=[1, 3], predrafts=[group]),
-        adapter.prefill_segment(d, torch.tensor([11, 12, 13]), block_size=4, causal=False),
+        Segment.of(
+            a, family.draft(info, a.length, [], [5, M, 7, M], start=a.length, block_size=4, causal=True)
+        ),
+        Segment.of(b, family.verify(info, b.length, [5, 6, 7, 8], start=b.length, slots=[1, 2, 3])),
+        Segment.of(
+            c, family.fused(info, c.length, [5, 6, 7, 8], start=c.length, slots=[1, 3], predrafts=[group])
+        ),
+        Segment.of(d, family.prefill(info, d.length, torch.tensor([11, 12, 13]), block_size=4, causal=False)),
     ]
     take_pages(segments)
     return segments

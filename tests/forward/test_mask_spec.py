@@ -10,11 +10,11 @@ import pytest
 import torch
 
 import s2d2
-from s2d2.families import hf
 from s2d2.forward import masks
 from s2d2.forward.kv_pool import PagesNotHeld, take_pages
 from s2d2.forward.masks import context_mask, score_mask
 from s2d2.forward.segment import Predraft, Segment
+from s2d2.layouts import family
 from s2d2.layouts.mask_spec import MaskDoesNotFit, SpecCache, dense, spec_of
 
 
@@ -92,21 +92,23 @@ def mixed_segments(fast, pool) -> list:
 
 
 class HFLayout:
-    """The tiny model's segment layouts without a model (an :class:`~s2d2.families.hf.HFAdapter` whose
-    methods need only ``info.mask_token_id``)."""
+    """The tiny model's segment layouts without a model (:mod:`s2d2.layouts.family` needs only the
+    family's traits)."""
 
     def __init__(self, mask_id: int):
-        self.ad = hf.HFAdapter.__new__(hf.HFAdapter)
-        self.ad.info = type("Info", (), {"mask_token_id": mask_id, "shifted": False})()
+        self.info = type("Info", (), {"mask_token_id": mask_id, "shifted": False, "prefill_bias": False})()
 
     def draft(self, st, block):
-        return self.ad.draft_segment(st, [], block, start=st.length, block_size=4, causal=True)
+        return Segment.of(
+            st, family.draft(self.info, st.length, [], block, start=st.length, block_size=4, causal=True)
+        )
 
     def verify(self, st, filled, slots):
-        return self.ad.verify_segment(st, filled, start=st.length, slots=slots)
+        return Segment.of(st, family.verify(self.info, st.length, filled, start=st.length, slots=slots))
 
     def fused(self, st, filled, slots, predrafts):
-        return self.ad.fused_verify_segment(st, filled, start=st.length, slots=slots, predrafts=predrafts)
+        lay = family.fused(self.info, st.length, filled, start=st.length, slots=slots, predrafts=predrafts)
+        return Segment.of(st, lay)
 
 
 def test_the_paged_forward_gives_the_grouped_forwards_logits_for_mixed_rows(tiny):

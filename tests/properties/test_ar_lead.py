@@ -17,10 +17,12 @@ import torch
 
 from conftest import load_or_skip
 from s2d2.engine.llm_engine import LLMEngine
+from s2d2.forward.segment import Segment
 from s2d2.layouts import family
 
 #: the lead is the per-step planner's: planned whatever the load (the choice by load is test_plan_regime's)
 pytestmark = pytest.mark.usefixtures("step_by_step_planning")
+
 
 @pytest.fixture(scope="module", params=["tiny-gsm", "sdar", "sdar_moe", "llada2"])
 def model(request):
@@ -47,7 +49,7 @@ def _block_after(model, prompt: list[int], B: int, committed: int):
     state = ad.new_state()
     ad.prefill(state, torch.tensor(prompt[:start]), block_size=B, causal=True)
     tail = prompt[start:]
-    filler = prompt[: committed]
+    filler = prompt[:committed]
     block = tail + filler + [mask] * (B - len(tail) - len(filler))
     return state, start, block
 
@@ -67,9 +69,9 @@ def test_the_lead_row_is_the_verification_of_the_first_masked_slot(model, commit
     def draft(with_lead: bool) -> torch.Tensor:
         st = ad.new_state()
         ad.prefill(st, torch.tensor(prompt[:start]), block_size=B, causal=True)
-        seg = ad.draft_segment(
-            st, [], block, start=start, block_size=B, causal=True, lead=lead if with_lead else None
-        )
+        lay = family.draft(ad.info, st.length, [], block, start=start, block_size=B, causal=True,
+                           lead=lead if with_lead else None)  # fmt: skip
+        seg = Segment.of(st, lay)
         return ad.run_and_keep([seg])[0]
 
     plain, led = draft(False), draft(True)
@@ -149,13 +151,16 @@ def test_the_lead_alone_is_the_leads_row_and_keeps_the_drafts_keys(model, commit
         ad.prefill(st, torch.tensor(prompt[: start - pending]), block_size=B, causal=True)
         kw = {"start": start, "cached": 0, "extend": True}
         if alone:
-            seg = ad.lead_segment(st, pend, block, **kw)
+            seg = Segment.of(st, family.lead(ad.info, st.length, pend, block, **kw))
         else:
-            seg = ad.draft_segment(st, pend, block, block_size=B, causal=True, lead=lead, **kw)
+            lay = family.draft(ad.info, st.length, pend, block, block_size=B, causal=True, lead=lead, **kw)
+            seg = Segment.of(st, lay)
         out = ad.run_and_keep([seg])[0]
         assert st.length == start + lead  # the pending tokens and the committed slots are kept
         filled = torch.tensor(block)
-        nxt = ad.verify_segment(st, filled, start=start, slots=[lead + 1], cached=lead)
+        nxt = Segment.of(
+            st, family.verify(ad.info, st.length, filled, start=start, slots=[lead + 1], cached=lead)
+        )
         return out[-1], ad.run_and_keep([nxt])[0][0]
 
     (alone, after_alone), (led, after_draft) = row(True), row(False)

@@ -16,6 +16,7 @@ from .options import (
     DtypeOpt,
     EnforceEagerOpt,
     ExecutorBackendOpt,
+    GenerationConfigOpt,
     ModelOpt,
     ProgressOpt,
     RevisionOpt,
@@ -157,6 +158,7 @@ def bench_batch_command(
         ),
     ] = None,
     revision: RevisionOpt = None,
+    generation_config: GenerationConfigOpt = "auto",
     enforce_eager: EnforceEagerOpt = False,
     tensor_parallel_size: TensorParallelOpt = 1,
     distributed_executor_backend: ExecutorBackendOpt = "mp",
@@ -187,6 +189,7 @@ def bench_batch_command(
     # with --simulate, -tp prices N GPUs (the model runs here in one process); without, it loads N ranks
     real_tp = tensor_parallel_size if simulate is None else 1
     m = load(model, device=device, dtype=dtype, revision=revision, enforce_eager=enforce_eager,
+             generation_config=generation_config,
              **parallel_options(real_tp, distributed_executor_backend))  # fmt: skip
     freeze_loaded_heap()
     cost, label = _cost(m, cost_profile, simulate, shape, 1 if simulate is None else tensor_parallel_size)

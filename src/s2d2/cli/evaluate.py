@@ -18,6 +18,7 @@ from .options import (
     DtypeOpt,
     EstimatorOpt,
     ExecutorBackendOpt,
+    GenerationConfigOpt,
     MaxNewOpt,
     ModelOpt,
     PolicyOpt,
@@ -103,6 +104,7 @@ def eval_command(
     device: DeviceOpt = None,
     dtype: DtypeOpt = None,
     revision: RevisionOpt = None,
+    generation_config: GenerationConfigOpt = "auto",
     tensor_parallel_size: TensorParallelOpt = 1,
     distributed_executor_backend: ExecutorBackendOpt = "mp",
 ) -> None:
@@ -138,7 +140,8 @@ def eval_command(
         dtype=dtype,
         max_num_seqs=max_num_seqs,
         revision=revision,
-        parallel=parallel_options(tensor_parallel_size, distributed_executor_backend),
+        parallel={**parallel_options(tensor_parallel_size, distributed_executor_backend),
+                  "generation_config": generation_config},  # fmt: skip
     )
     report = run_eval(
         t,

@@ -69,13 +69,13 @@ def checkpoint_report(
     side = read_side_files(path)
     config = side.config
     fam = detect_family(config, path)
-    facts = resolve_facts(side, fam.RULES, block_size_option=block_size, name=name,
+    facts = resolve_facts(side, fam.SPEC.rules, block_size_option=block_size, name=name,
                           generation_config=generation_config)  # fmt: skip
     problem = split_problem(config, tp)
     if problem:
         raise S2D2Error(problem)
     files, names = weight_names(path)
-    expected = set(fam.tensor_names(config))
+    expected = set(fam.SPEC.tensor_names(config))
     shape = ModelShape.from_config(config)
     dtype = str(config.get("torch_dtype") or config.get("dtype") or "bfloat16")
     template = side.chat_template

@@ -13,6 +13,7 @@ from .options import (
     DeviceOpt,
     DtypeOpt,
     EstimatorOpt,
+    GenerationConfigOpt,
     MaxNewOpt,
     ModelOpt,
     PolicyOpt,
@@ -58,6 +59,7 @@ def trace_command(
     dtype: DtypeOpt = None,
     sets: SetOpt = None,
     revision: RevisionOpt = None,
+    generation_config: GenerationConfigOpt = "auto",
 ) -> None:
     """Decode PROMPT with the given settings and show every step of every block: the block's tokens
     coloured by how they were committed (accepted draft, AR correction or resample, fallback commit,
@@ -72,7 +74,8 @@ def trace_command(
         top_k=top_k, top_p=top_p, seed=seed, sets=sets,
     )  # fmt: skip
     settings["trace"] = True
-    m = load(model, device=device, dtype=dtype, max_num_seqs=1, revision=revision)
+    m = load(model, device=device, dtype=dtype, max_num_seqs=1, revision=revision,
+             generation_config=generation_config)  # fmt: skip
     cfg = m.make_config(**settings)
     ids = m.encode(prompt, chat=chat)
     result = m.generate(ids, cfg)

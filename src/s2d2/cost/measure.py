@@ -42,7 +42,10 @@ def random_adapter(config_path: str | Path, *, device: str | None = None, dtype:
     fam = detect_family(config, path)
     dev = resolve_device(device)
     dt = resolve_dtype(dtype, dev)
-    native, cls = _native_config(fam.FAMILY, config)
+    import transformers
+
+    native = fam.SPEC.parse_config(path, config)
+    cls = getattr(transformers, fam.SPEC.native_class)
     with torch.device(dev):
         model = cls._from_config(native, dtype=dt, attn_implementation="sdpa")
     info = ModelInfo(
@@ -53,20 +56,6 @@ def random_adapter(config_path: str | Path, *, device: str | None = None, dtype:
         max_length=int(native.max_position_embeddings),
     )
     return HFAdapter(model.eval(), info)
-
-
-def _native_config(family: str, config: dict[str, Any]) -> tuple[Any, Any]:
-    from transformers import Glm4MoeForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM
-
-    from ..families import fast_dllm_v2, llada2, sdar, sdar_moe
-
-    if family == "sdar":
-        return sdar.qwen3_config(config), Qwen3ForCausalLM
-    if family == "sdar_moe":
-        return sdar_moe.qwen3_moe_config(config), Qwen3MoeForCausalLM
-    if family == "fast_dllm_v2":
-        return fast_dllm_v2.qwen2_config(config), Qwen2ForCausalLM
-    return llada2.glm4_moe_config(config, attention_bias=False), Glm4MoeForCausalLM
 
 
 def time_forward(adapter: Any, batch: int, context: int, query: int, repeats: int = 5) -> float:

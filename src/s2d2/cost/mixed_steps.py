@@ -23,6 +23,7 @@ import torch
 
 from ..forward.attention_groups import split_by_length
 from ..forward.segment import Predraft, Segment
+from ..layouts import family
 from .step_cost import StepShape
 
 #: The mixes a calibration times: rows per step and the kinds their rows take (cycled over the rows).
@@ -46,7 +47,8 @@ BLOCK, PREFILL = 8, 64
 
 def _kind_segment(adapter: Any, state: Any, kind: str, rng: random.Random) -> Segment:
     """A row's segment of ``kind`` at ``state.length`` with random token ids (never the mask token)."""
-    mask_id, vocab = adapter.info.mask_token_id, adapter.info.vocab_size
+    info = adapter.info
+    mask_id, vocab = info.mask_token_id, info.vocab_size
 
     def tokens(n: int) -> list[int]:
         return [t if t != mask_id else 0 for t in (rng.randrange(vocab) for _ in range(n))]
@@ -56,17 +58,20 @@ def _kind_segment(adapter: Any, state: Any, kind: str, rng: random.Random) -> Se
         return Segment(state, tokens(1), [at], torch.ones(1, 1, dtype=torch.bool), keep=1,
                        logit_rows=Segment.last_rows(1, 1))  # fmt: skip
     if kind == "prefill":
-        return adapter.prefill_segment(state, torch.tensor(tokens(PREFILL)), block_size=BLOCK, causal=False)
+        ids = torch.tensor(tokens(PREFILL))
+        return Segment.of(state, family.prefill(info, at, ids, block_size=BLOCK, causal=False))
     if kind == "draft":  # a pending token, then a block of mask tokens
         block = [mask_id] * BLOCK
-        return adapter.draft_segment(state, tokens(1), block, start=at + 1, block_size=BLOCK, causal=False)
+        lay = family.draft(info, at, tokens(1), block, start=at + 1, block_size=BLOCK, causal=False)
+        return Segment.of(state, lay)
     k = rng.randint(2, BLOCK)
     filled = tokens(BLOCK)
     if kind == "verify":
-        return adapter.verify_segment(state, filled, start=at, slots=list(range(1, k)))
+        return Segment.of(state, family.verify(info, at, filled, start=at, slots=list(range(1, k))))
     groups = [Predraft([filled[j], *[mask_id] * (BLOCK - j - 1)], list(range(at + j, at + BLOCK)), j)
               for j in range(1, k)]  # fmt: skip
-    return adapter.fused_verify_segment(state, filled, start=at, slots=list(range(1, k)), predrafts=groups)
+    lay = family.fused(info, at, filled, start=at, slots=list(range(1, k)), predrafts=groups)
+    return Segment.of(state, lay)
 
 
 def time_step(adapter: Any, make: Callable[[], list[Segment]], repeats: int) -> tuple[float, StepShape]:

@@ -2,9 +2,9 @@
 running remote code. Each family's adapter runs its forward on the family-independent machinery in
 :mod:`s2d2.forward` (the batch description, paged KV, attention, graphs).
 
-A family module provides ``FAMILY`` (its name), ``RULES`` (its :class:`~.checkpoint_facts.FamilyRules`),
-``detect(config) -> bool`` and ``load(path, config, facts, *, device, dtype) -> ModelAdapter``. Add a
-family by writing one module and listing it in :data:`FAMILIES`.
+A family module provides ``SPEC``, its :class:`~.loader.FamilySpec` (what names it in ``config.json``, its
+native class and config, its weights, its rules); :func:`~.loader.load` loads every family. Add a family
+by writing one module and listing it in :data:`FAMILIES`.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from . import fast_dllm_v2, llada2, sdar, sdar_moe
 from .base import KVState, ModelAdapter, ModelInfo
 from .checkpoint import resolve_device, resolve_dtype
 from .checkpoint_facts import resolve_facts
+from .loader import load
 from .side_files import read_side_files
 
 FAMILIES: list[ModuleType] = [sdar, sdar_moe, fast_dllm_v2, llada2]
@@ -28,7 +29,7 @@ FAMILIES: list[ModuleType] = [sdar, sdar_moe, fast_dllm_v2, llada2]
 def detect_family(config: dict[str, Any], path: Path | str = "model") -> ModuleType:
     """The family module whose ``detect`` accepts ``config``, or a one-line :class:`ModelLoadError`."""
     for fam in FAMILIES:
-        if fam.detect(config):
+        if fam.SPEC.detect(config):
             return fam
     model_type = config.get("model_type")
     names = ", ".join(f.FAMILY for f in FAMILIES)
@@ -60,9 +61,9 @@ def load_adapter(
     fam = detect_family(side.config, path)
     dev = resolve_device(device)
     facts = resolve_facts(
-        side, fam.RULES, block_size_option=block_size, name=name, generation_config=generation_config
+        side, fam.SPEC.rules, block_size_option=block_size, name=name, generation_config=generation_config
     )
-    return fam.load(path, side.config, facts, device=dev, dtype=resolve_dtype(dtype, dev), **options)
+    return load(fam.SPEC, path, side.config, facts, device=dev, dtype=resolve_dtype(dtype, dev), **options)
 
 
 __all__ = ["FAMILIES", "KVState", "ModelAdapter", "ModelInfo", "detect_family", "load_adapter"]

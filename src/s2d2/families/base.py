@@ -1,29 +1,14 @@
 """The model adapter layer: how one family of block-diffusion models is called.
 
-Decoders never touch a family's details. The engine asks an adapter for one :class:`Segment` per running
-row and step, then runs all of them as ONE batched forward (:meth:`ModelAdapter.run`):
+Decoders never touch a family's details. The engine lays out one :class:`Segment` per running row and
+step with :mod:`s2d2.layouts` (the one door: a segment is a layout bound to a row's cache state, read
+from the family's traits in :class:`ModelInfo`), then runs all of them as ONE batched forward
+(:meth:`ModelAdapter.run`). ``new_pool()`` is the key/value memory of an engine: ``pool.new_state()``
+admits a row, ``pool.release(state)`` retires it.
 
-* ``prefill_segment(state, ids, block_size, causal)``: write prompt blocks into the row's cache.
-* ``draft_segment(state, pending, block, start, ...)``: one diffusion forward over the current block.
-  Tokens that were committed but are not yet cached (``pending``: the previous block, or nothing) are fed
-  in front of the block and their keys/values are written to the cache in the same forward, so
-  committing a finished block costs no forward of its own. The block itself is never written.
-* ``verify_segment(state, filled, start, slots)``: the AR-mode (block size 1) distribution for each slot
-  in ``slots``, conditioned on the cache and ``filled[:slot]`` (the block with every masked position
-  filled by its draft). Read only.
-* ``commit_segment(state, ids, ...)``: write tokens' keys/values explicitly (rarely needed).
-* ``score_segment(state, prefix, branches, score_from=...)``: AR-mode (block size 1) logits of given
-  tokens, for scoring: ``prefix`` is written token-causally (kept), each branch continues it (not kept).
-* ``new_pool()``: the key/value memory of an engine; ``pool.new_state()`` admits a row,
-  ``pool.release(state)`` retires it.
-
-``prefill``, ``draft``, ``verify`` and ``commit`` run one segment alone (a batch of one row).
-
-All logits come back aligned to block slots: row ``j`` is the model's prediction for the token at slot
-``j``, whatever the family's convention (same-position or shifted).
-
-Each segment is a layout of :mod:`s2d2.layouts` (its visibility as integers) bound to a row's cache
-state; checkpoints are read by :mod:`.checkpoint`.
+``prefill``, ``draft``, ``verify`` and ``commit`` run one such segment alone (a batch of one row). All
+logits come back aligned to block slots: row ``j`` is the model's prediction for the token at slot ``j``,
+whatever the family's convention (same-position or shifted). Checkpoints are read by :mod:`.checkpoint`.
 """
 
 from __future__ import annotations
@@ -39,6 +24,7 @@ from ..forward.describe import Geometry
 from ..forward.forward_batch import ForwardBatch
 from ..forward.kv_pool import KVState, take_pages
 from ..forward.segment import Segment
+from ..layouts import family
 
 
 @dataclass
@@ -82,65 +68,6 @@ class ModelAdapter(ABC):
         pool (:class:`~s2d2.forward.kv_pool.KVPool`) has ``page_size`` positions a page and at most
         ``max_pages`` pages (None: it grows; ``reserve_tokens`` is a hint of the positions its rows may
         hold together, :func:`~s2d2.forward.kv_pool.host_reservation`)."""
-
-    @abstractmethod
-    def prefill_segment(self, state: KVState, ids: torch.Tensor, *, block_size: int, causal: bool) -> Segment:
-        """Write ``ids`` (positions ``state.length`` onwards) into the cache; no logits."""
-
-    @abstractmethod
-    def draft_segment(
-        self,
-        state: KVState,
-        pending: torch.Tensor | Sequence[int],
-        block: torch.Tensor | Sequence[int],
-        *,
-        start: int,
-        block_size: int,
-        causal: bool,
-        cached: int = 0,
-        extend: bool = False,
-        lead: int | None = None,
-    ) -> Segment:
-        """Diffusion logits ``[len(block), vocab]`` for the block at positions ``start...`` (token ids as
-        host tensors or lists).
-
-        ``pending`` holds the committed tokens at positions ``start - len(pending) .. start - 1`` that
-        are not cached yet; they are written to the cache (block-causally, or token-causally when
-        ``causal``). With ``causal`` the block's committed (non-mask) tokens also attend token-causally;
-        then the block's first ``cached`` slots may already be in the cache (not fed again), and with
-        ``extend`` the fed block's leading committed tokens are kept too (``keep`` counts them).
-        Families whose blocks cannot be cached in parts (shifted predictions) refuse ``cached > 0``.
-
-        ``lead`` (a causal cache, where :meth:`supports_lead`): the block's first masked slot; the
-        forward also carries the AR-mode query of that slot (a mask token at its position that sees the
-        cache, the pending tokens and the block's committed slots before it, all token-causal), and the
-        logits gain one row: ``[len(block) + 1, vocab]``, the last row being AR mode's prediction there.
-        """
-
-    @abstractmethod
-    def verify_segment(
-        self, state: KVState, filled: Sequence[int] | torch.Tensor, *, start: int, slots: list[int],
-        cached: int = 0,
-    ) -> Segment:  # fmt: skip
-        """AR-mode logits ``[len(slots), vocab]``: row i is q for ``s = slots[i]`` given ``filled[:s]``
-        (its first ``cached`` slots read from the cache)."""
-
-    def commit_segment(self, state: KVState, ids: torch.Tensor, *, block_size: int, causal: bool) -> Segment:
-        """Write ``ids`` (positions ``state.length`` onwards) into the cache with one forward."""
-        return self.prefill_segment(state, ids, block_size=block_size, causal=causal)
-
-    def score_segment(
-        self, state: KVState, prefix: torch.Tensor, branches: Sequence[torch.Tensor], *, score_from: int
-    ) -> Segment:
-        """AR-mode (block size 1) logits of given tokens, in one forward (for scoring, not decoding).
-
-        ``prefix`` ``[p]`` sits at positions ``state.length...`` and is written to the cache token-causally
-        (kept: the row's length advances by ``p``). Each of ``branches`` (``[b_j]``, ``b_j >= 1``) continues
-        the prefix at positions ``state.length + p...``; it sees the cache, the prefix and its own earlier
-        tokens, and is not kept. Logit rows ``[(p - score_from) + sum(b_j), vocab]``: the AR prediction of
-        ``prefix[score_from:]`` then of every branch token in order, each given everything before it.
-        """
-        raise NotImplementedError(f"the {self.info.family} adapter cannot score tokens")
 
     @abstractmethod
     def run(self, segments: Sequence[Segment]) -> list[torch.Tensor]:
@@ -193,26 +120,9 @@ class ModelAdapter(ABC):
     caches_partial_blocks: bool = True
 
     def supports_lead(self, causal: bool) -> bool:
-        """Whether :meth:`draft_segment` can carry the AR-mode query of the block's first masked slot
-        (``lead``): same-position families with a causal cache."""
+        """Whether a draft (:func:`~s2d2.layouts.family.draft`) can carry the AR-mode query of the block's
+        first masked slot (``lead``): same-position families with a causal cache."""
         return False
-
-    def lead_segment(
-        self,
-        state: KVState,
-        pending: Sequence[int],
-        block: Sequence[int],
-        *,
-        start: int,
-        cached: int = 0,
-        extend: bool = False,
-    ) -> Segment:
-        """AR mode's prediction at the block's first masked slot, alone: the lead of :meth:`draft_segment`
-        without the drafted block (where :meth:`supports_lead`). It feeds ``pending``, the block's
-        committed slots from ``cached`` up to its first masked slot and one mask query there, all
-        token-causal; ``pending`` is kept, and with ``extend`` the fed committed slots too. Logits
-        ``[1, vocab]``."""
-        raise NotImplementedError(f"the {self.info.family} adapter has no AR lead")
 
     def can_fold_prefill(self, causal: bool) -> bool:
         """Whether a prompt's whole blocks may be written by the first draft forward (as its ``pending``
@@ -220,17 +130,22 @@ class ModelAdapter(ABC):
         return True
 
     # ------------------------------------------------------------------ one row alone
+    # Each runs one segment of :mod:`s2d2.layouts.family` (the one place segments are laid out) on a row.
     def new_state(self) -> KVState:
         """A fresh row in a pool of its own."""
         return self.new_pool().new_state()
 
     def prefill(self, state: KVState, ids: torch.Tensor, *, block_size: int, causal: bool) -> None:
+        """Write ``ids`` (positions ``state.length`` onwards) into the cache; no logits."""
         if ids.numel():
-            self.run_and_keep([self.prefill_segment(state, ids, block_size=block_size, causal=causal)])
+            lay = family.prefill(self.info, state.length, ids, block_size=block_size, causal=causal)
+            self.run_and_keep([Segment.of(state, lay)])
 
     def commit(self, state: KVState, ids: torch.Tensor, *, block_size: int, causal: bool) -> None:
+        """Write ``ids`` (positions ``state.length`` onwards) into the cache with one forward."""
         if ids.numel():
-            self.run_and_keep([self.commit_segment(state, ids, block_size=block_size, causal=causal)])
+            lay = family.commit(self.info, state.length, ids, block_size=block_size, causal=causal)
+            self.run_and_keep([Segment.of(state, lay)])
 
     def draft(
         self,
@@ -242,8 +157,13 @@ class ModelAdapter(ABC):
         block_size: int,
         causal: bool,
     ) -> torch.Tensor:
-        seg = self.draft_segment(state, pending, block, start=start, block_size=block_size, causal=causal)
-        return self.run_and_keep([seg])[0]
+        """Diffusion logits ``[len(block), vocab]`` of the block at ``start...``
+        (:func:`~s2d2.layouts.family.draft`)."""
+        lay = family.draft(self.info, state.length, pending, block, start=start, block_size=block_size,
+                           causal=causal)  # fmt: skip
+        return self.run_and_keep([Segment.of(state, lay)])[0]
 
     def verify(self, state: KVState, filled: torch.Tensor, *, start: int, slots: list[int]) -> torch.Tensor:
-        return self.run_and_keep([self.verify_segment(state, filled, start=start, slots=slots)])[0]
+        """AR-mode logits ``[len(slots), vocab]`` (:func:`~s2d2.layouts.family.verify`)."""
+        lay = family.verify(self.info, state.length, filled, start=start, slots=slots)
+        return self.run_and_keep([Segment.of(state, lay)])[0]

@@ -26,18 +26,16 @@ holds the AR predictive logits for slot ``j`` given ``filled[:j]``; slot 0 again
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import torch
 
-from ..errors import ModelLoadError
 from ..forward.kv_pool import KVState
 from ..forward.segment import Segment
 from ..layouts import layout
-from .checkpoint import matches_family
-from .checkpoint_facts import CheckpointFacts, FamilyRules, model_info
+from .checkpoint_facts import FamilyRules
 from .hf import HFAdapter
+from .loader import FamilySpec
 from .sharding import dense_checkpoint
 from .tensor_names import mlp, qwen_names
 
@@ -68,9 +66,6 @@ _QWEN2_KEYS = (
     "attention_dropout",
 )
 
-
-def detect(config: dict[str, Any]) -> bool:
-    return matches_family(config, MODEL_TYPES, ARCHITECTURES, (AUTO_MAP_NAME,))
 
 
 def tensor_names(config: dict[str, Any]) -> list[str]:
@@ -112,28 +107,17 @@ class FastDLLMv2Adapter(HFAdapter):
         return self.run_and_keep([seg])[0]
 
 
-def load(
-    path: Path,
-    config: dict[str, Any],
-    facts: CheckpointFacts,
-    *,
-    device: torch.device,
-    dtype: torch.dtype,
-    tp: Any = None,
-    **options: Any,
-) -> FastDLLMv2Adapter:
-    from transformers import Qwen2ForCausalLM
-
-    if options:
-        raise ModelLoadError(f"unknown option(s) for the {FAMILY} family: {', '.join(sorted(options))}")
-    try:
-        qcfg = qwen2_config(config)
-    except (KeyError, TypeError, ValueError) as exc:
-        raise ModelLoadError(
-            f"{path}/config.json is not a valid Fast-dLLM v2 config ({exc.__class__.__name__}: {exc})"
-        ) from None
-    mask_id = facts.require_mask(path, qcfg.vocab_size)
-    weights, native = dense_checkpoint(path, qcfg, tp)  # this rank's slices only, under tensor parallel
-    model = HFAdapter.build_native(Qwen2ForCausalLM, native, weights, path, device, dtype)
-    info = model_info(FAMILY, facts, config, mask_token_id=mask_id, vocab_size=qcfg.vocab_size, shifted=True)
-    return FastDLLMv2Adapter(model, info, path, tp=tp)
+SPEC = FamilySpec(
+    name=FAMILY,
+    title="Fast-dLLM v2",
+    model_types=MODEL_TYPES,
+    architectures=ARCHITECTURES,
+    auto_map_names=(AUTO_MAP_NAME,),
+    rules=RULES,
+    native_class="Qwen2ForCausalLM",
+    native_config=qwen2_config,
+    weights=dense_checkpoint,  # this rank's slices only, under tensor parallel
+    tensor_names=tensor_names,
+    adapter=FastDLLMv2Adapter,
+    shifted=True,
+)

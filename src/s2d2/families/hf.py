@@ -22,8 +22,7 @@ from ..forward.describe import Geometry, per_row
 from ..forward.fastpath import FastDecoder
 from ..forward.forward_batch import ForwardBatch
 from ..forward.kv_pool import KVPool, KVState
-from ..forward.segment import Predraft, Segment
-from ..layouts import family
+from ..forward.segment import Segment
 from .base import ModelAdapter, ModelInfo
 
 
@@ -163,86 +162,12 @@ class HFAdapter(ModelAdapter):
         return self.run_and_keep([seg])[0]
 
     # ------------------------------------------------------------------ protocol
-    # Each segment is a layout of :mod:`s2d2.layouts.family` (which reads this family's traits) bound to
-    # the row's cache state: no family builds a mask or a layout of its own.
-    def prefill_segment(self, state: KVState, ids: torch.Tensor, *, block_size: int, causal: bool) -> Segment:
-        lay = family.prefill(self.info, state.length, ids, block_size=block_size, causal=causal)
-        return Segment.of(state, lay)
-
-    def commit_segment(self, state: KVState, ids: torch.Tensor, *, block_size: int, causal: bool) -> Segment:
-        lay = family.commit(self.info, state.length, ids, block_size=block_size, causal=causal)
-        return Segment.of(state, lay)
-
     def can_fold_prefill(self, causal: bool) -> bool:
         """A prefill bias (additive, nothing masked) differs from a draft's pending rows."""
         return causal or not self.info.prefill_bias
 
-    def draft_segment(
-        self,
-        state: KVState,
-        pending: torch.Tensor | Sequence[int],
-        block: torch.Tensor | Sequence[int],
-        *,
-        start: int,
-        block_size: int,
-        causal: bool,
-        cached: int = 0,
-        extend: bool = False,
-        lead: int | None = None,
-    ) -> Segment:
-        return Segment.of(state, family.draft(
-            self.info, state.length, pending, block, start=start, block_size=block_size, causal=causal,
-            cached=cached, extend=extend, lead=lead,
-        ))  # fmt: skip
-
     def supports_lead(self, causal: bool) -> bool:
         return causal and not self.info.shifted
-
-    def lead_segment(
-        self,
-        state: KVState,
-        pending: Sequence[int],
-        block: Sequence[int],
-        *,
-        start: int,
-        cached: int = 0,
-        extend: bool = False,
-    ) -> Segment:
-        lay = family.lead(self.info, state.length, pending, block, start=start, cached=cached, extend=extend)
-        return Segment.of(state, lay)
-
-    def verify_segment(
-        self, state: KVState, filled: Sequence[int] | torch.Tensor, *, start: int, slots: list[int],
-        cached: int = 0,
-    ) -> Segment:  # fmt: skip
-        lay = family.verify(self.info, state.length, filled, start=start, slots=slots, cached=cached)
-        return Segment.of(state, lay)
-
-    def fused_verify_segment(
-        self,
-        state: KVState,
-        filled: Sequence[int] | torch.Tensor,
-        *,
-        start: int,
-        slots: list[int],
-        predrafts: Sequence[Predraft],
-        cached: int = 0,
-    ) -> Segment:
-        """A 2L verification whose first half covers ``filled[cached : max(slots) + 1]`` (so its keys/values
-        can be kept as the block's cache entries), followed by the ``predrafts`` groups (their ``visible``
-        counts first-half tokens, from ``cached``).
-
-        Logit rows: the ``len(slots)`` verification rows, then every row of each group in order.
-        """
-        return Segment.of(state, family.fused(
-            self.info, state.length, filled, start=start, slots=slots, predrafts=predrafts, cached=cached,
-        ))  # fmt: skip
-
-    def score_segment(
-        self, state: KVState, prefix: torch.Tensor, branches: Sequence[torch.Tensor], *, score_from: int
-    ) -> Segment:
-        lay = family.score(self.info, state.length, prefix, branches, score_from=score_from)
-        return Segment.of(state, lay)
 
     # ------------------------------------------------------------------ helpers for subclasses
     @staticmethod

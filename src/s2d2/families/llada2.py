@@ -46,11 +46,13 @@ import torch
 from ..errors import ModelLoadError
 from ..forward.kv_pool import KVState
 from ..forward.segment import Segment
+from ..layouts import family
 from .base import ModelInfo
-from .checkpoint import load_safetensors, matches_family
-from .checkpoint_facts import CheckpointFacts, FamilyRules, model_info
+from .checkpoint import load_safetensors
+from .checkpoint_facts import FamilyRules
 from .expert_parallel import renumber_experts, split_experts
 from .hf import HFAdapter
+from .loader import FamilySpec
 from .sharding import local_config, rank_weights
 from .tensor_names import ends, experts, layer_norms, mlp
 
@@ -70,10 +72,6 @@ RULES = FamilyRules(
 )
 
 _EXPERT = re.compile(r"^(?P<layer>.+\.mlp)\.experts\.(?P<e>\d+)\.(?P<proj>(gate|up|down)_proj)\.weight$")
-
-
-def detect(config: dict[str, Any]) -> bool:
-    return matches_family(config, MODEL_TYPES, ARCHITECTURES, AUTO_MAP_NAMES)
 
 
 def tensor_names(config: dict[str, Any]) -> list[str]:
@@ -231,67 +229,54 @@ class LLaDA2Adapter(HFAdapter):
         self, state: KVState, ids: torch.Tensor, *, block_size: int, causal: bool, n_logits: int
     ) -> torch.Tensor:
         """The prefill forward (writes ``ids``); returns its last ``n_logits`` rows (for tests)."""
-        seg = self.prefill_segment(state, ids, block_size=block_size, causal=causal)
+        seg = Segment.of(
+            state, family.prefill(self.info, state.length, ids, block_size=block_size, causal=causal)
+        )
         seg.logit_rows = Segment.last_rows(seg.n, n_logits)
         return self.run_and_keep([seg])[0]
 
 
-def load(
-    path: Path,
-    config: dict[str, Any],
-    facts: CheckpointFacts,
-    *,
-    device: torch.device,
-    dtype: torch.dtype,
-    prefill_mask: str = DEFAULT_PREFILL_MASK,
-    tp: Any = None,
-    **options: Any,
-) -> LLaDA2Adapter:
-    from transformers import Glm4MoeForCausalLM
-
-    if options:
-        raise ModelLoadError(
-            f"unknown option(s) for the {FAMILY} family: {', '.join(sorted(options))} (it takes prefill_mask)"
-        )
-    if prefill_mask not in PREFILL_MASKS:
-        raise _bad_prefill_mask(prefill_mask)
-    mask_id = facts.require_mask(path, int(config.get("vocab_size") or 2**62))
-    weights = load_safetensors(path) if tp is None else _rank_weights(path, config, tp)
+def checkpoint_weights(
+    path: Path, config: dict[str, Any], gcfg: Any, tp: Any = None
+) -> tuple[dict[str, torch.Tensor], Any, Any]:
+    """The weights remapped onto Glm4Moe's names and the config to build at (with a q/k/v bias where the
+    checkpoint has one); under tensor parallelism the rank's sizes, slices and experts (renumbered from
+    0)."""
+    weights = load_safetensors(path) if tp is None else _rank_weights(path, config, gcfg, tp)
     if any(k.endswith(".attention.dense.bias") for k in weights):
         raise ModelLoadError(f"{path}: LLaDA2 with an attention output bias (use_bias) is not supported")
-    qkv_bias = any(k.endswith(".attention.query_key_value.bias") for k in weights)
-    try:
-        gcfg = glm4_moe_config(config, attention_bias=qkv_bias)
-    except (KeyError, TypeError, ValueError) as exc:
-        raise ModelLoadError(
-            f"{path}/config.json is not a valid LLaDA2 config ({exc.__class__.__name__}: {exc})"
-        ) from None
+    if any(k.endswith(".attention.query_key_value.bias") for k in weights):
+        gcfg = glm4_moe_config(config, attention_bias=True)
     if tp is None:
-        weights = remap_weights(weights, gcfg)
-        model = HFAdapter.build_native(Glm4MoeForCausalLM, gcfg, weights, path, device, dtype)
-    else:  # the rank's sizes: its heads, columns, vocabulary slice and experts (renumbered from 0)
-        moe = bool(config.get("num_experts"))
-        native = local_config(gcfg, tp.size, experts=moe)
-        weights = remap_weights(weights, native)
+        return remap_weights(weights, gcfg), gcfg, None
+    native = local_config(gcfg, tp.size, experts=bool(config.get("num_experts")))
 
-        def prepare(m: torch.nn.Module) -> None:
-            split_experts(m, gcfg, tp.rank, tp.size)
+    def prepare(m: torch.nn.Module) -> None:
+        split_experts(m, gcfg, tp.rank, tp.size)
 
-        model = HFAdapter.build_native(Glm4MoeForCausalLM, native, weights, path, device, dtype, prepare)
-    info = model_info(
-        FAMILY, facts, config, mask_token_id=mask_id, vocab_size=gcfg.vocab_size, max_length=16384
-    )
-    return LLaDA2Adapter(model, info, path, prefill_mask=prefill_mask, tp=tp)
+    return remap_weights(weights, native), native, prepare
 
 
-def _rank_weights(path: Path, config: dict[str, Any], tp: Any) -> dict[str, torch.Tensor]:
-    """A tensor-parallel rank's slices of the checkpoint (:mod:`.sharding`), its experts numbered from 0."""
-    try:
-        sizes = glm4_moe_config(config, attention_bias=False)
-    except (KeyError, TypeError, ValueError) as exc:
-        raise ModelLoadError(
-            f"{path}/config.json is not a valid LLaDA2 config ({exc.__class__.__name__}: {exc})"
-        ) from None
+def _rank_weights(path: Path, config: dict[str, Any], sizes: Any, tp: Any) -> dict[str, torch.Tensor]:
+    """A tensor-parallel rank's slices of the checkpoint (:mod:`.sharding`, at the native ``sizes``), its
+    experts numbered from 0."""
     experts = int(config.get("num_experts") or 0)
     weights = rank_weights(path, sizes, tp.rank, tp.size, experts=experts)
     return renumber_experts(weights, tp.rank * (experts // tp.size)) if experts else weights
+
+
+SPEC = FamilySpec(
+    name=FAMILY,
+    title="LLaDA2",
+    model_types=MODEL_TYPES,
+    architectures=ARCHITECTURES,
+    auto_map_names=AUTO_MAP_NAMES,
+    rules=RULES,
+    native_class="Glm4MoeForCausalLM",
+    native_config=lambda config: glm4_moe_config(config, attention_bias=False),
+    weights=checkpoint_weights,
+    tensor_names=tensor_names,
+    adapter=LLaDA2Adapter,
+    options=("prefill_mask",),
+    max_length=16384,
+)

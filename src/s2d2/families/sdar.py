@@ -7,15 +7,10 @@ with 4-D masks (see :mod:`s2d2.families.hf`).
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
-import torch
-
-from ..errors import ModelLoadError
-from .checkpoint import matches_family
-from .checkpoint_facts import CheckpointFacts, FamilyRules, model_info
-from .hf import HFAdapter
+from .checkpoint_facts import FamilyRules
+from .loader import FamilySpec
 from .sharding import dense_checkpoint
 from .tensor_names import mlp, qwen_names
 
@@ -45,9 +40,6 @@ _QWEN3_KEYS = (
 )
 
 
-def detect(config: dict[str, Any]) -> bool:
-    return matches_family(config, MODEL_TYPES, ARCHITECTURES)
-
 
 def tensor_names(config: dict[str, Any]) -> list[str]:
     """The checkpoint tensors this family reads (Qwen3's names)."""
@@ -75,28 +67,15 @@ def qwen3_config(config: dict[str, Any]) -> Any:
     )
 
 
-def load(
-    path: Path,
-    config: dict[str, Any],
-    facts: CheckpointFacts,
-    *,
-    device: torch.device,
-    dtype: torch.dtype,
-    tp: Any = None,
-    **options: Any,
-) -> HFAdapter:
-    from transformers import Qwen3ForCausalLM
-
-    if options:
-        raise ModelLoadError(f"unknown option(s) for the {FAMILY} family: {', '.join(sorted(options))}")
-    try:
-        qcfg = qwen3_config(config)
-    except (KeyError, TypeError, ValueError) as exc:
-        raise ModelLoadError(
-            f"{path}/config.json is not a valid SDAR config ({exc.__class__.__name__}: {exc})"
-        ) from None
-    mask_id = facts.require_mask(path, qcfg.vocab_size)
-    weights, native = dense_checkpoint(path, qcfg, tp)  # this rank's slices only, under tensor parallel
-    model = HFAdapter.build_native(Qwen3ForCausalLM, native, weights, path, device, dtype)
-    info = model_info(FAMILY, facts, config, mask_token_id=mask_id, vocab_size=qcfg.vocab_size)
-    return HFAdapter(model, info, path, tp=tp)
+SPEC = FamilySpec(
+    name=FAMILY,
+    title="SDAR",
+    model_types=MODEL_TYPES,
+    architectures=ARCHITECTURES,
+    auto_map_names=(),
+    rules=RULES,
+    native_class="Qwen3ForCausalLM",
+    native_config=qwen3_config,
+    weights=dense_checkpoint,  # this rank's slices only, under tensor parallel
+    tensor_names=tensor_names,
+)

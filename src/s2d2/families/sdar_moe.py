@@ -36,10 +36,10 @@ from typing import Any
 import torch
 
 from ..errors import ModelLoadError
-from .checkpoint import load_safetensors, matches_family
-from .checkpoint_facts import CheckpointFacts, FamilyRules, model_info
+from .checkpoint import load_safetensors
+from .checkpoint_facts import FamilyRules
 from .expert_parallel import SoftmaxExpertShard, renumber_experts, split_experts
-from .hf import HFAdapter
+from .loader import FamilySpec
 from .sdar import MASK_TOKENS, qwen3_config
 from .sharding import local_config, rank_weights
 from .tensor_names import experts, mlp, qwen_names
@@ -54,9 +54,6 @@ RULES = FamilyRules(mask_tokens=MASK_TOKENS, published_block_size=4)
 
 _EXPERT = re.compile(r"^(?P<layer>.+\.mlp)\.experts\.(?P<e>\d+)\.(?P<proj>(gate|up|down)_proj)\.weight$")
 
-
-def detect(config: dict[str, Any]) -> bool:
-    return matches_family(config, MODEL_TYPES, ARCHITECTURES, AUTO_MAP_NAMES)
 
 
 def sparse_layers(config: dict[str, Any]) -> list[int]:
@@ -137,51 +134,37 @@ def stack_experts(weights: dict[str, torch.Tensor], n_experts: int) -> dict[str,
     return out
 
 
-def load(
-    path: Path,
-    config: dict[str, Any],
-    facts: CheckpointFacts,
-    *,
-    device: torch.device,
-    dtype: torch.dtype,
-    tp: Any = None,
-    **options: Any,
-) -> HFAdapter:
-    from transformers import Qwen3MoeForCausalLM
-
-    if options:
-        raise ModelLoadError(f"unknown option(s) for the {FAMILY} family: {', '.join(sorted(options))}")
-    try:
-        qcfg = qwen3_moe_config(config)
-    except (KeyError, TypeError, ValueError) as exc:
-        raise ModelLoadError(
-            f"{path}/config.json is not a valid SDAR-MoE config ({exc.__class__.__name__}: {exc})"
-        ) from None
-    mask_id = facts.require_mask(path, qcfg.vocab_size)
-    if tp is None:
-        weights = stack_experts(load_safetensors(path), qcfg.num_experts)
-        model = HFAdapter.build_native(Qwen3MoeForCausalLM, qcfg, weights, path, device, dtype)
-    else:  # the rank's sizes: its heads, columns, vocabulary slice and experts (renumbered from 0)
-        model = _rank_model(path, qcfg, tp, device, dtype)
-    info = model_info(FAMILY, facts, config, mask_token_id=mask_id, vocab_size=qcfg.vocab_size)
-    return HFAdapter(model, info, path, tp=tp)
-
-
-def _rank_model(path: Path, qcfg: Any, tp: Any, device: torch.device, dtype: torch.dtype) -> torch.nn.Module:
-    """Tensor-parallel rank ``tp.rank``'s shard of the model of native config ``qcfg`` (full sizes): only its
-    slices of the checkpoint are read (:mod:`.sharding`), its ``E / N`` experts stacked from 0, and each
-    sparse layer a :class:`~.expert_parallel.SoftmaxExpertShard` (the router whole, so every rank routes
-    over all the experts)."""
-    from transformers import Qwen3MoeForCausalLM
-
+def checkpoint_weights(
+    path: Path, config: dict[str, Any], qcfg: Any, tp: Any = None
+) -> tuple[dict[str, torch.Tensor], Any, Any]:
+    """The weights under the native names (experts stacked) and the config to build at. Under tensor
+    parallelism, rank ``tp.rank``'s shard: only its slices of the checkpoint are read (:mod:`.sharding`),
+    its ``E / N`` experts stacked from 0, and each sparse layer a
+    :class:`~.expert_parallel.SoftmaxExpertShard` (the router whole, so every rank routes over all the
+    experts)."""
     n_experts = qcfg.num_experts
+    if tp is None:
+        return stack_experts(load_safetensors(path), n_experts), qcfg, None
     weights = rank_weights(path, qcfg, tp.rank, tp.size, experts=n_experts)
     if n_experts:
         weights = renumber_experts(weights, tp.rank * (n_experts // tp.size))
     weights = stack_experts(weights, n_experts // tp.size)
-    native = local_config(qcfg, tp.size, experts=n_experts > 0)
 
     def prepare(m: torch.nn.Module) -> None:
         split_experts(m, qcfg, tp.rank, tp.size, SoftmaxExpertShard)
 
-    return HFAdapter.build_native(Qwen3MoeForCausalLM, native, weights, path, device, dtype, prepare)
+    return weights, local_config(qcfg, tp.size, experts=n_experts > 0), prepare
+
+
+SPEC = FamilySpec(
+    name=FAMILY,
+    title="SDAR-MoE",
+    model_types=MODEL_TYPES,
+    architectures=ARCHITECTURES,
+    auto_map_names=AUTO_MAP_NAMES,
+    rules=RULES,
+    native_class="Qwen3MoeForCausalLM",
+    native_config=qwen3_moe_config,
+    weights=checkpoint_weights,
+    tensor_names=tensor_names,
+)

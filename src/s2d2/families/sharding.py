@@ -188,9 +188,12 @@ def rank_weights(path: Path, cfg: Any, rank: int, size: int, *, experts: int = 0
     return read_shard(path, cut)
 
 
-def dense_checkpoint(path: Path, cfg: Any, tp: Any = None) -> tuple[dict[str, torch.Tensor], Any]:
+def dense_checkpoint(
+    path: Path, config: dict[str, Any], cfg: Any, tp: Any = None
+) -> tuple[dict[str, torch.Tensor], Any, None]:
     """A dense model's weights and the native config to build it at: the whole checkpoint at ``cfg``
-    (``tp`` None), or rank ``tp.rank``'s slices of ``tp.size`` at the rank's sizes."""
+    (``tp`` None), or rank ``tp.rank``'s slices of ``tp.size`` at the rank's sizes (a family spec's
+    ``weights``: nothing to prepare)."""
     if tp is None:
-        return load_safetensors(path), cfg
-    return rank_weights(path, cfg, tp.rank, tp.size), local_config(cfg, tp.size)
+        return load_safetensors(path), cfg, None
+    return rank_weights(path, cfg, tp.rank, tp.size), local_config(cfg, tp.size), None

@@ -109,10 +109,14 @@ def draft(
     extend: bool = False,
     lead: int | None = None,
 ) -> Layout:
-    """A draft of ``block`` (see :meth:`~s2d2.families.base.ModelAdapter.draft_segment`): ``pending`` then
-    the block's slots from ``cached``, then with ``lead`` one mask query at that slot. Keeps the pending
-    tokens (and with ``extend`` the fed block's leading committed slots); logit rows: every fed slot
-    (``cached`` zero rows before them), then the lead's."""
+    """A draft of ``block`` at positions ``start...``: ``pending`` (committed tokens at ``start -
+    len(pending) .. start - 1`` not cached yet, written block-causally, or token-causally when ``causal``)
+    then the block's slots from ``cached`` (with ``causal`` its committed slots attend token-causally and
+    its first ``cached`` slots may already be cached), then with ``lead`` (the first masked slot) one mask
+    query there that sees the cache, the pending tokens and the committed slots before it, token-causal:
+    AR mode's prediction at that slot. Keeps the pending tokens (and with ``extend`` the fed block's
+    leading committed slots); the block itself is never written. Logit rows: every fed slot (``cached``
+    zero rows before them), then the lead's."""
     pend = _ints(pending)
     fed = block[cached:] if type(block) is list else _ints(block)[cached:]
     m, n = len(pend), len(fed) + cached
@@ -149,7 +153,7 @@ def lead_only(
     mask_id: int, length: int, pending: Sequence[int], block: Sequence[int], *, start: int, cached: int = 0,
     extend: bool = False,
 ) -> Layout:  # fmt: skip
-    """The AR lead alone (:meth:`~s2d2.families.base.ModelAdapter.lead_segment`): ``pending``, the block's
+    """The AR lead alone (:func:`~s2d2.layouts.family.lead`): ``pending``, the block's
     committed slots from ``cached`` to its first masked slot and one mask query there, token-causal."""
     m = len(pending)
     assert length + m == start + cached, "pending tokens end where the block's uncached part starts"
@@ -197,7 +201,7 @@ def two_halves(
 def score(
     mask_id: int, length: int, prefix: torch.Tensor, branches: Sequence[torch.Tensor], *, score_from: int
 ) -> Layout:
-    """Same-position scoring (:meth:`~s2d2.families.base.ModelAdapter.score_segment`): each scored token is
+    """Same-position scoring (:func:`~s2d2.layouts.family.score`): each scored token is
     read at a MASK query at its own position behind the tokens before it; logit rows are the MASK rows."""
     start, p = length, prefix.numel()
     ids = [prefix, torch.full((p - score_from,), mask_id, dtype=torch.long)]

@@ -17,7 +17,6 @@ Every rank process but the driver carries ``S2D2_TP_RANK`` (its rank) in its env
 from __future__ import annotations
 
 import atexit
-import inspect
 import os
 import threading
 import time
@@ -60,9 +59,7 @@ def check_parallel(path: Path, size: int, device: torch.device, backend: str) ->
             f"unknown distributed_executor_backend {backend!r}; choose one of {', '.join(BACKENDS)}"
         )
     config = read_config(path)
-    family = detect_family(config, path)
-    if "tp" not in inspect.signature(family.load).parameters:
-        raise ModelLoadError(f"the {family.FAMILY} family cannot be split over tensor-parallel ranks yet")
+    detect_family(config, path)  # an unknown family fails here, before any process starts
     problem = split_problem(config, size)
     if problem is not None:
         raise ModelLoadError(f"{path.name}: {problem}")

@@ -30,6 +30,8 @@ import torch
 from ..errors import ConfigError, PromptError
 from ..families.base import ModelAdapter
 from ..forward.kv_pool import KVState
+from ..forward.segment import Segment
+from ..layouts import family
 
 
 @dataclass
@@ -50,7 +52,7 @@ class TokenScores:
 @dataclass
 class _Piece:
     """One forward of a job: ``prefix`` kept in the cache (its tokens from ``score_from`` scored) and
-    ``branches`` (the job's continuations, all scored), as :meth:`ModelAdapter.score_segment` takes them."""
+    ``branches`` (the job's continuations, all scored), as :func:`s2d2.layouts.family.score` takes them."""
 
     prefix: torch.Tensor
     score_from: int
@@ -242,7 +244,12 @@ class Scorer:
         """Run each job's next piece as one batched forward; keep what its scored rows say."""
         pieces = [job.pieces.popleft() for job in jobs]
         segments = [
-            self.adapter.score_segment(job.state, p.prefix, p.branches, score_from=p.score_from)
+            Segment.of(
+                job.state,
+                family.score(
+                    self.adapter.info, job.state.length, p.prefix, p.branches, score_from=p.score_from
+                ),
+            )
             for job, p in zip(jobs, pieces, strict=True)
         ]
         for job, logits in zip(jobs, self.adapter.run_and_keep(segments), strict=True):

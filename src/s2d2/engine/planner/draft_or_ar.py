@@ -7,7 +7,7 @@ one mask query in the second). The step is built here as a verification of a pla
 mask token, never the argmax), so strict acceptance rejects it and commits the AR argmax: AR greedy's
 token. Where committed tokens before the block's uncached part are not cached yet (a block's first
 step after a block that ended on a correction), a verification cannot feed them: the step is then the
-draft forward's AR lead alone (:meth:`~s2d2.families.base.ModelAdapter.lead_segment`), which feeds them
+draft forward's AR lead alone (:func:`~s2d2.layouts.family.lead`), which feeds them
 and the mask query, for adapters that carry leads.
 
 The choice compares milliseconds per committed token at the step's marginal cost ``m`` per query token

@@ -8,8 +8,8 @@ walked). It is the automaton :mod:`.regular` multiplies with a vocabulary to fin
 Only the regular core is taken: literals, classes (``[...]``, ``\\d``, ``\\w``, ``\\s``, ``.``),
 groups, alternation, greedy and lazy repeats and the anchors ``^`` / ``$`` at the ends (no-ops: a
 constraint matches the whole output). Anything else (back-references, look-arounds, inline flags,
-possessive repeats, repeats over :data:`MAX_REPEAT`) raises :class:`NotRegular`, and the caller keeps
-the bounded search of :mod:`.liveness` for that constraint.
+possessive repeats, repeats over :data:`MAX_REPEAT`, syntax Python reads differently) raises
+:class:`NotRegular`, and the caller keeps the bounded search of :mod:`.liveness` for that constraint.
 """
 
 from __future__ import annotations
@@ -203,7 +203,11 @@ def _takes(on: str | Pred, ch: str) -> bool:
 
 
 def regex_dfa(pattern: str) -> Dfa:
-    """The DFA of ``pattern`` matched as a whole (see the module docstring; NotRegular if unmodelled)."""
+    """The DFA of ``pattern`` matched as a whole (see the module docstring; NotRegular if unmodelled).
+    Syntax Python reads otherwise than the grammar library (POSIX classes ``[[:digit:]]``, nested sets,
+    ``{,n}``) is not modelled either."""
+    if any(s in pattern for s in ("[:", "[[", "{,")):
+        raise NotRegular("syntax read differently")
     try:
         parsed = _p.parse(pattern)
     except re.error as exc:

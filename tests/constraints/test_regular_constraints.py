@@ -15,6 +15,7 @@ import re
 import time
 
 import pytest
+import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -23,7 +24,7 @@ pytest.importorskip("xgrammar")
 import s2d2  # noqa: E402
 from conftest import examples  # noqa: E402
 from s2d2.constraints.automaton import NotRegular, regex_dfa  # noqa: E402
-from s2d2.constraints.liveness import allowed_ids, can_complete  # noqa: E402
+from s2d2.constraints.liveness import allowed_ids, can_complete, clear_bit  # noqa: E402
 from s2d2.constraints.matcher import GrammarState  # noqa: E402
 from s2d2.constraints.spec import OutputConstraint  # noqa: E402
 from s2d2.errors import ConfigError  # noqa: E402
@@ -154,3 +155,20 @@ def test_an_unmodelled_regex_keeps_the_bounded_search(model):
     assert compiled.regular is None  # a repeat past the automaton's bound
     out = model.generate(PROMPT, max_new_tokens=6, temperature=0, regex="[0-9]{1,1001} apples")
     assert out.stats.finish_reason == "length" or re.fullmatch("[0-9]+ apples", out.text)
+
+
+def test_clearing_the_sign_bit_of_a_full_word():
+    bits = torch.full((1, 2), -1, dtype=torch.int32)
+    clear_bit(bits, 0, 31)
+    clear_bit(bits, 0, 32)
+    assert allowed_ids(bits, 0, 64) == [*range(31), *range(33, 64)]
+
+
+def test_grammars_keep_the_bounded_search_on_every_row(model):
+    """An EBNF grammar has no exact analysis; its bounded look-ahead now checks every row of this
+    vocabulary (not only narrow ones), so AR no longer takes ``into`` under ``[a-z]+ "e"``."""
+    ar = model.generate(PROMPT, max_new_tokens=10, temperature=0, decoder="ar", grammar='root ::= [a-z]+ "e"')
+    lossless = model.generate(
+        PROMPT, max_new_tokens=10, temperature=0, preset="lossless", grammar='root ::= [a-z]+ "e"'
+    )
+    assert ar.stats.finish_reason == "stop" and ar.token_ids == lossless.token_ids

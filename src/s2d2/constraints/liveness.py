@@ -34,7 +34,7 @@ import torch
 from .regular import RegularLiveness, TooLarge
 
 #: a bitmask row allowing more tokens than this is not pruned (its searches would cost too much a step)
-MAX_CHECKED_TOKENS = 128
+MAX_CHECKED_TOKENS = 1024
 #: matcher states one token's look-ahead may visit, and how deep it goes
 LOOKAHEAD_BUDGET, LOOKAHEAD_DEPTH = 48, 32
 #: the compile-time search (does the grammar's start state complete at all?): states and depth
@@ -54,7 +54,7 @@ def allowed_ids(bits: torch.Tensor, index: int, vocab: int) -> list[int]:
 def clear_bit(bits: torch.Tensor, index: int, token: int) -> None:
     """Forbid ``token`` in bitmask row ``index`` (in place)."""
     word, bit = divmod(token, 32)
-    value = int(bits[index, word]) & ~(1 << bit)
+    value = int(bits[index, word]) & 0xFFFFFFFF & ~(1 << bit)
     bits[index, word] = value - (1 << 32) if value >= 1 << 31 else value
 
 

@@ -317,8 +317,9 @@ def _prepare(state: ServerState, body: Any) -> Prepared:
 async def _serve(state: ServerState, body: Any, request: Request, *, chat: bool) -> Any:
     prep = await asyncio.to_thread(_prepare, state, body)
     decode = state.model.decode_ids
-    if not prep.skip_special:
-        decode = functools.partial(state.model.decode_ids, skip_special_tokens=False)
+    if not prep.skip_special:  # EOS renders alike at every position of an output that ignores it
+        keep = any(row.config.ignore_eos for row in prep.rows)
+        decode = functools.partial(state.model.decode_ids, skip_special_tokens=False, drop_stop=not keep)
     k = prompt_top(prep)
     scores = None if k is None else await asyncio.to_thread(prompt_scores, state.model, prep.prompts, k)
     if prep.score_only:

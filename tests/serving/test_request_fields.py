@@ -175,3 +175,11 @@ def test_eos_renders_alike_at_every_position(client):
         model="tiny-gsm", prompt=Q, max_tokens=3, logit_bias=eos, extra_body={"skip_special_tokens": False}
     )
     assert stopped.choices[0].text == "" and stopped.choices[0].finish_reason == "stop"
+
+
+def test_models_give_max_model_len_and_the_block_size(client, model):
+    listed = client.models.list().data[0].model_dump()
+    one = client.models.retrieve("tiny-gsm").model_dump()
+    for card in (listed, one):
+        assert card["max_model_len"] == model.info.max_length > 0
+        assert card["s2d2"]["block_size"] == model.make_config().block_size

@@ -258,13 +258,13 @@ def _routes(app: FastAPI, state: ServerState) -> None:
     async def models() -> dict[str, Any]:
         return {
             "object": "list",
-            "data": [{"id": state.name, "object": "model", "created": state.created, "owned_by": "s2d2"}],
+            "data": [_card(state)],
         }
 
     @app.get("/v1/models/{model_id:path}", response_model=ModelCard, responses=ERROR_RESPONSES)
     async def model_card(model_id: str) -> dict[str, Any]:
         check_model_name(model_id, state.name)
-        return {"id": state.name, "object": "model", "created": state.created, "owned_by": "s2d2"}
+        return _card(state)
 
     @app.post("/v1/completions", response_model=CompletionResponse, responses=ERROR_RESPONSES)
     async def completions(body: CompletionRequest, request: Request) -> Any:
@@ -277,6 +277,16 @@ def _routes(app: FastAPI, state: ServerState) -> None:
     @app.post("/v1/responses", responses=ERROR_RESPONSES)
     async def responses(body: ResponsesRequest, request: Request) -> Any:
         return await serve_response(state, body, request, prepare=_prepare, submit=_submit)
+
+
+def _card(state: ServerState) -> dict[str, Any]:
+    """The served model's ``/v1/models`` entry: vLLM's ``max_model_len`` (prompt and output together)
+    and, under ``s2d2``, the block size a request decodes with by default."""
+    block = state.model.make_config(preset=state.preset).block_size
+    return {
+        "id": state.name, "object": "model", "created": state.created, "owned_by": "s2d2",
+        "max_model_len": state.model.info.max_length, "s2d2": {"block_size": block},
+    }  # fmt: skip
 
 
 async def _submit(state: ServerState, prep: Prepared) -> list[Any]:

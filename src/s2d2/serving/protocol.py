@@ -319,6 +319,10 @@ class ModelCard(BaseModel):
     object: str = "model"
     created: int
     owned_by: str = "s2d2"
+    #: the longest sequence (prompt and output together) the model takes, in tokens (vLLM's field)
+    max_model_len: int | None = None
+    #: s2d2's own facts about the served model (``block_size``: a request's default block size)
+    s2d2: dict[str, Any] | None = None
 
 
 class ModelList(BaseModel):

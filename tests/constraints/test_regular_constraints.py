@@ -110,6 +110,10 @@ def test_provably_unsatisfiable_regexes_are_refused_at_once(model, rx):
 def test_a_full_stop_reads_as_the_text_does(model):
     out = model.generate(PROMPT, max_new_tokens=8, temperature=0, regex=r"5\.")
     assert out.text == "5." and out.stats.finish_reason == "stop"
+    first = model.generate(PROMPT, max_new_tokens=8, temperature=0, regex=r"[.!?] [0-9]+")
+    assert re.fullmatch(r"[.!?] [0-9]+", first.text) and first.stats.finish_reason == "stop"
+    with pytest.raises(ConfigError, match="cannot write"):  # the decoded text never starts with a space
+        model.generate(PROMPT, max_new_tokens=8, regex=" 5")
     with pytest.raises(ConfigError, match="cannot write"):  # the decoder never writes " ." after a word
         model.generate(PROMPT, max_new_tokens=8, regex=r"5 \.")
 

@@ -176,9 +176,11 @@ class GrammarCache:
         past the bound (:mod:`.regular`), or a vocabulary that writes every byte (no dead ends)."""
         if not self.lookahead or c.kind not in ("regex", "choice"):
             return None
-        source = c.source if c.kind == "regex" else choice_pattern(c.source)
+        source = (
+            self._held_regex(c.source) if c.kind == "regex" else choice_pattern(self._held_options(c.source))
+        )
         try:
-            regular = RegularLiveness(regex_dfa(f"{re.escape(self.lead)}(?:{source})"), self.texts)
+            regular = RegularLiveness(regex_dfa(source), self.texts)
             regular.live(regular.start)
         except (NotRegular, TooLarge):
             return None
@@ -208,19 +210,40 @@ class GrammarCache:
                 "constraint allows (no sequence of its tokens completes it)"
             )
 
+    def _held_regex(self, source: str) -> str:
+        """The regex the grammar's text must match for the decoded text to match ``source``: the
+        :attr:`lead` before it (``67|42`` as ``" (?:67|42)"``), or no lead where the first token writes
+        none (a continuation piece, a full stop), when ``source`` cannot itself begin with the lead (so
+        the two readings never overlap; a regex the automaton does not model keeps the lead only)."""
+        if not self.lead:
+            return source
+        try:
+            dfa = regex_dfa(source)
+            bare = dfa.step(dfa.start, self.lead) < 0
+        except NotRegular:
+            bare = False
+        return f"{self.lead}(?:{source})|(?:{source})" if bare else f"{self.lead}(?:{source})"
+
+    def _held_options(self, options: Sequence[str]) -> list[str]:
+        """A choice's options as the grammar's text reads them (:meth:`_held_regex`'s rule per option)."""
+        held = [self.lead + o for o in options]
+        if self.lead:
+            held += [o for o in options if o and not o.startswith(self.lead)]
+        return held
+
     def _build(self, c: OutputConstraint) -> Any:
         """The compiled grammar of ``c``. Regexes, choices and grammars are held to the decoded text, so
-        they get :attr:`lead` before them as a whole (a regex ``67|42`` as ``" (?:67|42)"``, a grammar
-        as the lead then its root); ``json_object`` is any JSON object (not any JSON value)."""
+        they get :attr:`lead` before them as a whole (:meth:`_held_regex`; a grammar as the lead then
+        its root); ``json_object`` is any JSON object (not any JSON value)."""
         comp, xgr = self._compiler, xgrammar()
         if c.kind == "json_schema":
             return comp.compile_grammar(json_schema_grammar(xgr, c.source))
         if c.kind == "json_object":
             return comp.compile_grammar(json_schema_grammar(xgr, '{"type":"object"}'))
         if c.kind == "regex":
-            return comp.compile_regex(f"{self.lead}(?:{c.source})" if self.lead else c.source)
+            return comp.compile_regex(self._held_regex(c.source))
         if c.kind == "choice":
-            return comp.compile_grammar(_choice_grammar([self.lead + o for o in c.source]))
+            return comp.compile_grammar(_choice_grammar(self._held_options(c.source)))
         if c.kind == "grammar":
             grammar = xgr.Grammar.from_ebnf(c.source)
             if self.lead:

@@ -163,10 +163,10 @@ class S2D2Model(Likelihoods):
             stacklevel=5,
         )
 
-    def decode_ids(self, ids: Sequence[int], skip_special_tokens: bool = True) -> str:
-        stops = set(self.info.eos_token_ids)
+    def decode_ids(self, ids: Sequence[int], skip_special_tokens: bool = True, drop_stop: bool = True) -> str:
+        """The text of ``ids``, a last EOS (the stop that ended an output) left out unless ``drop_stop``."""
         ids = list(ids)
-        if ids and ids[-1] in stops:
+        if drop_stop and ids and ids[-1] in self.info.eos_token_ids:
             ids = ids[:-1]
         if self.tokenizer is None:
             return " ".join(str(i) for i in ids)

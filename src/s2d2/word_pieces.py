@@ -30,3 +30,39 @@ def decoded(tokenizer: Any, ids: Sequence[int], prefix: str | None, **options: A
         if first.startswith(prefix):
             text = text[len(prefix) :]
     return text
+
+
+def piece_texts(tokenizer: Any, vocab_size: int, prefix: str) -> list[str | None]:
+    """What each token adds to a text the WordPiece ``tokenizer`` decodes, after a word: the text a
+    constraint reads for it (index = token id; None for special tokens, which the text skips).
+
+    A continuation piece adds its bare text; any other piece what the decoder writes after a plain word,
+    its separating space included or not as the decoder's clean-up decides (``"."`` after a word reads
+    ``"."``, not ``" ."``), so the constrained string is the returned one."""
+    special = set(getattr(tokenizer, "all_special_tokens", []))
+    vocab = tokenizer.get_vocab()
+    out: list[str | None] = [None] * vocab_size
+    ref = _plain_word(tokenizer, vocab, special)
+    base = tokenizer.decode([ref]) if ref is not None else ""
+    for text, i in vocab.items():
+        if i >= vocab_size or text in special:
+            continue
+        if text.startswith(prefix):
+            out[i] = text[len(prefix) :]
+            continue
+        out[i] = " " + text
+        if ref is not None:
+            joined = tokenizer.decode([ref, i])
+            if joined.startswith(base) and joined[len(base) :].lstrip(" ") == text:
+                out[i] = joined[len(base) :]
+    return out
+
+
+def _plain_word(tokenizer: Any, vocab: dict[str, int], special: set[str]) -> int | None:
+    """A token the decoder writes as it is and joins to itself with one space (the context of
+    :func:`piece_texts`), or None."""
+    for text, i in sorted(vocab.items(), key=lambda kv: kv[1]):
+        plain = text not in special and text.isalpha() and len(text) > 2
+        if plain and tokenizer.decode([i, i]) == f"{text} {text}":
+            return i
+    return None

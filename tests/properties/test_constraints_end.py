@@ -1,9 +1,11 @@
-"""Every constrained request ends (issue 60): random choices, regexes and small grammars over the
-built-in model's WordPiece vocabulary and a byte-level one, every decoder, temperatures 0, 0.7 and 1.
-Each request either is refused at admission (a one-line ConfigError: the vocabulary cannot write any
-output the constraint allows) or ends within its token limit, its forwards bounded by it, with text the
-constraint allows when it stopped; never another error. At temperature 0 the lossless preset equals
-constrained AR token for token (one dead-end rule for every decoder)."""
+r"""Every constrained request ends: random choices, regexes and small grammars over the built-in model's
+WordPiece vocabulary and a byte-level one, every decoder (the paper presets and the routing policies
+included), temperatures 0, 0.7 and 1. The terms include dead-end words (``[a-z]+e``), punctuation
+(``\.``) and letters the vocabulary cannot write after a digit (``x``). Each request either is refused
+at admission (a one-line ConfigError: the vocabulary cannot write any output the constraint allows) or
+ends within its token limit, its forwards bounded by it, with text the constraint allows when it
+stopped; never another error. At temperature 0 every lossless preset equals constrained AR token for
+token (one dead-end rule for every decoder)."""
 
 from __future__ import annotations
 
@@ -28,7 +30,15 @@ DECODERS = [
     {},
     {"preset": "lossless"},
     {"preset": "lossless-fused"},
+    {"preset": "lossless-auto"},
+    {"preset": "paper-sdar-a"},
+    {"preset": "paper-sdar-b"},
+    {"decoder": "s2d2", "policy": "score"},
+    {"decoder": "s2d2", "policy": "hysteresis"},
+    {"decoder": "s2d2", "policy": "min-span"},
+    {"decoder": "s2d2", "policy": "ucb"},
 ]
+LOSSLESS = ("lossless", "lossless-fused", "lossless-auto")
 TEMPERATURES = (0.0, 0.7, 1.0)
 MAX_NEW = 10
 #: words of each vocabulary (and a few it cannot write): WordPiece words and numbers; byte-level text
@@ -36,7 +46,15 @@ WORDS = {
     "tiny": ["apples", "a", "12", "5", "ben", "avocado", "3 apples", "box", "zebra", "7 7"],
     "bytes": ["red", "blue", "12", "ab", "x y", "name", "q"],
 }
-PIECES = [("[0-9]", "[0-9]"), ("[0-9]+", "[0-9]+"), ("[a-c]", "[a-c]")]
+#: (regex, EBNF) of the other terms: classes, a word ending in e, a full stop, a letter after digits
+PIECES = [
+    ("[0-9]", "[0-9]"),
+    ("[0-9]+", "[0-9]+"),
+    ("[a-c]", "[a-c]"),
+    ("[a-z]+e", '[a-z]+ "e"'),
+    (r"\.", '"."'),
+    ("x", '"x"'),
+]
 
 
 @pytest.fixture(scope="module")
@@ -49,7 +67,7 @@ def models(tmp_path_factory):
 def _term(words):
     """One term: (regex source, Python regex, EBNF) of a word (no regex syntax in it) or a class."""
     word = st.sampled_from(words).map(lambda w: (w, w, '"' + w + '"'))
-    piece = st.sampled_from(PIECES).map(lambda p: (p[0], p[1], p[0]))
+    piece = st.sampled_from(PIECES).map(lambda p: (p[0], p[0], p[1]))
     return st.one_of(word, piece)
 
 
@@ -98,6 +116,6 @@ def test_every_constrained_request_ends(models, vocab, data):
     seed = data.draw(st.integers(0, 1000))
     prompt = "Ben has 3 apples. How many?" if vocab == "tiny" else "color ab 3"
     out = _check(model, prompt, kw, value, pattern, settings_, temperature, seed)
-    if out is not None and temperature == 0 and settings_.get("preset") == "lossless":
+    if out is not None and temperature == 0 and settings_.get("preset") in LOSSLESS:
         ar = model.generate(prompt, max_new_tokens=MAX_NEW, decoder="ar", **{kw: value})
         assert out.token_ids == ar.token_ids

@@ -159,3 +159,27 @@ def test_a_prompt_with_unknown_words_gets_a_note(client):
         model="tiny-gsm", prompt="Ben has 3 zebras.", max_tokens=4, echo=True, logprobs=0
     )
     assert any("unknown token" in n and "text_offset" in n for n in odd.model_extra["s2d2"]["notes"])
+
+
+def test_eos_renders_alike_at_every_position(client):
+    """``ignore_eos`` with ``skip_special_tokens: false``: every EOS is text, the last one too, streamed
+    and not; a request that stops on EOS still leaves its stop out of the text."""
+    eos = {"1": 100}
+    extra = {"skip_special_tokens": False, "s2d2": {"ignore_eos": True}}
+    kw = dict(model="tiny-gsm", prompt=Q, max_tokens=3, logit_bias=eos, extra_body=extra)
+    out = client.completions.create(**kw)
+    assert out.choices[0].text == "<eos> <eos> <eos>"
+    streamed = client.completions.create(**kw, stream=True)
+    assert "".join(c.choices[0].text for c in streamed if c.choices) == out.choices[0].text
+    stopped = client.completions.create(
+        model="tiny-gsm", prompt=Q, max_tokens=3, logit_bias=eos, extra_body={"skip_special_tokens": False}
+    )
+    assert stopped.choices[0].text == "" and stopped.choices[0].finish_reason == "stop"
+
+
+def test_models_give_max_model_len_and_the_block_size(client, model):
+    listed = client.models.list().data[0].model_dump()
+    one = client.models.retrieve("tiny-gsm").model_dump()
+    for card in (listed, one):
+        assert card["max_model_len"] == model.info.max_length > 0
+        assert card["s2d2"]["block_size"] == model.make_config().block_size

@@ -75,15 +75,17 @@ def _processes_with(marker: str) -> list[tuple[int, str]]:
     return found
 
 
-def _probe_until_refused(base: str, body: dict, seen: list) -> None:
-    """New requests after the stop signal, until one is not a 200 (kept last in ``seen``) or 20 s."""
+def _probe_until_refused(base: str, body: dict, seen: list, refused: list) -> None:
+    """New requests after the stop signal, until the connection is refused (its time in ``refused``),
+    one is neither a 200 nor a 503 (kept last in ``seen``), or 20 s."""
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:
         try:
             seen.append(httpx.post(base + "/v1/completions", json=body, timeout=30))
         except httpx.TransportError:
+            refused.append(time.monotonic())
             return
-        if seen[-1].status_code != 200:
+        if seen[-1].status_code not in (200, 503):
             return
         time.sleep(0.05)
 
@@ -127,7 +129,9 @@ def test_serve_ray_stops_on_a_signal_with_exit_0_and_no_ray_process_left(sig):
         long = {**body, "max_tokens": 400, "stream": True, "s2d2": {"decoder": "ar", "ignore_eos": True}}
         lines: list[str] = []
         during: list[httpx.Response] = []
-        prober = threading.Thread(target=_probe_until_refused, args=(base, body, during), daemon=True)
+        refused: list[float] = []
+        probe_args = (base, body, during, refused)
+        prober = threading.Thread(target=_probe_until_refused, args=probe_args, daemon=True)
         with httpx.stream("POST", base + "/v1/completions", json=long, timeout=120) as resp:
             assert resp.status_code == 200
             for line in resp.iter_lines():
@@ -135,6 +139,7 @@ def test_serve_ray_stops_on_a_signal_with_exit_0_and_no_ray_process_left(sig):
                 if len(lines) == 1:
                     proc.send_signal(sig)
                     prober.start()
+        ended = time.monotonic()
         data = [line for line in lines if line.startswith("data: ")]
         assert data[-1] == "data: [DONE]" and len(data) > 2, data[-3:]
         assert not any('"error"' in line for line in data)  # it ran to its end within the grace
@@ -142,6 +147,8 @@ def test_serve_ray_stops_on_a_signal_with_exit_0_and_no_ray_process_left(sig):
         # a request that arrives while the replicas drain: 503 + Retry-After (as the plain server), not 404
         assert during and during[-1].status_code == 503, [r.status_code for r in during]
         assert during[-1].headers.get("retry-after") and during[-1].json()["error"]["code"] == "draining"
+        # 503 throughout the drain: connections are refused only once the running stream has ended
+        assert not refused or refused[0] >= ended, (refused[0] - ended, [r.status_code for r in during])
         output = proc.communicate(timeout=120)[0].decode()
         assert proc.returncode == 0, output[-3000:]
         # (Ray's raylet may still log "ServeController.graceful_shutdown failed ... killed by ray.kill":

@@ -16,8 +16,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import ConfigError
-from ..word_pieces import continuation_prefix
+from ..word_pieces import continuation_prefix, piece_texts
+from .automaton import NotRegular, choice_pattern, regex_dfa
 from .liveness import COMPILE_BUDGET, COMPILE_DEPTH, Liveness, can_complete, writes_every_byte
+from .regular import RegularLiveness, TokenTexts, TooLarge
 from .spec import OutputConstraint
 from .tool_calls import structural_tag
 
@@ -44,11 +46,14 @@ class CompiledConstraint:
     vocab_size: int
     #: whether the vocabulary may add dead ends (it does not write every byte): the look-ahead runs
     lookahead: bool = True
+    #: the exact dead-end analysis of a regular constraint (:mod:`.regular`; None: the bounded search)
+    regular: RegularLiveness | None = field(default=None, compare=False, repr=False)
     #: the grammar's dead-end look-aheads, memoised for every request that shares it (:mod:`.liveness`)
     liveness: Liveness = field(init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "liveness", Liveness(self.vocab_size, enabled=self.lookahead))
+        live = Liveness(self.vocab_size, enabled=self.lookahead, regular=self.regular)
+        object.__setattr__(self, "liveness", live)
 
 
 def _choice_grammar(options: Sequence[str]) -> str:
@@ -77,23 +82,41 @@ def _one_line(exc: BaseException) -> str:
     return text if len(text) <= 200 else text[:197] + "..."
 
 
-def _tokenizer_info(xgr: Any, tokenizer: Any, vocab_size: int, stops: list[int]) -> Any:
-    """xgrammar's view of the vocabulary: each token as the text it adds to the decoded output.
+def _tokenizer_info(
+    xgr: Any, tokenizer: Any, vocab_size: int, stops: list[int]
+) -> tuple[Any, list[str | None]]:
+    """xgrammar's view of the vocabulary, each token as the text it adds to the decoded output, and
+    those texts (None: a special token, or a token that is no whole characters).
 
-    A WordPiece decoder joins tokens with a space unless a token starts with its continuation prefix;
-    xgrammar's own reading of such a vocabulary would see no spaces, so the grammar would constrain a
-    different text than the one returned. Here every token but a continuation carries its space: the
+    A WordPiece decoder joins tokens with a space unless a token starts with its continuation prefix, and
+    its clean-up drops the space before punctuation; xgrammar's own reading of such a vocabulary would
+    see no spaces, so the grammar would constrain a different text than the one returned. Here every
+    token reads as :func:`~s2d2.word_pieces.piece_texts` says the decoder writes it after a word: the
     constrained text is the decoded one after one leading space (:attr:`GrammarCache.lead`)."""
     prefix = continuation_prefix(tokenizer)
     if prefix is None:
-        return xgr.TokenizerInfo.from_huggingface(tokenizer, vocab_size=vocab_size, stop_token_ids=stops)
-    special = set(getattr(tokenizer, "all_special_tokens", []))
-    vocab = [""] * vocab_size
-    for text, i in tokenizer.get_vocab().items():
-        if i < vocab_size:
-            plain = text in special
-            vocab[i] = text if plain else text[len(prefix) :] if text.startswith(prefix) else " " + text
-    return xgr.TokenizerInfo(vocab, xgr.VocabType.RAW, vocab_size=vocab_size, stop_token_ids=stops)
+        info = xgr.TokenizerInfo.from_huggingface(tokenizer, vocab_size=vocab_size, stop_token_ids=stops)
+        special = set(info.special_token_ids)
+        texts = [None if i in special else _text(b) for i, b in enumerate(info.decoded_vocab)]
+        return info, texts
+    texts = piece_texts(tokenizer, vocab_size, prefix)
+    special = getattr(tokenizer, "all_special_tokens", [])
+    vocab = [t or "" for t in texts]
+    for text in special:
+        i = tokenizer.convert_tokens_to_ids(text)
+        if isinstance(i, int) and 0 <= i < vocab_size:
+            vocab[i] = text
+    info = xgr.TokenizerInfo(vocab, xgr.VocabType.RAW, vocab_size=vocab_size, stop_token_ids=stops)
+    return info, texts
+
+
+def _text(piece: bytes | str) -> str | None:
+    if isinstance(piece, str):
+        return piece
+    try:
+        return piece.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
 
 
 class GrammarCache:
@@ -110,7 +133,9 @@ class GrammarCache:
         if tokenizer is None:
             raise ConfigError("structured output needs the model's tokenizer (this model has none)")
         xgr = xgrammar()
-        info = _tokenizer_info(xgr, tokenizer, vocab_size, list(stop_token_ids))
+        info, texts = _tokenizer_info(xgr, tokenizer, vocab_size, list(stop_token_ids))
+        #: the vocabulary as the grammar reads it, for the exact dead-end analysis (:mod:`.regular`)
+        self.texts = TokenTexts(texts, list(stop_token_ids), vocab_size)
         self.vocab_size = vocab_size
         #: what the grammar's text has before the decoded text (a WordPiece vocabulary's first space);
         #: regex and choice constraints are compiled after it, so they match the decoded text
@@ -136,23 +161,44 @@ class GrammarCache:
             raise
         except Exception as exc:  # xgrammar raises RuntimeError / ValueError subclasses with long texts
             raise ConfigError(f"invalid {constraint.kind.replace('_', ' ')}: {_one_line(exc)}") from None
-        self._check_vocabulary(constraint, grammar)
+        regular = self._regular(constraint)
+        self._check_vocabulary(constraint, grammar, regular)
         self.compiles += 1
-        compiled = CompiledConstraint(constraint, grammar, self.vocab_size, self.lookahead)
+        compiled = CompiledConstraint(constraint, grammar, self.vocab_size, self.lookahead, regular)
         self._entries[constraint] = compiled
         if len(self._entries) > self.max_entries:
             self._entries.popitem(last=False)
         return compiled
 
-    def _check_vocabulary(self, constraint: OutputConstraint, grammar: Any) -> None:
-        """A grammar that no token sequence of the vocabulary can complete is a ConfigError: a bounded
-        search (:func:`~.liveness.can_complete`) from its start finds a way to its end or proves there
-        is none (the built-in model's vocabulary has no braces or quotes, so it cannot begin a JSON
-        object; it has ``" a"`` but nothing that writes ``"vocado"`` after it). A vocabulary writing every
-        byte only needs a first token."""
+    def _regular(self, c: OutputConstraint) -> RegularLiveness | None:
+        """The exact dead-end analysis of a regex or choice (its whole product with the vocabulary
+        explored here, once), or None: another kind, a regex the automaton does not model, a product
+        past the bound (:mod:`.regular`), or a vocabulary that writes every byte (no dead ends)."""
+        if not self.lookahead or c.kind not in ("regex", "choice"):
+            return None
+        source = (
+            self._held_regex(c.source) if c.kind == "regex" else choice_pattern(self._held_options(c.source))
+        )
+        try:
+            regular = RegularLiveness(regex_dfa(source), self.texts)
+            regular.live(regular.start)
+        except (NotRegular, TooLarge):
+            return None
+        return regular
+
+    def _check_vocabulary(
+        self, constraint: OutputConstraint, grammar: Any, regular: RegularLiveness | None
+    ) -> None:
+        """A grammar that no token sequence of the vocabulary can complete is a ConfigError: the exact
+        analysis of a regular constraint decides it (``[0-9]+x`` where no token writes ``x`` after a
+        digit); otherwise a bounded search (:func:`~.liveness.can_complete`) from its start finds a way
+        to its end or proves there is none (the built-in model's vocabulary has no braces or quotes, so
+        it cannot begin a JSON object). A vocabulary writing every byte only needs a first token."""
         xgr = xgrammar()
         matcher = xgr.GrammarMatcher(grammar)
-        if not self.lookahead:  # every byte is a token: whatever the grammar allows can be written
+        if regular is not None:  # exact: the start state of the product is live or it is not
+            dead = not regular.live(regular.start)
+        elif not self.lookahead:  # every byte is a token: whatever the grammar allows can be written
             bits = xgr.allocate_token_bitmask(1, self.vocab_size)
             matcher.fill_next_token_bitmask(bits, 0)
             dead = not bool(bits.any())
@@ -164,19 +210,40 @@ class GrammarCache:
                 "constraint allows (no sequence of its tokens completes it)"
             )
 
+    def _held_regex(self, source: str) -> str:
+        """The regex the grammar's text must match for the decoded text to match ``source``: the
+        :attr:`lead` before it (``67|42`` as ``" (?:67|42)"``), or no lead where the first token writes
+        none (a continuation piece, a full stop), when ``source`` cannot itself begin with the lead (so
+        the two readings never overlap; a regex the automaton does not model keeps the lead only)."""
+        if not self.lead:
+            return source
+        try:
+            dfa = regex_dfa(source)
+            bare = dfa.step(dfa.start, self.lead) < 0
+        except NotRegular:
+            bare = False
+        return f"{self.lead}(?:{source})|(?:{source})" if bare else f"{self.lead}(?:{source})"
+
+    def _held_options(self, options: Sequence[str]) -> list[str]:
+        """A choice's options as the grammar's text reads them (:meth:`_held_regex`'s rule per option)."""
+        held = [self.lead + o for o in options]
+        if self.lead:
+            held += [o for o in options if o and not o.startswith(self.lead)]
+        return held
+
     def _build(self, c: OutputConstraint) -> Any:
         """The compiled grammar of ``c``. Regexes, choices and grammars are held to the decoded text, so
-        they get :attr:`lead` before them as a whole (a regex ``67|42`` as ``" (?:67|42)"``, a grammar
-        as the lead then its root); ``json_object`` is any JSON object (not any JSON value)."""
+        they get :attr:`lead` before them as a whole (:meth:`_held_regex`; a grammar as the lead then
+        its root); ``json_object`` is any JSON object (not any JSON value)."""
         comp, xgr = self._compiler, xgrammar()
         if c.kind == "json_schema":
             return comp.compile_grammar(json_schema_grammar(xgr, c.source))
         if c.kind == "json_object":
             return comp.compile_grammar(json_schema_grammar(xgr, '{"type":"object"}'))
         if c.kind == "regex":
-            return comp.compile_regex(f"{self.lead}(?:{c.source})" if self.lead else c.source)
+            return comp.compile_regex(self._held_regex(c.source))
         if c.kind == "choice":
-            return comp.compile_grammar(_choice_grammar([self.lead + o for o in c.source]))
+            return comp.compile_grammar(_choice_grammar(self._held_options(c.source)))
         if c.kind == "grammar":
             grammar = xgr.Grammar.from_ebnf(c.source)
             if self.lead:

@@ -3,20 +3,25 @@
 A grammar allows text; a vocabulary writes text in pieces. Where the grammar allows a piece after which
 no piece continues it (the built-in model's vocabulary has ``" a"`` but nothing that writes ``"vocado"``
 after it, so ``choice ["avocado"]`` may start with ``" a"`` and never finish), a row that took that
-piece could never end. This module finds such dead ends by a bounded depth-first search over the
-grammar's matcher and the vocabulary, and the bitmask filter built on it:
+piece could never end. :class:`Liveness` removes such pieces from every bitmask row, by one of two
+rules chosen per constraint:
 
-- :func:`can_complete`: from the matcher's state, does some token sequence reach a state where the
-  grammar may end? ``True`` (found), ``False`` (every path within the search was a dead end, and the
-  search covered all of them: proven) or ``None`` (the search ran out of its budget: not known).
-- :func:`prune_row`: a bitmask row without the tokens after which :func:`can_complete` is ``False``.
-  Only rows allowing at most :data:`MAX_CHECKED_TOKENS` tokens are checked (wide rows, the inside of a
-  JSON string, say, are kept as they are: dead ends there are not found in advance). The rule is a pure
-  function of the state's token path, so every decoder (constrained AR, the lossless presets, the
-  baselines) masks the same tokens at the same state, and lossless equals constrained AR.
+- **exact** (regexes and choices, :mod:`.regular`): the constraint's character automaton times the
+  vocabulary; a token is kept iff the automaton state after it is live. Every row of a live state keeps
+  a token, so a row never takes a token after which nothing completes, and a constraint whose start is
+  not live is refused before decoding (``[0-9]+x`` where no token writes an ``x`` after digits).
+- **bounded** (JSON schemas, EBNF grammars, tool calls, and a regex the automaton does not model or
+  whose product exceeds :data:`~.regular.MAX_STATES`): :func:`can_complete`, a depth-first search over
+  the grammar's matcher and the vocabulary, at most :data:`LOOKAHEAD_BUDGET` matcher states and
+  :data:`LOOKAHEAD_DEPTH` tokens deep per token checked; only rows allowing at most
+  :data:`MAX_CHECKED_TOKENS` tokens are checked (the inside of a JSON string is kept as it is). This is
+  the stated bound: a dead end deeper or wider than it is found only when the row reaches it (a 422,
+  :class:`~.matcher.ConstraintDeadEnd`).
 
-Results are memoised per compiled grammar by token path (:class:`Liveness`), so requests that share a
-constraint share its searches.
+Either rule is a pure function of the state's token path, so every decoder (constrained AR, the lossless
+presets, the baselines, S2D2 under any policy) masks the same tokens at the same state, and lossless
+equals constrained AR. Results are memoised per compiled grammar (bounded: by token path), so requests
+that share a constraint share them.
 """
 
 from __future__ import annotations
@@ -26,8 +31,10 @@ from typing import Any
 
 import torch
 
+from .regular import RegularLiveness, TooLarge
+
 #: a bitmask row allowing more tokens than this is not pruned (its searches would cost too much a step)
-MAX_CHECKED_TOKENS = 128
+MAX_CHECKED_TOKENS = 1024
 #: matcher states one token's look-ahead may visit, and how deep it goes
 LOOKAHEAD_BUDGET, LOOKAHEAD_DEPTH = 48, 32
 #: the compile-time search (does the grammar's start state complete at all?): states and depth
@@ -47,7 +54,7 @@ def allowed_ids(bits: torch.Tensor, index: int, vocab: int) -> list[int]:
 def clear_bit(bits: torch.Tensor, index: int, token: int) -> None:
     """Forbid ``token`` in bitmask row ``index`` (in place)."""
     word, bit = divmod(token, 32)
-    value = int(bits[index, word]) & ~(1 << bit)
+    value = int(bits[index, word]) & 0xFFFFFFFF & ~(1 << bit)
     bits[index, word] = value - (1 << 32) if value >= 1 << 31 else value
 
 
@@ -92,9 +99,18 @@ class Liveness:
     """Memoised look-aheads of one compiled grammar (see the module docstring), keyed by token path.
     ``enabled`` False (a vocabulary that writes every byte): rows are not pruned, only counted."""
 
-    def __init__(self, vocab: int, max_entries: int = MEMO_ENTRIES, *, enabled: bool = True):
+    def __init__(
+        self,
+        vocab: int,
+        max_entries: int = MEMO_ENTRIES,
+        *,
+        enabled: bool = True,
+        regular: RegularLiveness | None = None,
+    ):
         self.vocab = vocab
         self.enabled = enabled
+        #: the exact analysis of a regular constraint (None: the bounded search only)
+        self.regular = regular if enabled else None
         self.max_entries = max_entries
         #: keyed by the path's length and hash (a path may be thousands of tokens: not kept itself)
         self._memo: OrderedDict[tuple[int, int], bool] = OrderedDict()
@@ -110,12 +126,29 @@ class Liveness:
                 self._memo.popitem(last=False)
         return hit
 
-    def prune_row(self, matcher: Any, path: tuple[int, ...], bits: torch.Tensor, index: int) -> int:
-        """Clear from bitmask row ``index`` (the matcher's next-token mask at ``path``) every token after
-        which the state is a proven dead end; returns how many tokens the row still allows (when not
-        :attr:`enabled`: 1 for a row that allows any, else 0)."""
+    def start_state(self) -> int:
+        """The exact analysis's state before any output (-1: no exact analysis)."""
+        return -1 if self.regular is None else self.regular.start
+
+    def next_state(self, state: int, token: int) -> int:
+        """The exact analysis's state after ``token`` from ``state`` (-1: unknown from here on)."""
+        return -1 if self.regular is None or state < 0 else self.regular.next_state(state, token)
+
+    def prune_row(
+        self, matcher: Any, path: tuple[int, ...], bits: torch.Tensor, index: int, state: int = -1
+    ) -> int:
+        """Clear from bitmask row ``index`` (the matcher's next-token mask at ``path``, whose exact
+        analysis state is ``state``, -1 if none) every token after which the state is a dead end;
+        returns how many tokens the row still allows (exact or not :attr:`enabled`: 1 for a row that
+        allows any, else 0)."""
         if not self.enabled:
             return int(bool(bits[index].any()))
+        if state >= 0 and self.regular is not None:
+            try:
+                bits[index] &= self.regular.live_mask(state)
+                return int(bool(bits[index].any()))
+            except TooLarge:  # not after a compile that explored the product (.compiler): a safety net
+                pass
         ids = allowed_ids(bits, index, self.vocab)
         if len(ids) > MAX_CHECKED_TOKENS:
             return len(ids)

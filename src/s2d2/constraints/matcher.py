@@ -43,6 +43,8 @@ class GrammarState:
         self.fed = 0
         #: those tokens (the token path the dead-end look-ahead is memoised by)
         self.path: tuple[int, ...] = ()
+        #: the exact dead-end analysis's state after them (-1: none, :mod:`.liveness`)
+        self.state = compiled.liveness.start_state()
 
     @property
     def terminated(self) -> bool:
@@ -62,6 +64,7 @@ class GrammarState:
                 )
             self.fed += 1
             self.path = (*self.path, int(t))
+            self.state = self.compiled.liveness.next_state(self.state, int(t))
 
     def accepted_prefix(self, tokens: Sequence[int]) -> int:
         """How many leading ``tokens`` the grammar allows from the committed state, each within the rows
@@ -121,12 +124,12 @@ class GrammarState:
         or before that draft anyway. A first row that allows nothing raises ConstraintDeadEnd."""
         out = torch.full((n_rows, self.words), -1, dtype=torch.int32)
         m, walked, live = self.matcher, 0, self.compiled.liveness
-        path = self.path
+        path, state = self.path, self.state
         for i in range(n_rows):
             if m.is_terminated():
                 break
             m.fill_next_token_bitmask(out, i)
-            if live.prune_row(m, path, out, i) == 0:
+            if live.prune_row(m, path, out, i, state) == 0:
                 if i == 0:
                     self._rollback(walked)
                     raise ConstraintDeadEnd(
@@ -142,6 +145,7 @@ class GrammarState:
             if not m.accept_token(int(drafts[i])):
                 break
             path = (*path, int(drafts[i]))
+            state = live.next_state(state, int(drafts[i]))
             walked += 1
         self._rollback(walked)
         return out

@@ -11,7 +11,7 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Hashable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
@@ -156,6 +156,8 @@ class Request:
     grammar: GrammarState | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
+        if greedy_equivalent(self.config):
+            self.config = replace(self.config, temperature=0.0, top_k=0, top_p=1.0, min_p=0.0)
         cfg, info = self.config, self.info
         self.n_prompt = self.prompt.numel()
         self.limit = min(self.n_prompt + cfg.max_new_tokens, info.max_length)
@@ -285,3 +287,10 @@ class Request:
         if self.logprobs is None:
             return None
         return [self.logprobs[self.n_prompt + i] for i in range(n)]
+
+
+def greedy_equivalent(cfg: DecodeConfig) -> bool:
+    """Whether sampling at ``cfg``'s temperature keeps only the most likely token (``top_k`` 1, or
+    ``min_p`` 1): then the request decodes as greedy does in every decoder (its drafter's confidences
+    are the model's, not those of a one-token distribution)."""
+    return cfg.temperature > 0 and (cfg.top_k == 1 or cfg.min_p >= 1.0)

@@ -101,11 +101,14 @@ class ServerState:
         self.reasoning_parser: str | None = None
 
     def card(self) -> dict[str, Any]:
-        """The served model's ``/v1/models`` entry; ``generation_defaults``: the sampling defaults of a
-        request that omits them (the checkpoint's ``generation_config.json``, unless turned off)."""
+        """The served model's ``/v1/models`` entry: vLLM's ``max_model_len`` (prompt and output together);
+        ``generation_defaults``, the sampling defaults of a request that omits them (the checkpoint's
+        ``generation_config.json``, unless turned off); under ``s2d2``, a request's default block size."""
         defaults = dict(self.model.info.generation_defaults)
+        block = self.model.make_config(preset=self.preset).block_size
         return {"id": self.name, "object": "model", "created": self.created, "owned_by": "s2d2",
-                "generation_defaults": defaults}  # fmt: skip
+                "max_model_len": self.model.info.max_length, "generation_defaults": defaults,
+                "s2d2": {"block_size": block}}  # fmt: skip
 
     def write_routing_state(self) -> bool:
         """Write the engine's routing statistics to :attr:`routing_file` (if any); False if that failed
@@ -364,8 +367,9 @@ def _prepare(state: ServerState, body: Any) -> Prepared:
 async def _serve(state: ServerState, body: Any, request: Request, *, chat: bool) -> Any:
     prep = await asyncio.to_thread(_prepare, state, body)
     decode = state.model.decode_ids
-    if not prep.skip_special:
-        decode = functools.partial(state.model.decode_ids, skip_special_tokens=False)
+    if not prep.skip_special:  # EOS renders alike at every position of an output that ignores it
+        keep = any(row.config.ignore_eos for row in prep.rows)
+        decode = functools.partial(state.model.decode_ids, skip_special_tokens=False, drop_stop=not keep)
     k = prompt_top(prep)
     scores = None if k is None else await asyncio.to_thread(prompt_scores, state.model, prep.prompts, k)
     if prep.score_only:

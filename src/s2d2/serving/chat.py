@@ -34,6 +34,8 @@ from .tools.render import apply_template, fallback_text, template_message
 _TEMPLATE_OWN = {
     "conversation", "add_generation_prompt", "tokenize", "return_dict", "return_tensors", "tools",
 }  # fmt: skip
+#: template variables that would replace the conversation the server renders (a 400 when given)
+_CONVERSATION_KEYS = {"messages", "conversation"}
 #: How the fallback template names each role.
 ROLE_NAMES = {
     "system": "System",
@@ -118,6 +120,12 @@ def chat_prompt_ids(
             f"model {model.name} has no tokenizer: use /v1/completions with token ids", param="messages"
         )
     if getattr(tok, "chat_template", None):
+        taken = sorted(set(template_kwargs or {}) & _CONVERSATION_KEYS)
+        if taken:
+            raise bad_request(
+                f"chat_template_kwargs may not set {taken[0]!r}: the server passes the conversation itself",
+                param="chat_template_kwargs",
+            )
         extra = {k: v for k, v in (template_kwargs or {}).items() if k not in _TEMPLATE_OWN}
         ids = apply_template(tok, [template_message(m) for m in messages], tools, fmt, extra)
         if isinstance(ids, dict) or hasattr(ids, "input_ids"):

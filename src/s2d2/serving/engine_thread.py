@@ -43,6 +43,14 @@ class Draining(Exception):
     """The server is shutting down and admits nothing new (answer 503)."""
 
 
+#: what a client reads when the tensor-parallel group failed under its request (the details: the log)
+RANK_FAILED = "a tensor-parallel rank failed; the server is stopping"
+
+
+class GroupFailed(Exception):
+    """A request's failure because the model's tensor-parallel group broke (answer 503, Retry-After)."""
+
+
 @dataclass
 class Submission:
     """One request on its way through the engine, as the event loop sees it."""
@@ -165,7 +173,8 @@ class EngineThread:
         self.draining = True
         log.error("the engine cannot continue: %s", message)
         for rid in list(self._subs):
-            self._end(rid, message)
+            log.error("request %s failed: %s", rid, message)
+            self._end(rid, RANK_FAILED, GroupFailed(RANK_FAILED))
         if self.on_fatal is not None:
             self.on_fatal(message)
 
@@ -212,10 +221,11 @@ class EngineThread:
             self._dispatch([RequestOutput(request_id, [], True, out)])
             self.metrics.record_engine(self.engine)
 
-    def _end(self, request_id: str, message: str) -> None:
+    def _end(self, request_id: str, message: str, exception: BaseException | None = None) -> None:
         """Abort a request in the engine and end it here now as failed with ``message``."""
         self.engine.abort(request_id)
         out = DecodeOutput([], GenerationStats(), request_id=request_id, status="failed", error=message)
+        out.exception = exception
         self._dispatch([RequestOutput(request_id, [], True, out)])
         self.metrics.record_engine(self.engine)
 
@@ -228,8 +238,9 @@ class EngineThread:
         broken = self._broken()
         for out in outputs:
             if out.finished and out.output is not None and out.output.status == "failed":
-                if broken is not None:  # the client learns why: nothing internal in it
-                    out.output.error, out.output.exception = broken, None
+                if broken is not None:  # the client reads RANK_FAILED; the details go to the log
+                    log.error("request %s failed: %s", out.request_id, broken)
+                    out.output.error, out.output.exception = RANK_FAILED, GroupFailed(RANK_FAILED)
                 elif not isinstance(out.output.exception, RequestCannotEnd):
                     _hide_internal_error(out.output)  # (a request that cannot end keeps its own reason)
         self._dispatch(outputs)

@@ -68,9 +68,13 @@ def bad_request(message: str, param: str | None = None, code: str | None = None)
     return APIError(400, message, param=param, code=code)
 
 
-def decode_error(reason: str | None, cannot_end: bool) -> APIError:
-    """The answer for a choice that failed in the engine: a 422 (``cannot_end``) with its reason where
-    the request could not go on (:class:`~s2d2.errors.RequestCannotEnd`), else a 500 (``decode_failed``)."""
+def decode_error(reason: str | None, cannot_end: bool, unavailable: bool = False) -> APIError:
+    """The answer for a choice that failed in the engine: a 503 with ``Retry-After`` (``unavailable``:
+    the model's tensor-parallel group broke; ``reason`` says so and nothing more), a 422 (``cannot_end``)
+    with its reason where the request could not go on (:class:`~s2d2.errors.RequestCannotEnd`), else a
+    500 (``decode_failed``)."""
+    if unavailable:
+        return APIError(503, reason or "unavailable", code="unavailable", headers={"Retry-After": "1"})
     if cannot_end:
         return APIError(422, f"the request could not be completed: {reason}", code="cannot_end")
     return APIError(500, f"the request failed while decoding: {reason}", code="decode_failed")

@@ -325,6 +325,10 @@ class ModelCard(BaseModel):
     owned_by: str = "s2d2"
     #: sampling defaults of a request that omits them (the checkpoint's generation_config.json)
     generation_defaults: dict[str, int | float] = Field(default_factory=dict)
+    #: the longest sequence (prompt and output together) the model takes, in tokens (vLLM's field)
+    max_model_len: int | None = None
+    #: s2d2's own facts about the served model (``block_size``: a request's default block size)
+    s2d2: dict[str, Any] | None = None
 
 
 class ModelList(BaseModel):

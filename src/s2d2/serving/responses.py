@@ -21,7 +21,7 @@ from typing import Any
 
 from ..errors import RequestCannotEnd
 from .detokenizer import TextStream
-from .engine_thread import EngineThread, Submission
+from .engine_thread import EngineThread, GroupFailed, Submission
 from .errors import decode_error
 from .merged_events import merged
 from .prepare import Prepared
@@ -59,6 +59,8 @@ class Outcome:
     stats: Any = None
     error: str | None = None
     cannot_end: bool = False  # it failed as a request that cannot end (RequestCannotEnd): a 422
+    #: it failed because the model's tensor-parallel group broke (GroupFailed): a 503
+    unavailable: bool = False
     #: the text (and tokens) that became final with the engine's last output: it rides with the finish
     last: Delta | None = None
 
@@ -126,7 +128,8 @@ async def text_events(
     result = out.output
     if result.status == "failed":
         why, cannot = result.error or "failed", isinstance(result.exception, RequestCannotEnd)
-        yield Outcome("error", len(sub.prompt_ids), text.n_tokens, result.stats, why, cannot)
+        gone = isinstance(result.exception, GroupFailed)
+        yield Outcome("error", len(sub.prompt_ids), text.n_tokens, result.stats, why, cannot, gone)
         return
     tail = piece + text.finish()
     last = delta(tail) if tail or text.n_tokens > counted else None
@@ -266,7 +269,7 @@ def completion_body(r: Renderer, results: Sequence[ChoiceResult]) -> dict[str, A
     outcomes = [res.outcome for res in results]
     for o in outcomes:
         if o.error is not None:
-            raise decode_error(o.error, o.cannot_end)
+            raise decode_error(o.error, o.cannot_end, o.unavailable)
     choices = []
     for row, res in zip(r.prep.rows, results, strict=True):
         echo = r.echo_text(row)
@@ -372,7 +375,7 @@ async def sse_chunks(r: Renderer, streams: Sequence[AsyncIterator[Delta | Outcom
             continue
         outcomes[i] = item
         if item.error is not None:
-            yield _sse(decode_error(item.error, item.cannot_end).body())
+            yield _sse(decode_error(item.error, item.cannot_end, item.unavailable).body())
             continue
         text, logprobs, delta = None, None, None
         if item.last is not None:

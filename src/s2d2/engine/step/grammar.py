@@ -63,12 +63,19 @@ def frontier_slot(req: Request) -> int:
     return req.n_prompt + req.grammar.fed - req.cursor.start
 
 
+def unbound(req: Request, g: GrammarState) -> bool:
+    """Whether nothing the row commits from here reaches the output, so the grammar holds nothing: it
+    ended, or the output is whole (its frontier is at the request's limit; a preset that decodes the
+    last block in full, ``last_block="full"``, fills slots after it that are cut off)."""
+    return g.terminated or req.n_prompt + g.fed >= req.limit
+
+
 def attach_masks(work: RowWork) -> None:
     """Give the row's draft, lead and verification queries their grammar bitmask rows (host tensors)."""
     req = work.req
     g = sync(req)
-    if g.terminated:
-        return  # the output ended with the grammar; nothing after it is kept
+    if unbound(req, g):
+        return  # the output ended with the grammar, or is whole: nothing after it is kept
     front = frontier_slot(req)
     if work.draft is not None and work.draft.slots and work.draft.slots[0] == front:
         work.draft.grammar_bits = g.masks((), 1)
@@ -89,8 +96,8 @@ def conforming_picks(req: Request, p: DraftStep, chosen: list[int]) -> list[int]
     frontier's candidate (always), then the chosen candidates at the consecutive slots after it, cut at
     the first draft the grammar refuses."""
     g = sync(req)
-    if g.terminated:
-        return chosen  # after the stop token: nothing here reaches the output
+    if unbound(req, g):
+        return chosen  # after the stop token or the limit: nothing here reaches the output
     front = frontier_slot(req)
     v = p.drafts
     index = {s: i for i, s in enumerate(v.slots) if not p.done[i]}
@@ -107,7 +114,7 @@ def jump_forward(req: Request, p: DraftStep) -> int:
     """Fill the forced drafts of the run of consecutive slots from the frontier (see the module
     docstring; their confidence and acceptance estimate become 1); returns how many were forced."""
     g = sync(req)
-    if g.terminated:
+    if unbound(req, g):
         return 0
     v, s = p.drafts, frontier_slot(req)
     index = {slot: i for i, slot in enumerate(v.slots) if not p.done[i]}
@@ -131,7 +138,7 @@ def forced_commits(req: Request, cand: list[int]) -> bool:
     if cfg.logprobs is not None or req.tracer.steps is not None or not cand:
         return False
     g = sync(req)
-    if g.terminated or cand[0] != frontier_slot(req):
+    if unbound(req, g) or cand[0] != frontier_slot(req):
         return False
     run = 1
     while run < len(cand) and cand[run] == cand[0] + run:

@@ -107,14 +107,22 @@ def apply_template(
 ) -> Any:
     """``apply_chat_template`` with ``tools`` (the fallback instructions where it ignores them) and the
     template's ``extra`` variables (``chat_template_kwargs``); a template that fails on the conversation
-    (one that raises on a role it does not know, say) is a 400."""
+    (one that raises on a role it does not know, say) is a 400. The message quotes what the template
+    itself raised (``raise_exception``), never a Python or jinja error; with ``extra`` given it names
+    ``chat_template_kwargs``, the likelier cause."""
     try:
         return _apply(tok, conv, tools, fmt, extra or {})
     except Exception as exc:  # jinja2's TemplateError and what a template raises itself
-        message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise bad_request(
-            f"the model's chat template cannot render this conversation: {message[:200]}", param="messages"
-        ) from None
+        said = str(exc).splitlines()[0] if type(exc).__name__ == "TemplateError" and str(exc) else ""
+        why = f": {said[:200]}" if said else ""
+        if extra:
+            raise bad_request(
+                f"the model's chat template cannot render this conversation with these "
+                f"chat_template_kwargs ({', '.join(sorted(extra))[:120]}){why}",
+                param="chat_template_kwargs",
+            ) from None
+        message = f"the model's chat template cannot render this conversation{why}"
+        raise bad_request(message, param="messages") from None
 
 
 def _apply(

@@ -52,6 +52,10 @@ class RowWork:
 
 def rows_at(dev: DeviceOps, logits: torch.Tensor, slots: list[int]) -> torch.Tensor:
     """``logits[slots]``: a view when the slots are consecutive, else a gather (index made on device)."""
+    return _rows(dev, logits, slots)
+
+
+def _rows(dev: DeviceOps, logits: torch.Tensor, slots: list[int]) -> torch.Tensor:
     if slots and slots[-1] - slots[0] == len(slots) - 1:
         return logits if len(slots) == logits.shape[0] else logits[slots[0] : slots[-1] + 1]
     return logits.index_select(0, dev.tensor(slots))
@@ -61,7 +65,7 @@ def _prob_rows(dev: DeviceOps, drafts: SlotDrafts, lo: int, hi: int) -> torch.Te
     """The drafter's distributions at candidates ``lo .. hi - 1`` (None where they were not kept)."""
     if drafts.probs is None:
         return None
-    return rows_at(dev, drafts.probs, drafts.prob_rows_of(lo, hi))
+    return _rows(dev, drafts.probs, drafts.prob_rows_of(lo, hi))
 
 
 def _edit_slots(req: Request, upto: int) -> list[int]:
@@ -90,7 +94,7 @@ def queries(dev: DeviceOps, req: Request, raw: torch.Tensor, forward: RowForward
         upto = cur.candidate_limit if action == Action.DRAFT else cur.n_valid
         slots = _edit_slots(req, upto)
         if slots:
-            work.edit = DraftQuery(req, rows_at(dev, logits, slots), slots)
+            work.edit = DraftQuery(req, _rows(dev, logits, slots), slots)
             _with_context(req, work.edit, slots, cur.ids)
     if action is Action.VERIFY:
         p = req.pending
@@ -111,7 +115,7 @@ def queries(dev: DeviceOps, req: Request, raw: torch.Tensor, forward: RowForward
         pol = req.policy
         work.draft = DraftQuery(
             req,
-            rows_at(dev, logits, cur.candidates),
+            _rows(dev, logits, cur.candidates),
             cur.candidates,
             entropy=req.rule == "eb",
             norm_entropy=pol is not None and pol.reads_entropy,

@@ -21,7 +21,7 @@ LAYERS: dict[str, int] = {
     "s2d2.files": 0,
     "s2d2.intervals": 0,
     "s2d2.presets": 0,
-    "s2d2.moved_modules": 0,
+    "s2d2.version": 0,
     "s2d2.setting_ranges": 0,
     "s2d2.setting_checks": 0,
     "s2d2.word_pieces": 0,

@@ -1,11 +1,12 @@
-"""README.md runs as written: every fenced code block is run here, except those marked on the line before
-with ``<!-- readme-test: skip (REASON) -->`` (the network, a long-running server, minutes of work, a
-file's shape). A block marked ``<!-- readme-test: tool-server (WHAT) -->`` is an OpenAI client's code
-against ``s2d2 serve`` on port 8000: it runs against a real server on a free port, serving a model that
-can write JSON and tool calls (tests/tool_fixtures.py) under the name the block uses. Python blocks run
-each in a fresh namespace (so each is complete on its own, as a reader copies it) with an unknown-word
-warning as an error; shell blocks run in bash with ``s2d2`` the command line of this checkout, each in an
-empty directory."""
+"""README.md and the manual in docs/ (USAGE, SERVING, MODELS) run as written: every fenced code block is
+run here, except those marked on the line before with ``<!-- readme-test: skip (REASON) -->`` (the
+network, a long-running server, minutes of work, a file's shape). A block marked ``<!-- readme-test:
+tool-server (WHAT) -->`` is an OpenAI client's code against ``s2d2 serve`` on port 8000: it runs against
+a real server on a free port, serving a model that can write JSON and tool calls (tests/tool_fixtures.py)
+under the name the block uses. Python blocks run each in a fresh namespace (so each is complete on its
+own, as a reader copies it) with an unknown-word warning as an error; shell blocks run in bash with
+``s2d2`` the command line of this checkout, each in an empty directory. The README itself fits a
+screenful (300 lines), names every package, and no doc names a tracker issue."""
 
 from __future__ import annotations
 
@@ -22,6 +23,12 @@ import pytest
 from conftest import REPO, tiny_model_path
 
 README = REPO / "README.md"
+#: The files whose code blocks run here: the README and the manual it links to.
+RUN_DOCS = (README, REPO / "docs" / "USAGE.md", REPO / "docs" / "SERVING.md", REPO / "docs" / "MODELS.md")
+#: Every package of ``src/s2d2`` is named in README's layout list.
+PACKAGES = sorted(
+    p.name for p in (REPO / "src" / "s2d2").iterdir() if p.is_dir() and not p.name.startswith("_")
+)
 SKIP = re.compile(r"^<!-- readme-test: skip \((.+)\) -->$")
 TOOL_SERVER = re.compile(r"^<!-- readme-test: tool-server \((.+)\) -->$")
 README_URL = "http://127.0.0.1:8000/v1"
@@ -30,6 +37,7 @@ RUNS = ("python", "bash")
 
 @dataclass
 class Block:
+    path: Path  # the Markdown file
     line: int  # 1-based line of the opening fence
     lang: str
     code: str
@@ -37,8 +45,8 @@ class Block:
     tool_server: bool = False  # runs against a served tool-calling fixture
 
 
-def readme_blocks() -> list[Block]:
-    lines = README.read_text().splitlines()
+def doc_blocks(path: Path) -> list[Block]:
+    lines = path.read_text().splitlines()
     blocks, i = [], 0
     while i < len(lines):
         if lines[i].startswith("```"):
@@ -49,20 +57,44 @@ def readme_blocks() -> list[Block]:
             before = lines[i - 1].strip() if i > 0 else ""
             marker = SKIP.match(before)
             code = "\n".join(lines[i + 1 : j]) + "\n"
-            blocks.append(Block(start + 1, lang, code, marker and marker[1], bool(TOOL_SERVER.match(before))))
+            tool = bool(TOOL_SERVER.match(before))
+            blocks.append(Block(path, start + 1, lang, code, marker and marker[1], tool))
             i = j
         i += 1
     return blocks
 
 
-BLOCKS = readme_blocks()
+BLOCKS = [b for path in RUN_DOCS for b in doc_blocks(path)]
 TO_RUN = [b for b in BLOCKS if b.skip is None]
+
+
+def _where(b: Block) -> str:
+    return f"{b.path.relative_to(REPO)}:{b.line}"
+
+
+def _id(b: Block) -> str:
+    return f"{b.path.stem}-line{b.line}"
+
+
+def test_readme_fits_a_screenful_and_names_every_package():
+    text = README.read_text()
+    assert len(text.splitlines()) <= 300
+    missing = [name for name in PACKAGES if f"`s2d2.{name}`" not in text]
+    assert not missing, f"README's layout list misses {missing}"
+    for link in re.findall(r"\]\(((?:docs/)?[A-Z][A-Za-z_]*\.md)(?:#[^)]*)?\)", text):
+        assert (REPO / link).is_file(), link
+
+
+def test_no_tracker_issue_numbers_in_the_docs():
+    for path in [README, REPO / "BENCHMARKS.md", *sorted((REPO / "docs").glob("*.md"))]:
+        found = re.findall(r"\b[Ii]ssues? #?\d+|#\d{2,}\b", path.read_text())
+        assert not found, f"{path.name}: {found}"
 
 
 def test_every_block_runs_or_says_why_not():
     assert len(BLOCKS) > 15 and len(TO_RUN) >= 7
     for b in TO_RUN:
-        assert b.lang in RUNS, f"README.md:{b.line}: a {b.lang or 'plain'} block needs a readme-test marker"
+        assert b.lang in RUNS, f"{_where(b)}: a {b.lang or 'plain'} block needs a readme-test marker"
 
 
 @pytest.fixture(autouse=True)
@@ -71,30 +103,28 @@ def _need_model():
         pytest.skip("the built-in tiny-gsm model is not installed")
 
 
-@pytest.mark.parametrize(
-    "block", [b for b in TO_RUN if b.lang == "python" and not b.tool_server], ids=lambda b: f"line{b.line}"
-)
+@pytest.mark.parametrize("block", [b for b in TO_RUN if b.lang == "python" and not b.tool_server], ids=_id)
 def test_python_block(block, tmp_path, monkeypatch, capsys):
     from s2d2.model import UnknownWordsWarning
 
     monkeypatch.chdir(tmp_path)
     with warnings.catch_warnings():
         warnings.simplefilter("error", UnknownWordsWarning)
-        exec(compile(block.code, f"README.md:{block.line}", "exec"), {"__name__": "__readme__"})
+        exec(compile(block.code, _where(block), "exec"), {"__name__": "__readme__"})
     out = capsys.readouterr().out
     assert out.strip(), "every Python block shows what it computed"
     assert "@@" not in out  # no raw word pieces or unknown tokens in what a reader sees
 
 
 def test_first_python_block_answers_its_question(capsys, tmp_path, monkeypatch):
-    first = next(b for b in TO_RUN if b.lang == "python")
+    first = next(b for b in TO_RUN if b.lang == "python" and b.path == README)
     monkeypatch.chdir(tmp_path)
-    exec(compile(first.code, f"README.md:{first.line}", "exec"), {"__name__": "__readme__"})
+    exec(compile(first.code, _where(first), "exec"), {"__name__": "__readme__"})
     text, nfe, per_token = capsys.readouterr().out.rsplit(maxsplit=2)
     assert text.endswith("#### 5") and int(nfe) > 0 and 0 < float(per_token) < 1
 
 
-@pytest.mark.parametrize("block", [b for b in TO_RUN if b.lang == "bash"], ids=lambda b: f"line{b.line}")
+@pytest.mark.parametrize("block", [b for b in TO_RUN if b.lang == "bash"], ids=_id)
 def test_shell_block(block, tmp_path):
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
@@ -110,15 +140,15 @@ def test_shell_block(block, tmp_path):
     proc = subprocess.run(
         ["bash", "-c", script], cwd=work, env=env, capture_output=True, text=True, timeout=600
     )
-    assert proc.returncode == 0, f"README.md:{block.line}\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}"
+    assert proc.returncode == 0, f"{_where(block)}\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}"
     for bad in ("error:", "warning:", "Traceback"):
-        assert bad not in proc.stderr, f"README.md:{block.line}: {proc.stderr[-2000:]}"
+        assert bad not in proc.stderr, f"{_where(block)}: {proc.stderr[-2000:]}"
     if "--output results.jsonl" in block.code:
         lines = Path(work / "results.jsonl").read_text().splitlines()
         assert len(lines) == 2 and all('"token_ids"' in line for line in lines)
 
 
-@pytest.mark.parametrize("block", [b for b in TO_RUN if b.tool_server], ids=lambda b: f"line{b.line}")
+@pytest.mark.parametrize("block", [b for b in TO_RUN if b.tool_server], ids=_id)
 def test_tool_server_block(block, tmp_path, capsys):
     pytest.importorskip("xgrammar")
     pytest.importorskip("uvicorn")
@@ -135,6 +165,6 @@ def test_tool_server_block(block, tmp_path, capsys):
     assert README_URL in block.code
     with running_server(create_app(model, served_name=served)) as base:
         code = block.code.replace(README_URL, base + "/v1")
-        exec(compile(code, f"README.md:{block.line}", "exec"), {"__name__": "__readme__"})
+        exec(compile(code, _where(block), "exec"), {"__name__": "__readme__"})
     out = capsys.readouterr().out.splitlines()
     assert out[0].startswith("tool_calls get_weather {") and out[-1].startswith("function_call get_weather {")

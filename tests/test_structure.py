@@ -37,7 +37,7 @@ def test_the_families_and_the_forward_hold_what_their_names_say():
     forward = {
         "__init__", "attention_groups", "describe", "fastpath", "forward_batch", "graph_runner", "host_lists",
         "kv_pages", "kv_pool", "masks", "paged_forward", "routed_experts", "segment", "small_ops",
-        "span_attention", "span_attention_kernel", "tensor_parallel", "rank_loop", "vocab_summary",
+        "span_attention", "span_attention_kernel", "tensor_parallel", "vocab_summary",
     }  # fmt: skip
     held = {name: {p.stem for p in (SRC / name).glob("*.py")} for name in ("families", "forward")}
     assert {"sdar", "fast_dllm_v2", "llada2"} <= held["families"] <= families

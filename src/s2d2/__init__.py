@@ -1,17 +1,14 @@
 """s2d2: fast, training-free self-speculative decoding (S2D2) for block-diffusion language models."""
 
-from . import moved_modules
 from .config import DecodeConfig
 from .decoding.stats import GenerationStats, StepTrace
 from .errors import ConfigError, ModelLoadError, PromptError, S2D2Error
 from .model import GenerationResult, S2D2Model, load
 from .presets import PRESETS
-
-__version__ = "0.1.0"
-
-moved_modules.install()
+from .version import __version__
 
 __all__ = [
+    "__version__",
     "PRESETS",
     "ConfigError",
     "DecodeConfig",

@@ -95,7 +95,7 @@ def _snapshot(repo_id: str, revision: str | None) -> Path:
     """The local snapshot of ``repo_id`` at ``revision`` (from the cache, or downloaded)."""
     from huggingface_hub import snapshot_download
 
-    from . import __version__
+    from .version import __version__
 
     try:
         folder = snapshot_download(

@@ -126,11 +126,11 @@ def test_when_the_batched_queries_fail_the_lane_rows_run_alone(tiny, monkeypatch
     undisturbed = LLMEngine(tiny.adapter, max_num_seqs=4).generate(prompts, [cfg] * 4)
     run_queries, failures = postprocess.run_queries, []
 
-    def crowded(dev, edits, drafts, verifies, batched=()):
+    def crowded(dev, edits, drafts, verifies, batched=(), **reader):
         if batched or len({id(q.req) for q in drafts}) + sum(len(q.slots) > 1 for q in drafts) > 1:
             failures.append(1)
             raise RuntimeError("out of memory")
-        return run_queries(dev, edits, drafts, verifies, batched)
+        return run_queries(dev, edits, drafts, verifies, batched, **reader)
 
     monkeypatch.setattr(postprocess, "run_queries", crowded)
     outs = LLMEngine(tiny.adapter, max_num_seqs=4).generate(prompts, [cfg] * 4)

@@ -67,7 +67,7 @@ def _count_branches(monkeypatch) -> dict[str, int]:
     """Patch the lane's written-out steps and the general step's functions it falls back to, counting
     each call; ``walk_known``: block-loop walks the lane ended without the general walk."""
     calls: dict[str, int] = {}
-    names = ("_routed", "_accepted", "_draft_step", "accept_span", "_finish_step", "_close_block", "advance")
+    names = ("_routed", "_accepted", "draft_step", "accept_span", "finish_step", "close_block", "advance")
     for name in names:
         fn = getattr(lossless_lane, name)
 
@@ -95,7 +95,7 @@ def test_the_lossless_lane_writes_rows_as_the_general_step_does(tiny, monkeypatc
     done = in_lockstep(fast, general)
     # the written-out steps ran, and so did the general functions the lane falls back to (the quota-2
     # row's top-ups, blocks the lane closes itself, walks it leaves to the block loop)
-    assert {"_routed", "_accepted", "accept_span", "_finish_step", "_close_block", "advance"} <= set(branches)
+    assert {"_routed", "_accepted", "accept_span", "finish_step", "close_block", "advance"} <= set(branches)
     assert branches["walk_known"] > 0
     assert done["fast"] == done["general"] and len(done["fast"]) == 12
     assert {"finished"} == {status for _, status, _ in done["fast"].values()}
@@ -141,11 +141,11 @@ def test_when_the_batched_queries_fail_the_lossless_rows_run_alone(tiny, monkeyp
     undisturbed = LLMEngine(tiny.adapter, max_num_seqs=4).generate(prompts, [cfg] * 4)
     run_queries, failures = postprocess.run_queries, []
 
-    def crowded(dev, edits, drafts, verifies, batched=()):
+    def crowded(dev, edits, drafts, verifies, batched=(), **reader):
         if batched:
             failures.append(1)
             raise RuntimeError("out of memory")
-        return run_queries(dev, edits, drafts, verifies)
+        return run_queries(dev, edits, drafts, verifies, **reader)
 
     monkeypatch.setattr(postprocess, "run_queries", crowded)
     outs = LLMEngine(tiny.adapter, max_num_seqs=4).generate(prompts, [cfg] * 4)

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from s2d2.decoding import functional as F
-from s2d2.engine.step.summary_math import acceptance
+from s2d2.engine.step.logits_view import Summaries
 from s2d2.forward.vocab_summary import ENTROPY, MARGIN, PROB, SQUARES, TOKEN, combine, local_summary
 
 MASK = 3
@@ -55,12 +55,13 @@ def test_sliced_summaries_equal_the_whole_rows_values(vocab, slices):
     for name, param in [("hard-margin", 0.3), ("hard-entropy", 0.4), ("confidence-power", 2.0),
                         ("clipped-margin", 1.5), ("soft-entropy", 3.0), ("renyi2", None)]:  # fmt: skip
         want = F.acceptance_estimate(name, probs, token, param)
-        torch.testing.assert_close(acceptance(name, got, vocab, param), want, atol=5e-5, rtol=1e-4)
+        estimate = Summaries(vocab).read(got, None).acceptance(name, None, param)
+        torch.testing.assert_close(estimate, want, atol=5e-5, rtol=1e-4)
 
 
 def test_an_unknown_estimator_is_refused():
     with pytest.raises(ValueError, match="unknown estimator"):
-        acceptance("nope", _sliced(_rows(10, 0), 2), 10, None)
+        Summaries(10).read(_sliced(_rows(10, 0), 2), None).acceptance("nope", None, None)
 
 
 def test_a_slice_is_left_as_it_was():

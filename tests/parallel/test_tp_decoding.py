@@ -149,15 +149,15 @@ def test_greedy_steps_gather_summaries_not_logits(two, prompts):
 @pytest.mark.parametrize(
     "cfg, summarized",
     [
-        (dict(preset="lossless", block_size=8, top_k=5), True),
+        (dict(preset="lossless", block_size=8, top_k=5), False),
         (dict(preset="lossless", temperature=0.8, seed=3), False),
     ],
     ids=["greedy-top-k", "sampled"],
 )
 def test_steps_that_need_whole_rows_gather_them_and_decode_as_tp1(one, two, prompts, cfg, summarized):
-    """A greedy row with a sampling filter (its probabilities change: the forward gave summaries, the
-    step then asks for the logits of the same forward) and sampled rows (the forward gives the logits at
-    once) decode the tokens of one process."""
+    """A greedy row with a sampling filter (its probabilities change) and sampled rows: their traits say
+    so at admission, so the forward gives the logits at once (never summaries, then the logits in a
+    second message), and they decode the tokens of one process."""
     tp = two.adapter.tp
     before, summaries = tp.logit_values, tp.summary_values
     got = _tokens(two, prompts[:16], **cfg)

@@ -39,7 +39,7 @@ def machine_info(model: Any = None) -> dict[str, Any]:
     """What the timings depend on: platform, CPU, library versions, threads, device and dtype."""
     import torch
 
-    from .. import __version__
+    from ..version import __version__
 
     cpu = platform.processor() or ""
     try:

@@ -1,10 +1,11 @@
 """Admission: a prompt and its settings shaped into a :class:`~.request.Request` the engine can run.
 
-Everything decided once per request, when it is added, lives here: the prompt and limit checks, the
-block size chosen for the load and whether the planner plans it step by step (:mod:`.planner`), the
-prompt positions a first draft may carry (the fold limit), whether partial blocks are cached, the prefix
-cache's key, whether the row may lead with AR steps and which lane its common steps take
-(:mod:`.step.lanes`). The engine queues the result; the scheduler takes it from there.
+Everything decided once per request, when it is added, lives here: the prompt and limit checks, the block
+size chosen for the load and whether the planner plans it step by step (:mod:`.planner`), the prompt
+positions a first draft may carry (the fold limit), whether partial blocks are cached, the prefix cache's
+key, whether the row may lead with AR steps, and the row's traits (:class:`~.request.RowTraits`: which
+lane its common steps take, whether it may read summaries). The engine queues the result; the scheduler
+takes it from there.
 """
 
 from __future__ import annotations
@@ -22,9 +23,8 @@ from ..decoding.routing_state import EngineRoutingState
 from ..errors import ConfigError
 from ..families.base import ModelAdapter
 from .planner import StepPlanner, planned_config
-from .request import Request, check_prompt, plans_automatically
+from .request import Request, RowTraits, check_prompt, plans_automatically
 from .request_limits import RequestLimitError, check_request_limits, fold_limit_for
-from .step.lanes import lane_of
 
 
 class Admission:
@@ -87,7 +87,7 @@ class Admission:
         )
         req.cache.prefix_key = self.prefix_key(config)
         req.ar_lead = req.auto_plan and self.adapter.supports_lead(config.causal_cache)
-        req.lane = lane_of(req)
+        req.traits = RowTraits.of(req)
         refuse_for_family(config, self.adapter.info)
         return req
 

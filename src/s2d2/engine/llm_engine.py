@@ -34,14 +34,7 @@ from .request_limits import (
 from .row_forward import RowForward
 from .runner import ModelRunner, run_isolating_failures
 from .scheduler import Scheduler
-from .step import (
-    MAX_VOCAB,
-    DeviceOps,
-    advance,
-    apply_plans,
-)  # fmt: skip
-from .step.postprocess import postprocess
-from .step.progress import check_progress
+from .step import MAX_VOCAB, DeviceOps, advance, after_forward, apply_plans, check_progress
 from .step_timing import StepTiming
 
 
@@ -120,8 +113,8 @@ class LLMEngine:
             prefill_chunk=self.runner.prefill_chunk,
         )
         self.stream = stream
-        #: common AR and lossless steps take their lanes (:mod:`.step.lanes`); off: every row takes the
-        #: general step (the two write the same rows: tests compare them)
+        #: common AR and lossless steps take their lanes (:class:`.step.postprocess.Lanes`); off: every row
+        #: takes the general step (the two write the same rows: tests compare them)
         self.lanes = True
         self._ids = itertools.count()
         self._emitted = Emitted()
@@ -269,7 +262,7 @@ class LLMEngine:
                 for f in parts:
                     f.segment.keep_prediction()
             with self.device.phase():
-                postprocess(self.device, rows, logits, parts, self._fail, self.lanes)
+                after_forward(self.device, rows, logits, parts, self._fail, self.lanes)
             for req in rows:  # (every row ends: engine/step/progress.py)
                 self._guarded(req, check_progress)
             self.scheduler.publish(rows)

@@ -36,6 +36,50 @@ from .trace import NullTracer, StepTracer, Tracer
 BASELINE_RULE = {"ar": "static", "static": "static", "dynamic": "dynamic", "eb": "eb"}
 
 
+@dataclass(frozen=True)
+class RowTraits:
+    """What a row's settings decide about its steps, once, at admission (:meth:`of`): the one answer to
+    "which path does this row take" for the runner (before the forward) and the step (after it).
+
+    ``lane``: "ar" (block size 1, greedy, nothing but the token read), "lossless" (greedy strict
+    ``always`` verification reading no scores, no fusion or planner) or None (the general step).
+    ``summaries``: every query of the row reads only what the rows' summaries hold (the greedy token,
+    its probability, margin, entropy, squared-probability sum: :mod:`~s2d2.forward.vocab_summary`), so
+    a tensor-parallel forward may give them instead of the logits."""
+
+    lane: str | None
+    greedy: bool
+    #: a sampling filter changes the distributions (top-k, top-p, min-p)
+    filtered: bool
+    grammar: bool
+    logprobs: bool
+    trace: bool
+    #: OpenAI logit adjustments (bias, penalties, ``min_tokens``)
+    adjusted: bool
+    summaries: bool
+
+    @classmethod
+    def of(cls, req: Request) -> RowTraits:
+        cfg, pol = req.config, req.policy
+        filtered = cfg.top_k != 0 or cfg.top_p < 1.0 or cfg.min_p != 0.0
+        grammar, logprobs, trace = req.grammar is not None, cfg.logprobs is not None, bool(cfg.trace)
+        adjusted = req.adjust.active
+        plain = req.greedy and not (grammar or logprobs or trace or adjusted)
+        lane = None
+        if plain and cfg.editing_threshold is None and not req.auto_plan:
+            if cfg.block_size == 1 and (cfg.sub_block_size or 1) == 1 and pol is None:
+                lane = "ar"
+            elif (
+                pol is not None and pol.fixed is True and cfg.strict and not cfg.fuse and cfg.plan != "auto"
+                and not (pol.learns_from_checks or pol.reads_alpha or pol.reads_entropy) and req.rule != "eb"
+            ):  # fmt: skip
+                lane = "lossless"
+        # no alternatives ranked, no distributions kept, every verification strict
+        reads_more = cfg.predraft_tokens and (cfg.fuse or req.auto_plan) or pol is not None and not cfg.strict
+        summaries = plain and not filtered and not reads_more
+        return cls(lane, req.greedy, filtered, grammar, logprobs, trace, adjusted, summaries)
+
+
 class Action(StrEnum):
     """The forward a row needs next."""
 
@@ -183,9 +227,9 @@ class Request:
         #: the adapter can; set by the engine): that slot's token, AR greedy's, is committed with the
         #: draft, so the first token comes with the first forward after the prompt
         self.ar_lead = False
-        #: the lane its common steps take: "ar" (:mod:`.step.ar_lane`), "lossless"
-        #: (:mod:`.step.lossless_lane`) or None (the general step); set at admission
-        self.lane: str | None = None
+        #: what its settings decide about its steps (:class:`RowTraits`); set at admission, once the
+        #: grammar and the planner's choices are known
+        self.traits = RowTraits.of(self)
         if cfg.trace:
             self.tracer = StepTracer()
         n_pre = self.n_prompt // cfg.block_size * cfg.block_size
@@ -208,6 +252,11 @@ class Request:
     @property
     def state(self) -> KVState | None:
         return self.cache.state
+
+    @property
+    def lane(self) -> str | None:
+        """The lane its common steps take (:attr:`RowTraits.lane`)."""
+        return self.traits.lane
 
     # ------------------------------------------------------------------ memory and progress
     @property

@@ -28,7 +28,6 @@ from __future__ import annotations
 import dataclasses
 import warnings
 from collections.abc import Sequence
-from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -50,7 +49,7 @@ from .paged_forward import (
 from .segment import Segment, packed
 from .small_ops import SmallOps, small_ops_for
 from .span_attention import self_check, triton_available
-from .tensor_parallel import collectives
+from .tensor_parallel import OneRank, TensorParallel, collectives
 
 
 def _rotate_half(x: torch.Tensor) -> torch.Tensor:
@@ -77,11 +76,14 @@ class FastDecoder:
 
     SUPPORTED = ("Qwen2ForCausalLM", "Qwen3ForCausalLM", "Qwen3MoeForCausalLM", "Glm4MoeForCausalLM")
 
-    def __init__(self, model: torch.nn.Module, *, enforce_eager: bool = False, tp: Any = None):
+    def __init__(
+        self, model: torch.nn.Module, *, enforce_eager: bool = False, tp: TensorParallel | None = None
+    ):
         self.model = model
-        #: this rank's :class:`~s2d2.forward.tensor_parallel.TensorParallel` (None: the whole model here);
-        #: the model then holds this rank's shard (its heads, columns, vocabulary slice, experts)
-        self.tp = tp
+        #: this rank's group: a :class:`~s2d2.forward.tensor_parallel.TensorParallel` (the model then holds
+        #: this rank's shard: its heads, columns, vocabulary slice, experts), else the whole model here and
+        #: a :class:`~s2d2.forward.tensor_parallel.OneRank`, whose collectives are no-ops
+        self.tp: TensorParallel | OneRank = tp or OneRank(model.lm_head.out_features)
         cfg = model.config
         self.layers = list(model.model.layers)
         self.embed = model.model.embed_tokens
@@ -134,7 +136,8 @@ class FastDecoder:
 
     @enforce_eager.setter
     def enforce_eager(self, value: bool) -> None:
-        graphs = self.device.type == "cuda" and self.capturable and not value and self.tp is None
+        # several ranks run eagerly: a graph cannot hold their collectives
+        graphs = self.device.type == "cuda" and self.capturable and not value and self.tp.size == 1
         self.static = self.static_runner(graphs=True) if graphs else None
         self.small = small_ops_for(self.device, value, triton_available())
 
@@ -188,7 +191,7 @@ class FastDecoder:
         sizes = dict(page_size=page_size, max_pages=max_pages, reserve_tokens=reserve_tokens)
         dims = (len(self.layers), self.n_kv, self.head_dim)
         pool = KVPool(*dims, dtype=self.dtype, device=self.device, **sizes)
-        if self.tp is not None and self.tp.driver:  # every rank makes the same pool of its own heads
+        if self.tp.driver:  # every rank makes the same pool of its own heads
             self.tp.announce(pool, sizes)
         return pool
 
@@ -234,13 +237,15 @@ class FastDecoder:
         eagerly). Touches no request. Tensor-parallel: rank 0 sends the batch to every rank first (one
         message) and the ranks run it together; with ``summary`` (the token to exclude) rank 0 gets the
         rows' summaries ``[L, WIDTH]`` instead (:mod:`.vocab_summary`; :meth:`full_logits` then)."""
-        if self.tp is not None:
-            message = ("batch", pool.tp_id, pool.pages.num_pages, batch, summary)
-            run = lambda: self.run_batch(pool, batch.to(self.device), summary)  # noqa: E731
-            sizes = (len(batch.ids), len(batch.logit_index))
-            return self.tp.forward(message, run, lambda: collectives(self, *sizes, summary))
+        message = ("batch", pool.tp_id, pool.pages.num_pages, batch, summary)
+        sizes = (len(batch.ids), len(batch.logit_index))
+        plan = lambda: collectives(self, *sizes, summary)  # noqa: E731
+        return self.tp.forward(message, lambda: self._run_here(pool, batch, summary), plan)
+
+    def _run_here(self, pool: KVPool, batch: ForwardBatch, summary: int | None) -> torch.Tensor:
+        """This rank's part of :meth:`forward_batch`: a replayed graph at a bucket's shape, else eagerly."""
         if self.static is None or self.static.shape_for(batch.shape) != batch.shape:
-            return self.run_batch(pool, batch.to(self.device))
+            return self.run_batch(pool, batch.to(self.device), summary)
         self._pool = pool
         return self.static.run(batch)
 
@@ -262,23 +267,18 @@ class FastDecoder:
         return self._logits(self._norm(self.norm, chosen), summary)
 
     def full_logits(self) -> torch.Tensor:
-        """Rank 0 (tensor-parallel): the full logits ``[L, vocab]`` of the last forward of summaries."""
+        """Rank 0: the full logits ``[L, vocab]`` of the last forward of summaries."""
         return self.tp.forward(("logits",), self.tp.gather_kept)
 
     def _embed(self, ids: torch.Tensor) -> torch.Tensor:
         """Token embeddings ``[T, hidden]`` (vocab-parallel over the ranks where tensor-parallel)."""
-        return self.embed(ids) if self.tp is None else self.tp.embed(self.embed.weight, ids)
+        return self.tp.embed(self.embed.weight, ids)
 
     def _logits(self, h: torch.Tensor, summary: int | None = None) -> torch.Tensor:
         """LM head logits of the normed hidden states ``h`` ``[L, hidden]``: ``[L, vocab]`` (tensor-parallel:
         each rank's vocabulary slice, gathered on rank 0, or with ``summary`` their summaries; the other
         ranks get None)."""
-        out = self.lm_head(h)
-        return out if self.tp is None else self.tp.logits(out, summary)
-
-    def _reduce(self, x: torch.Tensor) -> torch.Tensor:
-        """A row-parallel output's partial sums added over the ranks (nothing to add on one)."""
-        return x if self.tp is None else self.tp.reduce(x)
+        return self.tp.logits(self.lm_head(h), summary)
 
     def grouped_forward(
         self, pool: KVPool, segments: Sequence[Segment], tables: list[list[int]] | None = None
@@ -292,7 +292,7 @@ class FastDecoder:
         here and no length advanced). ``tables``: the rows' page tables (default: the pool's).
         Tensor-parallel: rank 0 sends the segments (without their pool) and tables to every rank first.
         """
-        if self.tp is not None and self.tp.driver:
+        if self.tp.driver:
             check_pages(segments)  # before the message: a row without its pages fails alone
             tables = [pool.table(s.state) for s in segments]
             message = ("segments", pool.tp_id, pool.pages.num_pages, [_bare(s) for s in segments], tables)
@@ -338,17 +338,12 @@ class FastDecoder:
             pool.v[i][:, write_page, write_off] = v.transpose(0, 1)
             o = self._grouped_attention(pool, i, q, groups, attn.scaling)
             out = o.reshape(1, T, H * hd)
-            if self.tp is None:
-                x = x + attn.o_proj(out)
-            else:  # row-parallel: the bias once, after the sum
-                x = x + self._reduce(F.linear(out, attn.o_proj.weight))
-                x = x if attn.o_proj.bias is None else x + attn.o_proj.bias
-            x = x + self._reduce(layer.mlp(self._norm(layer.post_attention_layernorm, x)))
+            x = x + self.tp.row_parallel(out, attn.o_proj)  # several ranks: the bias once, after the sum
+            x = x + self.tp.reduce(layer.mlp(self._norm(layer.post_attention_layernorm, x)))
         offsets = torch.cat([torch.zeros(1, dtype=torch.long), sizes.cumsum(0)])
         flat = torch.cat([offsets[r] + s.logit_rows for r, s in enumerate(segments)])
         if flat.numel() == 0:
-            vocab = self.lm_head.out_features if self.tp is None else self.tp.vocab_size
-            empty = x.new_zeros(0, vocab)
+            empty = x.new_zeros(0, self.tp.vocab_size)
             return [empty for _ in segments]
         chosen = x[0].index_select(0, flat.to(dev))
         logits = self._logits(self._norm(self.norm, chosen))

@@ -102,6 +102,8 @@ class KVPool:
         if max_pages is not None and max_pages < 1:
             raise ValueError(f"a KV pool needs at least one page, got {max_pages}")
         self.shape = (n_layers, n_kv, head_dim)
+        #: the pool's number in its tensor-parallel group's messages (0: never announced, one process)
+        self.tp_id = 0
         self.dtype, self.device = dtype, device
         self.page_size = page_size
         self.max_pages = max_pages

@@ -162,16 +162,14 @@ def layer_forward(
 def _rest(dec, layer: torch.nn.Module, w: LayerWeights, x: torch.Tensor, o: torch.Tensor) -> torch.Tensor:
     """The layer after attention: output projection with the residual, RMSNorm, the MLP with the
     residual."""
-    attn = layer.self_attn
-    if dec.tp is not None:
-        return _rest_parallel(dec, layer, w, x, o)
-    x = torch.addmm(x, o, attn.o_proj.weight.t()) if attn.o_proj.bias is None else x + attn.o_proj(o)
+    tp = dec.tp
+    x = tp.add_row_parallel(x, o, layer.self_attn.o_proj)
     h = dec._norm(layer.post_attention_layernorm, x)
-    if w.moe is not None:
-        return x + w.moe.forward(h)
+    if w.moe is not None:  # several ranks: this rank's slice of the routed experts (routed over all)
+        return x + tp.reduce(w.moe.forward(h))
     if w.gate_up is None:
-        return x + layer.mlp(h)
-    return torch.addmm(x, _gated(dec, w, h), layer.mlp.down_proj.weight.t())
+        return x + tp.reduce(layer.mlp(h))
+    return tp.add_row_parallel(x, _gated(dec, w, h), layer.mlp.down_proj)
 
 
 def _gated(dec, w: LayerWeights, h: torch.Tensor) -> torch.Tensor:
@@ -180,20 +178,3 @@ def _gated(dec, w: LayerWeights, h: torch.Tensor) -> torch.Tensor:
     if dec.small is not None:
         return dec.small.silu_mul(gu, w.inter)
     return F.silu(gu[:, : w.inter]).mul_(gu[:, w.inter :])
-
-
-def _rest_parallel(
-    dec, layer: torch.nn.Module, w: LayerWeights, x: torch.Tensor, o: torch.Tensor
-) -> torch.Tensor:
-    """:func:`_rest` on a tensor-parallel rank: the output projection (this rank's heads) and the MLP's
-    down projection (its columns) or mixture of experts (its experts) are partial sums, added over the
-    ranks by one all-reduce each (a bias once, after the sum)."""
-    out = dec.tp.reduce(F.linear(o, layer.self_attn.o_proj.weight))
-    bias = layer.self_attn.o_proj.bias
-    x = x + out if bias is None else x + out + bias
-    h = dec._norm(layer.post_attention_layernorm, x)
-    if w.moe is not None:  # this rank's slice of the routed experts (the route over all of them)
-        return x + dec.tp.reduce(w.moe.forward(h))
-    if w.gate_up is None:
-        return x + dec.tp.reduce(layer.mlp(h))
-    return x + dec.tp.reduce(F.linear(_gated(dec, w, h), layer.mlp.down_proj.weight))

@@ -11,13 +11,16 @@ summarize`), and are gathered to rank 0 (the driver) where it needs whole rows (
 
 Rank 0 runs the engine. Before each forward it sends every other rank ONE message (:meth:`send`: a
 pickled object broadcast as one uint8 tensor after its length) holding the batch description; the
-ranks run the same forward on their shards (:func:`serve_forwards`). The ranks' key/value pools hold
-their own heads at the same pages: only rank 0's scheduler decides pages, the others follow the page
-tables the batch carries.
+ranks run the same forward on their shards (:func:`s2d2.parallel.rank_loop.serve_forwards`). The ranks'
+key/value pools hold their own heads at the same pages: only rank 0's scheduler decides pages, the
+others follow the page tables the batch carries.
 
 A collective that fails (a rank died: its connection closes at once) or does not complete within
 ``timeout_s`` (a rank hangs) raises :class:`RankFailure`; the group is then broken and every later
 forward raises the same error at once.
+
+One process is a group of one rank, :class:`OneRank`: its collectives are no-ops and its forward runs
+at once, so the lean forward has one path whatever the group (a null object, not ``None`` checks).
 """
 
 from __future__ import annotations
@@ -47,6 +50,59 @@ IDLE_TIMEOUT = timedelta(days=365)
 
 class RankFailure(RuntimeError):
     """A rank of the tensor-parallel group died or did not answer in time; the group is unusable."""
+
+
+class OneRank:
+    """The group of one process (the whole model here): every collective is a no-op and a forward runs at
+    once, with no message. The same interface as :class:`TensorParallel`, which the lean forward calls
+    without asking which it has."""
+
+    rank, size, driver = 0, 1, True
+    broken: str | None = None
+
+    def __init__(self, vocab_size: int):
+        #: the LM head's output width
+        self.vocab_size = vocab_size
+        self.kept: torch.Tensor | None = None
+
+    def reduce(self, x: torch.Tensor) -> torch.Tensor:
+        """``x`` itself: nothing to add on one rank."""
+        return x
+
+    def embed(self, weight: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+        """The embedding rows of ``ids``: ``[T, hidden]``."""
+        return F.embedding(ids, weight)
+
+    def add_row_parallel(self, x: torch.Tensor, o: torch.Tensor, linear: torch.nn.Linear) -> torch.Tensor:
+        """``x + linear(o)`` (``x`` ``[T, hidden]``): one fused multiply-add where ``linear`` has no bias."""
+        if linear.bias is None:
+            return torch.addmm(x, o, linear.weight.t())
+        return x + linear(o)
+
+    def row_parallel(self, o: torch.Tensor, linear: torch.nn.Linear) -> torch.Tensor:
+        """``linear(o)``."""
+        return linear(o)
+
+    def logits(self, local: torch.Tensor, summary: int | None) -> torch.Tensor:
+        """The LM head's output ``[L, vocab]`` itself, or with ``summary`` (the token to exclude) the rows'
+        summaries ``[L, WIDTH]`` (:mod:`.vocab_summary`)."""
+        if summary is None:
+            return local
+        self.kept = local
+        return combine(local_summary(local, 0, self.vocab_size, summary)[None])
+
+    def gather_kept(self) -> torch.Tensor:
+        """The logits of the last summarized forward."""
+        if self.kept is None:
+            raise RuntimeError("no summarized forward to take the logits of")
+        return self.kept
+
+    def forward(self, message: Any, run: Any, plan: Any = None) -> Any:
+        """``run()``: no other rank to send ``message`` to."""
+        return run()
+
+    def announce(self, pool: Any, options: dict[str, Any]) -> None:
+        """Nothing: no other rank keeps a pool."""
 
 
 class TensorParallel:
@@ -125,6 +181,16 @@ class TensorParallel:
         inside = (local >= 0) & (local < per)
         out = F.embedding(local.clamp(0, per - 1), weight).masked_fill_(~inside[:, None], 0.0)
         return self.reduce(out)
+
+    def row_parallel(self, o: torch.Tensor, linear: torch.nn.Linear) -> torch.Tensor:
+        """``linear(o)`` of a row-parallel ``linear`` (this rank's input columns): the partial sums added
+        over the ranks, then the bias once."""
+        out = self.reduce(F.linear(o, linear.weight))
+        return out if linear.bias is None else out + linear.bias
+
+    def add_row_parallel(self, x: torch.Tensor, o: torch.Tensor, linear: torch.nn.Linear) -> torch.Tensor:
+        """``x + linear(o)`` of a row-parallel ``linear`` (:meth:`row_parallel`)."""
+        return x + self.row_parallel(o, linear)
 
     def gather_logits(self, local: torch.Tensor, vocab: int) -> torch.Tensor | None:
         """The full logits ``[L, vocab]`` on rank 0 from each rank's ``[L, per]`` (None on the others)."""

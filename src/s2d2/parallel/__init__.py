@@ -1,8 +1,8 @@
 """Models over several processes: tensor and expert parallelism (``tensor_parallel_size`` > 1).
 
-:func:`load_parallel` starts the ranks (:mod:`.ranks`), loads rank 0's shard here and returns its adapter:
-the engine drives it as it drives a model of one process; each forward is sent to the other ranks
-(:mod:`s2d2.forward.tensor_parallel`).
+:func:`load_parallel` starts the ranks (:mod:`.ranks`; each runs :mod:`.rank_loop`), loads rank 0's
+shard here and returns its adapter: the engine drives it as it drives a model of one process; each
+forward is sent to the other ranks (:mod:`s2d2.forward.tensor_parallel`).
 """
 
 from __future__ import annotations

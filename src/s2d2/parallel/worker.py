@@ -2,7 +2,7 @@
 
 It joins the group, loads its shard of the checkpoint (only its slices), reports ready (or its load
 error, one line) on its pipe, then runs the forwards rank 0 sends until rank 0 says stop
-(:func:`~s2d2.forward.rank_loop.serve_forwards`). It exits when rank 0's process is gone (checked twice
+(:func:`~s2d2.parallel.rank_loop.serve_forwards`). It exits when rank 0's process is gone (checked twice
 a second), so no rank outlives the driver, whatever ended it.
 """
 
@@ -66,8 +66,8 @@ def rank_main(
     import torch
 
     from ..families import load_adapter
-    from ..forward.rank_loop import serve_forwards
     from ..forward.tensor_parallel import RankFailure, process_groups
+    from .rank_loop import serve_forwards
 
     torch.set_num_threads(max(threads, 1))
     dev = torch.device(device)

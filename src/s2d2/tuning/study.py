@@ -184,7 +184,7 @@ def _finished(study: Any) -> int:
 
 def build_preset(spec: TuneSpec, out: TuneOutcome, dev: DevSet, name: str | None = None) -> PresetFile:
     """The preset file of the chosen trial: its settings, what it was tuned on, its and AR's figures."""
-    from .. import __version__
+    from ..version import __version__
 
     c = out.chosen
     tuned_on = {

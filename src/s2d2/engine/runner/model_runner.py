@@ -29,8 +29,7 @@ from ..draft_step import VerifyMode
 from ..request import Action, Request
 from ..request_limits import prefill_positions
 from ..row_forward import RowForward
-from ..step.ar_lane import steady
-from ..step.fusion import predraft_inputs
+from ..step import predraft_inputs, steady
 
 #: the steady AR draft's logit row (:func:`~.step.ar_lane.steady`): the mask's, the last of two
 _LAST_ROW = last_rows(2, 1)
@@ -47,14 +46,6 @@ class ForwardCounters:
     @property
     def mean_rows(self) -> float:
         return self.rows / self.forwards if self.forwards else 0.0
-
-
-def _greedy_plain(req: Request) -> bool:
-    """Whether ``req``'s step may read summaries (greedy, unconstrained, unadjusted, no log-probabilities
-    or trace); the step checks each query (:mod:`~s2d2.engine.step.summary_step`)."""
-    cfg = req.config
-    plain = req.grammar is None and cfg.logprobs is None and not req.adjust.active
-    return req.greedy and plain and req.tracer.steps is None
 
 
 class ModelRunner:
@@ -146,7 +137,8 @@ class ModelRunner:
         its segment's zero rows (:meth:`forward` with ``zero_rows=False``: the step reads block slot ``i``
         at raw row ``i - segment.zero_rows``). Counts the forward and the query tokens fed (the engine's
         counters); touches no row."""
-        logits = self.forward(segments, False, summary=self.summaries and all(map(_greedy_plain, rows)))
+        summary = self.summaries and all(r.traits.summaries for r in rows)  # decided at admission
+        logits = self.forward(segments, False, summary=summary)
         c = self.counters
         c.forwards += 1
         c.rows += len(rows)

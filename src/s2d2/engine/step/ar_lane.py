@@ -1,7 +1,8 @@
 """The common AR step of many rows at once: one draft query for them all, then a lean commit a row.
 
-A row in the lane (:func:`in_lane`) decodes one token a block (block size 1) with plain greedy
-settings: no policy, logit adjustments, grammar, log-probabilities, trace, editing or AR lead. Its step
+A row in the lane (its traits' lane, :class:`~..request.RowTraits`, decided at admission) decodes one
+token a block (block size 1) with plain greedy settings: no policy, logit adjustments, grammar,
+log-probabilities, trace, editing or AR lead. Its step
 is always the same: draft the one masked slot, commit the draft, close the block, open the next one
 (or finish). The lane computes every lane row's token in ONE registration over their logits (a view
 where they tile the forward's output; :class:`~.lane_math.GreedyTokens`), taken in the step's one
@@ -28,44 +29,23 @@ import torch
 from ..request import Action, Request
 from ..row_forward import RowForward
 from .device import DeviceOps
-from .host import _close_block, _finish, _open_block, advance
+from .host import advance, close_block, finish, open_block
 from .lane_math import GreedyTokens
+from .logits_view import WHOLE_ROWS, Reader
 from .row_queries import Fail, RowWork, queries_alone
-
-
-def lane_eligible(req: Request) -> bool:
-    """Whether ``req``'s settings put its draft steps in the lane (decided once, at admission)."""
-    cfg = req.config
-    return (
-        cfg.block_size == 1
-        and (cfg.sub_block_size or 1) == 1
-        and req.policy is None
-        and req.greedy
-        and cfg.logprobs is None
-        and not cfg.trace
-        and cfg.editing_threshold is None
-        and not req.auto_plan
-        and not req.adjust.active
-    )
 
 
 def in_lane(req: Request, forward: RowForward) -> bool:
     """Whether this step of ``req`` (its forward built as ``forward``) is the lane's common AR step."""
-    return (
-        req.lane == "ar"
-        and req.action is Action.DRAFT
-        and forward.lead is None
-        and req.grammar is None
-        and req.predraft is None
-    )
+    return req.lane == "ar" and req.action is Action.DRAFT and forward.lead is None and req.predraft is None
 
 
 class Lane:
     """The lane's rows of one step, in order: ``(request, its part of the forward, its logits)``."""
 
-    def __init__(self, summary: bool = False) -> None:
-        #: the rows' logits are summaries (:mod:`.summary_math`)
-        self.summary = summary
+    def __init__(self, reader: Reader = WHOLE_ROWS) -> None:
+        #: how the rows' logits are read (whole rows, or their summaries)
+        self.reader = reader
         self.taken: list[tuple[Request, RowForward, torch.Tensor]] = []
         self.drafts: GreedyTokens | None = None
 
@@ -81,7 +61,7 @@ class Lane:
         if not self.taken:
             return []
         taken = self.taken
-        self.drafts = GreedyTokens([t[0] for t in taken], [dev.mark(t[2]) for t in taken], self.summary)
+        self.drafts = GreedyTokens([t[0] for t in taken], [dev.mark(t[2]) for t in taken], self.reader)
         return [self.drafts]
 
     def apply(self, fail: Fail) -> None:
@@ -145,7 +125,6 @@ def steady(req: Request) -> bool:
         and not cur.in_post
         and not req.ar_lead
         and req.predraft is None
-        and req.grammar is None
         and mask_id not in req.stop_set
         and not info.shifted
     )
@@ -154,7 +133,7 @@ def steady(req: Request) -> bool:
 def _steady_commit(req: Request, start: int, tok: int) -> None:
     """:func:`_commit` of a steady row whose token ``tok`` ends nothing and whose next slot is masked: the
     token is committed at ``start``, the cached length grows by the pending token, the next block (one
-    masked slot) is opened and drafted. The block loop's fields (:func:`~.host._open_block`,
+    masked slot) is opened and drafted. The block loop's fields (:func:`~.host.open_block`,
     :func:`~.host.advance`) come back to the values they had (a steady row's), so only what moves is
     written: the token, the block's start, its slot list and the counters."""
     stats, cur = req.stats, req.cursor
@@ -190,16 +169,16 @@ def _commit(req: Request, fwd: RowForward, tok: int) -> None:
     # advance: the block's one slot is decided (a stop token ends the output there); close the block
     if tok in req.stop_set:
         req.end = cur.start
-    _close_block(req)
+    close_block(req)
     start = cur.start
     if start >= req.limit or req.end is not None:
-        _finish(req)
+        finish(req)
         return
     mask_id = req.info.mask_token_id
     if req.tokens[start] != mask_id or mask_id in req.stop_set:
         advance(req)  # not the lane's next block: the block loop decides
         return
     # open the next block (one masked slot) and draft it: what the block loop finds there
-    _open_block(req)
+    open_block(req)
     cur.unit_id, cur.candidates, cur.candidate_limit, cur.n_committed = 0, [0], 1, 0
     req.action = Action.DRAFT

@@ -17,6 +17,7 @@ import torch
 
 from .device import DeviceOps, Fetch
 from .draft_math import DraftQuery, by_transforms, draft_group, read_group
+from .logits_view import WHOLE_ROWS, Reader
 from .verify_math import VerifyQuery, read_verifications, verify_probabilistic, verify_strict
 
 
@@ -36,19 +37,19 @@ def run_queries(
     drafts: Sequence[DraftQuery],
     verifies: Sequence[VerifyQuery],
     batched: Sequence[BatchedCheck] = (),
-    summary: bool = False,
+    reader: Reader = WHOLE_ROWS,
 ) -> None:
     """Compute every query on the device, then fill their results from ONE transfer (see the module).
 
     Edits are drawn before drafts, so a row that edits and drafts in one step draws in that order. Where
     no query asks for log-probabilities, the forward's logits are masked in place (no copy where the rows
     tile them; the forward's logits are read by this step's queries alone). ``batched``: lanes' checks,
-    registered after the queries. ``summary``: every query's rows are summaries
-    (:func:`~.summary_step.servable`)."""
+    registered after the queries. ``reader``: how the queries' rows are read (whole rows, or the rows'
+    summaries where every row's traits allow them)."""
     fetch = Fetch()
     pending, checks, in_place = [], [], True
     if edits or drafts or verifies:  # (a step of lane rows alone registers the lanes' checks only)
-        pending, checks, in_place = _register_queries(dev, fetch, edits, drafts, verifies, summary)
+        pending, checks, in_place = _register_queries(dev, fetch, edits, drafts, verifies, reader)
     for b in batched:
         b.register(dev, fetch, in_place)
     if not fetch.parts:
@@ -67,7 +68,7 @@ def _register_queries(
     edits: Sequence[DraftQuery],
     drafts: Sequence[DraftQuery],
     verifies: Sequence[VerifyQuery],
-    summary: bool = False,
+    reader: Reader,
 ) -> tuple[list, list, bool]:
     """Register the queries' device work with ``fetch``: the draft groups and the verifications to read
     back, and whether the forward's logits may be masked in place (no query asks for log-probabilities)."""
@@ -75,14 +76,14 @@ def _register_queries(
     _upload_grammar(dev, batches)
     in_place = not any(q.req.config.logprobs is not None for batch in batches for q in batch)
     pending = [
-        draft_group(g, dev, fetch, in_place, summary)
+        draft_group(g, dev, fetch, in_place, reader)
         for batch in (edits, drafts)
         for g in by_transforms(batch)
     ]
     strict = [q for q in verifies if q.strict]
     checks = []
     if strict:
-        checks = list(zip(strict, verify_strict(strict, dev, fetch, in_place, summary), strict=True))
+        checks = list(zip(strict, verify_strict(strict, dev, fetch, in_place, reader), strict=True))
     checks += [(q, verify_probabilistic(q, dev, fetch)) for q in verifies if not q.strict]
     return pending, checks, in_place
 

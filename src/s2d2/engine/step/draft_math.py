@@ -13,8 +13,7 @@ from ...decoding import functional as F
 from ..draft_step import SlotDrafts
 from ..request import Request
 from .device import DeviceOps, Fetch
-from .logits_view import adjusted, row_chunks, without_mask_token
-from .summary_math import greedy_values
+from .logits_view import WHOLE_ROWS, ProbRows, Reader, SummaryRows, adjusted, row_chunks
 
 
 @dataclass
@@ -65,12 +64,14 @@ def by_transforms(queries: Sequence[DraftQuery]) -> list[list[DraftQuery]]:
 
 
 def _draw(
-    probs: torch.Tensor, queries: list[DraftQuery], sizes: list[int]
+    dist: ProbRows | SummaryRows, queries: list[DraftQuery], sizes: list[int]
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """One token per row and its probability ``[rows]`` each: argmax for greedy rows, else a draw from
-    each row's own generator. The queries share their sampling transforms, so greedy is all or none."""
+    """One token per row and its probability ``[rows]`` each: the greedy token for greedy rows, else a
+    draw from each row's own generator. The queries share their sampling transforms, so greedy is all or
+    none."""
     if queries[0].req.greedy:
-        return F.greedy_pick(probs)
+        return dist.greedy()
+    probs = dist.probs
     parts = probs.split(sizes)
     drafts = torch.cat(
         [F.sample(p, q.req.greedy, q.req.generator) for p, q in zip(parts, queries, strict=True)]
@@ -105,13 +106,12 @@ class _Wants:
 
 
 def draft_group(
-    queries: list[DraftQuery], dev: DeviceOps, fetch: Fetch, in_place: bool, summary: bool = False
+    queries: list[DraftQuery], dev: DeviceOps, fetch: Fetch, in_place: bool, reader: Reader = WHOLE_ROWS
 ) -> DraftGroup:
     """Register the device values of queries sharing sampling transforms (read back by
-    :func:`read_group`); ``in_place``: see :func:`without_mask_token`. The float32 math runs over parts
-    of the rows (:func:`~.logits_view.row_chunks`; one part where they fit). ``summary``: the rows are
-    summaries (greedy queries without filters, alternatives, kept distributions or log-probabilities:
-    :mod:`.summary_math`)."""
+    :func:`read_group`), their rows read by ``reader``; ``in_place``: see
+    :func:`~.logits_view.without_mask_token`. The float32 math runs over parts of the rows
+    (:func:`~.logits_view.row_chunks`; one part where they fit)."""
     first = queries[0].req
     mask_id = first.info.mask_token_id
     sizes, k, m = [], None, 0
@@ -127,18 +127,15 @@ def draft_group(
         if q.alpha:
             estimators[(cfg.estimator, cfg.estimator_value)] = None
     wants = _Wants(entropy, norm_entropy, tuple(estimators), m, k, *_transforms(first))
-    if summary:
-        rows_ = torch.cat([q.rows for q in queries]) if len(queries) > 1 else queries[0].rows
-        values = greedy_values(rows_, first.info.vocab_size, entropy, norm_entropy, wants.estimators)
-        return DraftGroup(queries, {name: fetch.add(t) for name, t in values.items()})
     rows = [adjusted(dev, q, q.rows) for q in queries]
-    logits, masked = without_mask_token(rows, mask_id, k is not None, in_place)
+    logits, masked = reader.prepare(rows, mask_id, k is not None, in_place)
     chunks = row_chunks(sizes, masked.shape[-1])
     if len(chunks) == 1:
-        values = _values(queries, sizes, logits, masked, wants)
+        values = _values(queries, sizes, logits, masked, wants, reader)
     else:
         parts = [
-            _values(queries[q0:q1], sizes[q0:q1], logits[a:b], masked[a:b], wants) for q0, q1, a, b in chunks
+            _values(queries[q0:q1], sizes[q0:q1], logits[a:b], masked[a:b], wants, reader)
+            for q0, q1, a, b in chunks
         ]
         values = {name: torch.cat([p[name] for p in parts]) for name in parts[0]}
     keys = {name: fetch.add(t) for name, t in values.items()}
@@ -146,19 +143,26 @@ def draft_group(
 
 
 def _values(
-    queries: list[DraftQuery], sizes: list[int], logits: torch.Tensor, masked: torch.Tensor, wants: _Wants
+    queries: list[DraftQuery],
+    sizes: list[int],
+    logits: torch.Tensor,
+    masked: torch.Tensor,
+    wants: _Wants,
+    reader: Reader,
 ) -> dict[str, torch.Tensor]:
-    """The device values of ``queries`` (rows ``[sum(sizes), vocab]`` of ``logits`` and ``masked``, in the
-    model's dtype), by key, in float32; a query that keeps its distributions gets them here."""
-    probs = F.probs_from_logits(masked, wants.temperature, wants.top_k, wants.top_p, wants.min_p)
-    drafts, conf = _draw(probs, queries, sizes)
+    """The device values of ``queries`` (rows ``[sum(sizes), ...]`` of ``logits`` and ``masked``, as
+    ``reader`` prepared them), by key, in float32; a query that keeps its distributions gets them here
+    (whole rows only, as do sampling, alternatives and log-probabilities)."""
+    dist = reader.read(masked, (wants.temperature, wants.top_k, wants.top_p, wants.min_p))
+    drafts, conf = _draw(dist, queries, sizes)
     out = {"drafts": drafts, "conf": conf}
     if wants.entropy:
-        out["entropy"] = F.entropy(probs)
+        out["entropy"] = dist.entropy()
     if wants.norm_entropy:
-        out["norm_entropy"] = F.normalized_entropy(probs)
+        out["norm_entropy"] = dist.norm_entropy()
     for est in wants.estimators:
-        out[f"alpha:{est}"] = F.acceptance_estimate(est[0], probs, drafts, est[1])
+        out[f"alpha:{est}"] = dist.acceptance(est[0], drafts, est[1])
+    probs = dist.probs
     if wants.alternatives:
         out["alternatives"] = torch.topk(probs, min(wants.alternatives, probs.shape[-1]), dim=-1).indices
     if wants.logprobs is not None:

@@ -31,7 +31,7 @@ from .row_queries import RowWork
 
 
 # ------------------------------------------------------------------------------------ the block loop
-def _open_block(req: Request) -> None:
+def open_block(req: Request) -> None:
     cfg, cur = req.config, req.cursor
     cur.length = min(cfg.block_size, req.info.max_length - cur.start)
     cur.ids = req.tokens[cur.start : cur.start + cur.length]
@@ -42,14 +42,14 @@ def _open_block(req: Request) -> None:
     cur.unit_id, cur.step, cur.in_post, cur.post_left = -1, 0, False, 0
 
 
-def _close_block(req: Request) -> None:
+def close_block(req: Request) -> None:
     cur = req.cursor
     req.tokens[cur.start : cur.start + cur.length] = cur.ids
     cur.start += cur.length
     cur.ids = None
 
 
-def _finish(req: Request) -> None:
+def finish(req: Request) -> None:
     cap = min(req.n_prompt + req.config.max_new_tokens, len(req.tokens))
     if req.end is not None and req.end + 1 <= cap:
         out, reason = req.tokens[req.n_prompt : req.end + 1], "stop"
@@ -76,14 +76,14 @@ def advance(req: Request) -> None:
             return
         if cur.ids is None:  # no open block
             if cur.start >= req.limit or req.end is not None:
-                _finish(req)
+                finish(req)
                 return
-            _open_block(req)
+            open_block(req)
         if cur.in_post:
             if cur.post_left > 0:
                 req.action = Action.POST
                 return
-            _close_block(req)
+            close_block(req)
             continue
         ids, hi, first = cur.ids, cur.n_valid, cur.first_generated
         stop = None
@@ -93,7 +93,7 @@ def advance(req: Request) -> None:
             hi = stop
             if mask_id not in ids[first:stop]:
                 req.end = cur.start + stop
-                _close_block(req)
+                close_block(req)
                 continue
         try:  # the masked slots below hi, from the first (the committed run before it is not walked)
             cand = [i for i in range(ids.index(mask_id, 0, hi), hi) if ids[i] == mask_id]
@@ -103,7 +103,7 @@ def advance(req: Request) -> None:
             if cfg.editing_threshold is not None and cfg.post_steps > 0:
                 cur.in_post, cur.post_left = True, cfg.post_steps  # edit-only passes, masks gone
                 continue
-            _close_block(req)
+            close_block(req)
             continue
         unit = req.unit
         u = cand[0] // unit
@@ -132,7 +132,7 @@ def _take_predraft(req: Request) -> bool:
     except KeyError:  # the group does not cover this step's candidates: draft afresh
         return False
     req.stats.predraft_hits += int(hit)
-    _draft_step(req, values, predrafted=True)  # a group's drafts or stale ones: no draft forward
+    draft_step(req, values, predrafted=True)  # a group's drafts or stale ones: no draft forward
     return True
 
 
@@ -150,7 +150,7 @@ def apply(work: RowWork) -> None:
     elif work.action == Action.DRAFT:
         req.stats.nfe_draft += 1
         _take_extension(req, fwd.extension)
-        _draft_step(req, work.draft.result, edit=work.edit, lead=work.lead)
+        draft_step(req, work.draft.result, edit=work.edit, lead=work.lead)
     elif work.action == Action.LEAD:
         _lead_step(req, work.lead, fwd)
     elif work.action == Action.POST:
@@ -203,7 +203,7 @@ def _draft_source(req: Request, slot: int) -> LogprobSource:
     )
 
 
-def _draft_step(
+def draft_step(
     req: Request,
     values: SlotDrafts,
     *,
@@ -237,7 +237,7 @@ def _draft_step(
         if p.verified:
             req.pending = p
             return
-    _finish_step(req, p)
+    finish_step(req, p)
 
 
 def _take_extension(req: Request, extension: int) -> None:
@@ -255,7 +255,7 @@ def _lead_step(req: Request, lead: VerifyQuery, fwd: RowForward) -> None:
     drafts = SlotDrafts([fwd.lead], [req.info.mask_token_id], [0.0])
     p = DraftStep(drafts, [False], 1, mode=VerifyMode.AR_ONLY)
     _commit_first(req, p, lead.correction, _at(lead.logprobs or None, 0), _at(lead.top or None, 0))
-    _finish_step(req, p)
+    finish_step(req, p)
 
 
 def _commit_first(req: Request, p: DraftStep, tok: int, logprob: float | None, top) -> None:
@@ -289,7 +289,7 @@ def _verify_step(req: Request, vq: VerifyQuery, group_drafts: list[SlotDrafts]) 
         _after_fused_verify(req, p, group_drafts, n_acc, correction)
     elif p.plan is not None and correction is None:
         _reuse_stale(req, p)
-    _finish_step(req, p)
+    finish_step(req, p)
     return kept
 
 
@@ -370,7 +370,7 @@ def _reuse_stale(req: Request, p: DraftStep) -> None:
     req.stats.stale_reuses += 1
 
 
-def _finish_step(req: Request, p: DraftStep) -> None:
+def finish_step(req: Request, p: DraftStep) -> None:
     """Top the step up to its quota with the baseline rule, feed the policy back, count the step."""
     chosen = fallback_picks(req, p)
     if chosen and req.grammar is not None:  # structured output: left to right, within the grammar

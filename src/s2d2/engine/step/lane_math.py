@@ -15,26 +15,22 @@ from collections.abc import Sequence
 
 import torch
 
-from ...decoding import functional as F
-from ...forward.vocab_summary import PROB
 from ..request import Request
 from .device import DeviceOps, Fetch
-from .logits_view import chunk_rows, in_chunks, tiling, without_mask_token
-from .row_queries import _rows
-from .summary_math import tokens
+from .logits_view import WHOLE_ROWS, Reader, chunk_rows, tiling
+from .row_queries import rows_at
 
 
 class GreedyDrafts:
     """The greedy drafts of rows ``(request, logits, zero_rows)`` at each request's candidates (its
     cursor's; candidate slot ``c`` is row ``c - zero_rows`` of ``logits``, the runner's raw rows): per
     sampling transforms and part of rows the float32 math takes at once (:func:`~.logits_view.chunk_rows`),
-    one registration."""
+    one registration; the rows are read by ``reader``."""
 
     def __init__(
-        self, dev: DeviceOps, rows: Sequence[tuple[Request, torch.Tensor, int]], summary: bool = False
+        self, dev: DeviceOps, rows: Sequence[tuple[Request, torch.Tensor, int]], reader: Reader = WHOLE_ROWS
     ) -> None:
-        #: the rows are summaries (:mod:`.summary_math`; their requests have no sampling filters)
-        self.summary = summary
+        self.reader = reader
         self.mask_id = rows[0][0].info.mask_token_id
         limit = chunk_rows(rows[0][1].shape[-1])
         #: per part: its transforms, the indices of its rows, their (logits, candidates), total candidates
@@ -82,12 +78,8 @@ class GreedyDrafts:
         for key, _, rows, _ in self.parts:
             tensors, picks = _candidate_rows(dev, rows, self.limit)
             self.picks.append(picks)
-            if self.summary:
-                rows = torch.cat(tensors) if len(tensors) > 1 else tensors[0]
-                drafts, conf = tokens(rows), rows[:, PROB].clone()
-            else:
-                masked = without_mask_token(tensors, self.mask_id, False, in_place)[1]
-                drafts, conf = F.greedy_pick(F.probs_from_logits(masked, *key))
+            masked = self.reader.prepare(tensors, self.mask_id, False, in_place)[1]
+            drafts, conf = self.reader.read(masked, key).greedy()
             self.keys.append((fetch.add(drafts), fetch.add(conf)))
 
     def read(self, fetch: Fetch) -> None:
@@ -116,12 +108,13 @@ class GreedyTokens:
     """The AR lane's greedy tokens: rows ``logits`` (``[1, vocab]`` each, the runner's raw rows) of
     requests ``reqs`` (greedy, block size 1), one token a row: for each request config's sampling
     transforms, one registration, the same functions on the same values as :class:`GreedyDrafts` (the
-    distribution's argmax, so ties fall alike). :attr:`tokens` (a list of ints, in row order) is filled
-    by :meth:`read`."""
+    distribution's argmax, so ties fall alike), read by ``reader``. :attr:`tokens` (a list of ints, in
+    row order) is filled by :meth:`read`."""
 
-    def __init__(self, reqs: Sequence[Request], logits: list[torch.Tensor], summary: bool = False) -> None:
-        #: the rows are summaries (:mod:`.summary_math`; a greedy token is the same under any filters)
-        self.summary = summary
+    def __init__(
+        self, reqs: Sequence[Request], logits: list[torch.Tensor], reader: Reader = WHOLE_ROWS
+    ) -> None:
+        self.reader = reader
         self.mask_id = reqs[0].info.mask_token_id
         self.logits = logits
         #: per part of rows with one key: (key, row indices or None for every row); one config: one part
@@ -139,15 +132,12 @@ class GreedyTokens:
         self.tokens: list[int] = []
 
     def register(self, dev: DeviceOps, fetch: Fetch, in_place: bool) -> None:
-        if self.summary:
-            self.parts = [(self.parts[0][0], None)]  # one token a row, whatever its filters
-            self.keys = [fetch.add(tokens(torch.cat(self.logits)))]
-            return
-        whole = without_mask_token(self.logits, self.mask_id, False, in_place)[1]
+        reader = self.reader
+        whole = reader.prepare(self.logits, self.mask_id, False, in_place)[1]
         self.keys = []
         for key, members in self.parts:
             part = whole if members is None else whole.index_select(0, dev.tensor(members))
-            self.keys.append(fetch.add(_greedy_tokens(part, key)))
+            self.keys.append(fetch.add(reader.tokens(part, key)))
 
     def read(self, fetch: Fetch) -> None:
         if len(self.parts) == 1:
@@ -158,17 +148,6 @@ class GreedyTokens:
             for i, t in zip(members, fetch.ints(k), strict=True):
                 tokens[i] = t
         self.tokens = tokens
-
-
-def _greedy_tokens(rows: torch.Tensor, key: tuple[float, int, float, float]) -> torch.Tensor:
-    """The argmax of each row's distribution under the transforms ``key`` (``[n]``), in the parts the
-    float32 math takes at once (:func:`~.logits_view.in_chunks`; one part: the rows as they are)."""
-    n = rows.shape[0]
-
-    def part(a: int, b: int) -> tuple[torch.Tensor]:
-        return (F.argmax(F.probs_from_logits(rows if b - a == n else rows[a:b], *key)),)
-
-    return in_chunks(part, n, rows.shape[-1])[0]
 
 
 class StrictCheck:
@@ -183,20 +162,17 @@ class StrictCheck:
         logits: list[torch.Tensor],
         drafts: list[int],
         sizes: list[int],
-        summary: bool = False,
+        reader: Reader = WHOLE_ROWS,
     ):
         self.mask_id, self.logits, self.drafts, self.sizes = mask_id, logits, drafts, sizes
-        #: the rows are summaries (:mod:`.summary_math`)
-        self.summary = summary
+        self.reader = reader
         self.key = -1
         self.n_accepted: list[int] = []
         self.corrections: list[int] = []
 
     def register(self, dev: DeviceOps, fetch: Fetch, in_place: bool) -> None:
-        if self.summary:
-            self.key = fetch.add(tokens(torch.cat(self.logits)))
-            return
-        self.key = fetch.add(F.argmax(without_mask_token(self.logits, self.mask_id, False, in_place)[1]))
+        reader = self.reader
+        self.key = fetch.add(reader.tokens(reader.prepare(self.logits, self.mask_id, False, in_place)[1]))
 
     def read(self, fetch: Fetch) -> None:
         # a plain loop: on the CPU after a forward, numpy's calls on a few hundred values cost several
@@ -243,7 +219,7 @@ def _candidate_rows(
             return [whole], [(n, _indices(cand, z)) for (_, cand, z), n in counted]
     base = _storage_rows(logits)
     if base is None:
-        return [_rows(dev, lg, [c - z for c in cand] if z else cand) for lg, cand, z in rows], None
+        return [rows_at(dev, lg, [c - z for c in cand] if z else cand) for lg, cand, z in rows], None
     vocab, index = base.shape[-1], []
     for lg, cand, z in rows:
         at = lg.storage_offset() // vocab - z

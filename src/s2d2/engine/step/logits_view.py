@@ -2,6 +2,12 @@
 tile the forward's output), the mask token's column removed, the request's logit adjustments, and the
 parts of rows the float32 math takes at once.
 
+The step's math reads rows through a reader, one of two: :data:`WHOLE_ROWS` (the forward's logits
+``[S, vocab]``) or :class:`Summaries` (the rows' summaries ``[S, WIDTH]`` a tensor-parallel forward gives:
+:mod:`~s2d2.forward.vocab_summary`). Both offer the same values of a row's distribution: the greedy token,
+its probability, the margin, the entropy, the squared-probability sum and the acceptance estimators
+built on them; only whole rows hold the distributions themselves (sampling, alternatives, kept rows).
+
 Logits stay in the model's dtype (bf16 on CUDA) up to here; the values the step reads (distributions,
 entropies, log-probabilities) are computed in float32 over at most :data:`FLOAT32_CHUNK_BYTES` of
 ``[rows, vocab]`` at a time (:func:`row_chunks`), so a step never holds a float32 copy of all its rows'
@@ -10,13 +16,16 @@ unchunked computation it always was."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
 import torch
 
 from ...constraints.bitmask import masked_rows
+from ...decoding import functional as F
 from ...decoding.logits_adjust import adjust_logits, token_counts
+from ...forward.vocab_summary import ENTROPY, MARGIN, PROB, SQUARES, TOKEN
 from ..request import Request
 from .device import DeviceOps
 
@@ -147,3 +156,137 @@ def adjusted(dev: DeviceOps, q: AdjustedQuery, rows: torch.Tensor) -> torch.Tens
         return out
     emptied = torch.isneginf(out).all(dim=-1, keepdim=True) & ~torch.isneginf(rows).all(dim=-1, keepdim=True)
     return torch.where(emptied, rows.to(out.dtype), out)
+
+
+#: the sampling transforms of a group of rows: temperature, top-k, top-p, min-p
+Key = tuple[float, int, float, float]
+
+
+class ProbRows:
+    """Values of whole rows' distributions ``probs`` ``[S, vocab]`` (float32)."""
+
+    def __init__(self, probs: torch.Tensor):
+        self.probs = probs
+
+    def greedy(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """Each row's most likely token and its probability, ``[S]`` each."""
+        return F.greedy_pick(self.probs)
+
+    def margin(self) -> torch.Tensor:
+        return F.margin(self.probs)
+
+    def entropy(self) -> torch.Tensor:
+        return F.entropy(self.probs)
+
+    def norm_entropy(self) -> torch.Tensor:
+        return F.normalized_entropy(self.probs)
+
+    def squares(self) -> torch.Tensor:
+        return self.probs.pow(2).sum(dim=-1)
+
+    def acceptance(self, name: str, drafts: torch.Tensor, param: float | None) -> torch.Tensor:
+        """:func:`~s2d2.decoding.functional.acceptance_estimate` ``name`` of ``drafts`` ``[S]``."""
+        return F.acceptance_estimate(name, self.probs, drafts, param)
+
+
+class SummaryRows:
+    """The same values as :class:`ProbRows`, read off the summaries ``rows`` ``[S, WIDTH]`` of the greedy
+    drafts' rows (``vocab``: the distribution's width, for the normalised entropy); no distributions."""
+
+    probs = None
+
+    def __init__(self, rows: torch.Tensor, vocab: int):
+        self.rows, self.vocab = rows, vocab
+
+    def greedy(self) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.rows[:, TOKEN].long(), self.rows[:, PROB].clone()
+
+    def margin(self) -> torch.Tensor:
+        return self.rows[:, MARGIN].clone()
+
+    def entropy(self) -> torch.Tensor:
+        return self.rows[:, ENTROPY].clone()
+
+    def norm_entropy(self) -> torch.Tensor:
+        return self.rows[:, ENTROPY] / math.log(self.vocab)
+
+    def squares(self) -> torch.Tensor:
+        return self.rows[:, SQUARES].clone()
+
+    def acceptance(self, name: str, drafts: torch.Tensor | None, param: float | None) -> torch.Tensor:
+        """:meth:`ProbRows.acceptance` of the greedy drafts (``drafts`` is not read)."""
+        r = self.rows
+        if name == "hard-margin":
+            return (r[:, MARGIN] > param).float()
+        if name == "hard-entropy":
+            return (self.norm_entropy() < param).float()
+        if name == "confidence-power":
+            return r[:, PROB].pow(param)
+        if name == "clipped-margin":
+            return (param * r[:, MARGIN]).clamp(0.0, 1.0)
+        if name == "soft-entropy":
+            return torch.exp(-param * r[:, ENTROPY] / math.log(self.vocab))
+        if name == "renyi2":
+            return self.squares()
+        raise ValueError(f"unknown estimator {name!r}")
+
+
+class WholeRows:
+    """The reader of the forward's logits ``[S, vocab]``."""
+
+    whole = True
+
+    def prepare(
+        self, rows: list[torch.Tensor], mask_id: int, keep_raw: bool, in_place: bool
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The rows stacked, raw and without the mask token (:func:`without_mask_token`)."""
+        return without_mask_token(rows, mask_id, keep_raw, in_place)
+
+    def tokens(self, masked: torch.Tensor, key: Key | None = None) -> torch.Tensor:
+        """Each row's most likely token ``[S]``: of the logits, or of the distribution under ``key``."""
+        return F.argmax(masked) if key is None else greedy_tokens(masked, key)
+
+    def read(self, masked: torch.Tensor, key: Key) -> ProbRows:
+        """The rows' distributions under the transforms ``key`` (float32)."""
+        return ProbRows(F.probs_from_logits(masked, *key))
+
+
+class Summaries:
+    """The reader of the rows' summaries ``[S, WIDTH]`` (greedy rows without filters, adjustments or a
+    grammar: the traits' ``summaries``), for a model of ``vocab`` tokens."""
+
+    whole = False
+
+    def __init__(self, vocab: int):
+        self.vocab = vocab
+
+    def prepare(
+        self, rows: list[torch.Tensor], mask_id: int, keep_raw: bool, in_place: bool
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The summaries stacked (the mask token is excluded from them already)."""
+        stacked = torch.cat(rows) if len(rows) > 1 else rows[0]
+        return stacked, stacked
+
+    def tokens(self, rows: torch.Tensor, key: Key | None = None) -> torch.Tensor:
+        """Each row's greedy token ``[S]`` (the same under any transforms of a greedy row)."""
+        return rows[:, TOKEN].long()
+
+    def read(self, rows: torch.Tensor, key: Key) -> SummaryRows:
+        return SummaryRows(rows, self.vocab)
+
+
+#: the step's usual reader
+WHOLE_ROWS = WholeRows()
+#: either reader
+Reader = WholeRows | Summaries
+
+
+def greedy_tokens(rows: torch.Tensor, key: Key) -> torch.Tensor:
+    """The argmax of each row's distribution under the transforms ``key`` (``[n]``), in the parts the
+    float32 math takes at once (:func:`in_chunks`; one part: the rows as they are)."""
+    n = rows.shape[0]
+
+    def part(a: int, b: int) -> tuple[torch.Tensor]:
+        return (F.argmax(F.probs_from_logits(rows if b - a == n else rows[a:b], *key)),)
+
+    return in_chunks(part, n, rows.shape[-1])[0]

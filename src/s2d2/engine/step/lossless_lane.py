@@ -1,11 +1,11 @@
 """The common lossless step of many rows at once: their drafts in a few queries, their strict checks in one.
 
-A row in the lane (:func:`lossless_eligible`, decided at admission) drafts and verifies every step with
-plain greedy settings: a policy whose decision is fixed to verify (``always``) reading no scores, strict
-acceptance, no fusion, planner, logit adjustments, grammar, log-probabilities, trace or editing, and a
-baseline rule that reads confidences only. Its steps alternate: a draft forward (draft every candidate,
-route the span to verification) and a verification forward (accept the span's prefix that equals AR
-greedy's tokens, commit the correction after it).
+A row in the lane (its traits' lane, :class:`~..request.RowTraits`, decided at admission) drafts and
+verifies every step with plain greedy settings: a policy whose decision is fixed to verify (``always``)
+reading no scores, strict acceptance, no fusion, planner, logit adjustments, grammar, log-probabilities,
+trace or editing, and a baseline rule that reads confidences only. Its steps alternate: a draft forward
+(draft every candidate, route the span to verification) and a verification forward (accept the span's
+prefix that equals AR greedy's tokens, commit the correction after it).
 
 The lane computes the drafts of all its drafting rows in one registration per part of rows that fits
 the float32 math at once (:class:`~.lane_math.GreedyDrafts`) and the AR-mode argmax of every verifying
@@ -14,8 +14,8 @@ every other query. Each row's bookkeeping then skips the general step's objects
 (:class:`~.row_queries.RowWork`, a query per row): its common draft step (nothing committed first), its
 common verification (the quota reached, nothing to top up) and the block loop's walk after it where its
 outcome is known (the block's next draft, or the block closed) are written out, setting exactly the fields
-the general step's functions set for such a row (:func:`~.host._draft_step` with :func:`~.routing.route`,
-:func:`~.host.accept_span` with :func:`~.host._finish_step`, :func:`~.host.advance`); any other step or
+the general step's functions set for such a row (:func:`~.host.draft_step` with :func:`~.routing.route`,
+:func:`~.host.accept_span` with :func:`~.host.finish_step`, :func:`~.host.advance`); any other step or
 walk is those functions themselves, so the lane writes exactly what :func:`~.host.apply` writes. On the
 host, right after a forward, each object a row touches and each distinct call costs far more than its
 work (the forward leaves the caches cold), so these paths touch only what moves.
@@ -32,37 +32,16 @@ from ..draft_step import DraftStep, SlotDrafts, VerifyMode
 from ..request import Action, Request
 from ..row_forward import RowForward
 from .device import DeviceOps
-from .host import _close_block, _draft_step, _finish_step, accept_span, advance
+from .host import accept_span, advance, close_block, draft_step, finish_step
 from .lane_math import GreedyDrafts, StrictCheck
+from .logits_view import WHOLE_ROWS, Reader
 from .row_queries import Fail, RowWork, queries_alone
-
-
-def lossless_eligible(req: Request) -> bool:
-    """Whether ``req``'s settings put its steps in the lossless lane (decided once, at admission)."""
-    cfg, pol = req.config, req.policy
-    return (
-        pol is not None
-        and pol.fixed is True
-        and not pol.learns_from_checks
-        and not pol.reads_alpha
-        and not pol.reads_entropy
-        and req.greedy
-        and cfg.strict
-        and not cfg.fuse
-        and cfg.plan != "auto"
-        and not req.auto_plan
-        and req.rule != "eb"
-        and cfg.logprobs is None
-        and not cfg.trace
-        and cfg.editing_threshold is None
-        and not req.adjust.active
-    )
 
 
 def in_lane(req: Request, forward: RowForward) -> bool:
     """Whether this step of ``req`` (its forward built as ``forward``) is the lane's: a draft without an
     AR lead or pre-drafts, or a plain verification the planner did not choose."""
-    if req.lane != "lossless" or req.grammar is not None:
+    if req.lane != "lossless":
         return False
     if req.action is Action.DRAFT:
         return forward.lead is None and req.predraft is None
@@ -75,9 +54,9 @@ def in_lane(req: Request, forward: RowForward) -> bool:
 class LosslessLane:
     """The lane's rows of one step, in order, with their parts of the forward and their logits."""
 
-    def __init__(self, summary: bool = False) -> None:
-        #: the rows' logits are summaries (:mod:`.summary_math`)
-        self.summary = summary
+    def __init__(self, reader: Reader = WHOLE_ROWS) -> None:
+        #: how the rows' logits are read (whole rows, or their summaries)
+        self.reader = reader
         self.drafting: list[tuple[Request, RowForward, torch.Tensor]] = []
         self.verifying: list[tuple[Request, RowForward, torch.Tensor]] = []
         #: the verifying rows' spans of drafts, concatenated in row order, and their lengths
@@ -110,12 +89,12 @@ class LosslessLane:
 
     def _drafts(self, dev: DeviceOps) -> GreedyDrafts:
         rows = [(req, dev.mark(lg), f.segment.zero_rows) for req, f, lg in self.drafting]
-        return GreedyDrafts(dev, rows, self.summary)
+        return GreedyDrafts(dev, rows, self.reader)
 
     def _check(self, dev: DeviceOps) -> StrictCheck:
         mask_id = self.verifying[0][0].info.mask_token_id
         rows = [dev.mark(lg) for _, _, lg in self.verifying]
-        return StrictCheck(mask_id, rows, self.spans, self.sizes, self.summary)
+        return StrictCheck(mask_id, rows, self.spans, self.sizes, self.reader)
 
     def apply(self, fail: Fail) -> None:
         """Every lane row's step from its filled results (an error fails its row alone)."""
@@ -154,7 +133,7 @@ def _drafted(req: Request, fwd: RowForward, drafts: list[int], conf: list[float]
     cache.block_cached += fwd.extension  # :func:`~.host._take_extension`
     values = SlotDrafts(cand, drafts, conf)
     if req.info.shifted and cand[0] == 0:  # slot 0's draft is AR's token, committed first
-        _draft_step(req, values)
+        draft_step(req, values)
         cache.state.advance(seg.keep)
         advance(req)
         return
@@ -169,7 +148,7 @@ def _drafted(req: Request, fwd: RowForward, drafts: list[int], conf: list[float]
 
 
 def _routed(req: Request, cur: BlockCursor, values: SlotDrafts) -> None:
-    """:func:`~.host._draft_step` of a lane row that commits no first token: its step verifies the
+    """:func:`~.host.draft_step` of a lane row that commits no first token: its step verifies the
     candidates' first consecutive run (:func:`~.routing.route` with the fixed decision to verify, plain:
     the lane's rows are not fused, traced or edited), the block filled with every draft as its input."""
     req.stats.steps += 1
@@ -205,12 +184,12 @@ def _verified(req: Request, fwd: RowForward, n_acc: int, correction: int | None)
     committed = n_acc + (correction is not None)
     if p.features is None and p.n_committed + committed >= p.quota:
         kept = _accepted(req, p, n_acc, correction)
-        req.cursor.step += 1  # :func:`~.host._finish_step`: nothing to top up, no policy feedback
+        req.cursor.step += 1  # :func:`~.host.finish_step`: nothing to top up, no policy feedback
         req.cache.state.advance(seg.keep + kept)
         _walk(req, p, committed)
         return
     kept = accept_span(req, p, n_acc, correction)
-    _finish_step(req, p)
+    finish_step(req, p)
     req.cache.state.advance(seg.keep + kept)
     advance(req)
 
@@ -246,7 +225,7 @@ def _walk(req: Request, p: DraftStep, k: int) -> None:
         cur.n_committed += k
         req.action = Action.DRAFT
         return
-    _close_block(req)  # every masked slot below the limit is decided (the lane's rows do not edit)
+    close_block(req)  # every masked slot below the limit is decided (the lane's rows do not edit)
     advance(req)
 
 

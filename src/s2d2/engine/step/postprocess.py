@@ -1,33 +1,67 @@
-"""The step after the forward over the whole batch: every row's queries computed on the device at once (one
-transfer), then each row's bookkeeping. A failing row fails alone; its batch-mates go on.
+"""The step after the forward over the whole batch, in one loop: every row's queries (or its lane's
+place) made, computed on the device at once (one transfer), then each row's bookkeeping. A failing row
+fails alone; its batch-mates go on.
 
-:func:`postprocess` is what :meth:`~s2d2.engine.llm_engine.LLMEngine.step` runs after the forward. It
+:func:`after_forward` is what :meth:`~s2d2.engine.llm_engine.LLMEngine.step` runs after the forward. It
 writes row state through the step's own functions only (:func:`~.host.apply`, :func:`~.host.recomputed`,
 the lanes' commits), once per row, and reports a row's failure through the engine's ``fail``.
+
+The loop reads the logits through one of two readers (:mod:`.logits_view`): the forward's whole rows, or
+the rows' summaries a tensor-parallel forward gives where every row's traits allow them
+(:attr:`~..request.RowTraits.summaries`, which the runner asked before the forward). Common AR and
+lossless steps take their lanes (:class:`Lanes`: batched queries, a lean commit each).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import torch
 
 from ...forward.vocab_summary import Summarized
 from ..request import Request
 from ..row_forward import RowForward
+from .ar_lane import Lane
 from .device import DeviceOps
-from .device_math import DraftQuery, VerifyQuery, run_queries
+from .device_math import BatchedCheck, run_queries
 from .grammar import attach_masks
 from .host import apply, recomputed
-from .lanes import Lanes
-from .row_queries import RowWork, queries
-from .summary_step import from_summary
-
-#: how the engine fails one row: ``fail(request, exception)`` (its status, action and one-line error)
-Fail = Callable[[Request, BaseException], None]
+from .logits_view import WHOLE_ROWS, Reader, Summaries
+from .lossless_lane import LosslessLane
+from .row_queries import Fail, RowWork, each_alone, queries
 
 
-def postprocess(
+class Lanes:
+    """The lanes' rows of one step: the AR lane (:mod:`.ar_lane`) and the lossless lane
+    (:mod:`.lossless_lane`), a row's decided at admission (its traits' ``lane``). Each step they take
+    the rows whose step is their lane's common one, give the device half their batched queries, and
+    apply the results; where the step's batched queries fail they hand them back (:meth:`as_rows`)."""
+
+    def __init__(self, reader: Reader = WHOLE_ROWS) -> None:
+        self.ar = Lane(reader)
+        self.lossless = LosslessLane(reader)
+
+    def take(self, req: Request, logits: torch.Tensor, forward: RowForward) -> bool:
+        """Take ``req`` into its lane if this step of it is the lane's."""
+        if req.lane == "ar":
+            return self.ar.take(req, logits, forward)
+        return req.lane == "lossless" and self.lossless.take(req, logits, forward)
+
+    def checks(self, dev: DeviceOps) -> list[BatchedCheck]:
+        """The lanes' batched device work (:mod:`.lane_math`: drafts and strict verifications)."""
+        return [*self.ar.checks(dev), *self.lossless.checks(dev)]
+
+    def apply(self, fail: Fail) -> None:
+        """Every lane row's step from its filled results (an error fails its row alone)."""
+        self.ar.apply(fail)
+        self.lossless.apply(fail)
+
+    def as_rows(self, dev: DeviceOps, fail: Fail) -> list[RowWork]:
+        """The lanes' rows handed back to the general step, the lanes emptied."""
+        return self.ar.as_rows(dev, fail) + self.lossless.as_rows(dev, fail)
+
+
+def after_forward(
     dev: DeviceOps,
     rows: list[Request],
     logits: Sequence[torch.Tensor],
@@ -35,26 +69,37 @@ def postprocess(
     fail: Fail,
     lanes: bool = True,
 ) -> None:
-    """Every row's queries computed on the device at once (one transfer), then each row's bookkeeping;
-    an error fails its request alone. ``logits``: the runner's, without zero rows (the general step's
-    :func:`~.row_queries.queries` puts them back; the lanes read the raw rows). Rows rewriting a preempted
-    cache only keep what they wrote. Common AR and lossless steps take their lanes (:mod:`.lanes`: batched
-    queries, a lean commit each) unless ``lanes`` is off. ``logits`` that are the rows' summaries
-    (:class:`~s2d2.forward.vocab_summary.Summarized`) serve the step where it reads no more
-    (:mod:`.summary_step`); else it runs on the full logits of the same forward."""
+    """Every row's step after the forward (see the module); an error fails its request alone.
+    ``logits``: the runner's, without zero rows (:func:`~.row_queries.queries` puts them back; the lanes
+    read the raw rows), or their summaries (:class:`~s2d2.forward.vocab_summary.Summarized`). Rows
+    rewriting a preempted cache only keep what they wrote. ``lanes`` off: every row takes the general
+    step."""
     if isinstance(logits, Summarized):
-        if from_summary(dev, rows, logits, parts, fail, lanes):
+        if _step(dev, rows, logits, parts, fail, lanes, Summaries(rows[0].info.vocab_size)):
             return
-        logits = logits.full()
+        logits = logits.full()  # an error on the summaries: the whole rows find the row that causes it
+    _step(dev, rows, logits, parts, fail, lanes, WHOLE_ROWS)
+
+
+def _step(
+    dev: DeviceOps,
+    rows: list[Request],
+    logits: Sequence[torch.Tensor],
+    parts: list[RowForward],
+    fail: Fail,
+    lanes: bool,
+    reader: Reader,
+) -> bool:
+    """The one loop, reading the rows through ``reader``. Nothing is written before the device half has
+    run; reading summaries, any error returns False with nothing written (the caller then runs the step
+    on the whole rows of the same forward, which fail the rows that cause it)."""
+    lane = Lanes(reader)
     works: list[RowWork] = []
-    edits: list[DraftQuery] = []
-    drafts: list[DraftQuery] = []
-    verifies: list[VerifyQuery] = []
-    lane = Lanes()
+    again: list[tuple[Request, RowForward]] = []
     for req, lg, fwd in zip(rows, logits, parts, strict=True):
         try:
             if req.cache.restore_to is not None and req.cache.recompute_left > 0:
-                recomputed(req, fwd)
+                again.append((req, fwd))
                 continue
             if lanes and lane.take(req, lg, fwd):
                 continue
@@ -62,38 +107,27 @@ def postprocess(
             if req.grammar is not None:
                 attach_masks(w)
         except Exception as exc:
+            if not reader.whole:
+                return False
             fail(req, exc)
             continue
         works.append(w)
-        if w.edit is not None:
-            edits.append(w.edit)
-        if w.draft is not None:  # then the groups: the order of w.draft_queries and w.verify_queries
-            drafts.append(w.draft)
-        if w.groups:
-            drafts += w.groups
-        if w.verify is not None:
-            verifies.append(w.verify)
-        if w.lead is not None:
-            verifies.append(w.lead)
+    edits = [w.edit for w in works if w.edit is not None]
+    drafts = [q for w in works for q in w.draft_queries]
+    verifies = [q for w in works for q in w.verify_queries]
     try:
-        run_queries(dev, edits, drafts, verifies, lane.checks(dev))
-    except Exception:  # a batched computation failed: find the rows that cause it (the lane's too)
+        run_queries(dev, edits, drafts, verifies, lane.checks(dev), reader=reader)
+    except Exception:  # a batched computation failed: find the rows that cause it (the lanes' too)
+        if not reader.whole:
+            return False
         works += lane.as_rows(dev, fail)
-        _run_queries_alone(dev, works, fail)
+        each_alone(((w.req, w) for w in works), lambda _, w: _queries_alone(dev, w), fail)
+    each_alone(again, recomputed, fail)
     lane.apply(fail)
-    for w in works:
-        if w.req.status.done:  # failed in the device half
-            continue
-        try:
-            apply(w)
-        except Exception as exc:  # one request's failure must not stop its batch-mates
-            fail(w.req, exc)
+    each_alone(((w.req, w) for w in works if not w.req.status.done), lambda _, w: apply(w), fail)
+    return True
 
 
-def _run_queries_alone(dev: DeviceOps, works: list[RowWork], fail: Fail) -> None:
-    for w in works:
-        try:
-            edits = [w.edit] if w.edit is not None else []
-            run_queries(dev, edits, w.draft_queries, w.verify_queries)
-        except Exception as row_exc:
-            fail(w.req, row_exc)
+def _queries_alone(dev: DeviceOps, w: RowWork) -> None:
+    """One row's queries computed alone (after the batch's failed)."""
+    run_queries(dev, [w.edit] if w.edit is not None else [], w.draft_queries, w.verify_queries)

@@ -50,8 +50,12 @@ class RowWork:
         return [self.verify, self.lead] if self.verify is not None else [self.lead]
 
 
-def _rows(dev: DeviceOps, logits: torch.Tensor, slots: list[int]) -> torch.Tensor:
+def rows_at(dev: DeviceOps, logits: torch.Tensor, slots: list[int]) -> torch.Tensor:
     """``logits[slots]``: a view when the slots are consecutive, else a gather (index made on device)."""
+    return _rows(dev, logits, slots)
+
+
+def _rows(dev: DeviceOps, logits: torch.Tensor, slots: list[int]) -> torch.Tensor:
     if slots and slots[-1] - slots[0] == len(slots) - 1:
         return logits if len(slots) == logits.shape[0] else logits[slots[0] : slots[-1] + 1]
     return logits.index_select(0, dev.tensor(slots))

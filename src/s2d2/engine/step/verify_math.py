@@ -13,8 +13,7 @@ import torch
 from ...decoding import functional as F
 from ..request import Request
 from .device import DeviceOps, Fetch
-from .logits_view import adjusted, in_chunks, without_mask_token
-from .summary_math import tokens
+from .logits_view import WHOLE_ROWS, Reader, adjusted, in_chunks, without_mask_token
 
 
 @dataclass
@@ -48,7 +47,7 @@ class VerifyQuery:
 
 
 def verify_strict(
-    queries: list[VerifyQuery], dev: DeviceOps, fetch: Fetch, in_place: bool, summary: bool = False
+    queries: list[VerifyQuery], dev: DeviceOps, fetch: Fetch, in_place: bool, reader: Reader = WHOLE_ROWS
 ) -> list[dict[str, int]]:
     """Strict rule for many rows at once: accepted prefix where draft == argmax q, correction = argmax q
     at the first mismatch.
@@ -57,17 +56,15 @@ def verify_strict(
     span position is registered (``q_arg``, ``[S]``) and each row's prefix and correction are read off
     it on the host (:func:`read_verifications`): the drafts are host values already, and this spares
     the device a dozen small operations. Otherwise the prefix and correction are computed on the device
-    too (the per-position values are gathered at the committed tokens) and registered per row.
-    ``summary``: the rows are summaries (no query traces, adjusts logits or asks log-probabilities)."""
-    if summary:
-        rows = torch.cat([q.q_rows for q in queries]) if len(queries) > 1 else queries[0].q_rows
-        return [{"q_arg": fetch.add(tokens(rows))}] * len(queries)
+    too (the per-position values are gathered at the committed tokens) and registered per row. The rows
+    are read by ``reader`` (the summaries reader's rows never ask for per-position values)."""
     mask_id = queries[0].req.info.mask_token_id
     raw = any(q.req.config.logprobs is not None for q in queries)
     rows = [adjusted(dev, q, q.q_rows) for q in queries]
-    logits, masked = without_mask_token(rows, mask_id, raw, in_place)
     if not raw and all(q.req.tracer.steps is None for q in queries):
-        return [{"q_arg": fetch.add(F.argmax(masked))}] * len(queries)
+        q_arg = reader.tokens(reader.prepare(rows, mask_id, False, in_place)[1])
+        return [{"q_arg": fetch.add(q_arg)}] * len(queries)
+    logits, masked = without_mask_token(rows, mask_id, raw, in_place)
     sizes = [len(q.drafts) for q in queries]
     host_drafts: list[int] = []
     row_of: list[int] = []

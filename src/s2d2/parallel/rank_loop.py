@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import torch
 
-from .fastpath import FastDecoder
-from .kv_pool import KVPool
-from .tensor_parallel import TensorParallel
+from ..forward.fastpath import FastDecoder
+from ..forward.kv_pool import KVPool
+from ..forward.tensor_parallel import TensorParallel
 
 
 def grow_to(pool: KVPool, pages: int) -> None:

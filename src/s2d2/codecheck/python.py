@@ -1,0 +1,172 @@
+"""Python's static checks: Python's own tokenizer on the text, ``compile()`` on its completed lines.
+
+:meth:`PythonChecker.check` calls a text dead (:class:`~.base.Verdict`) when no continuation can make the
+program valid:
+
+* the tokenizer (``tokenize``) finds a closing bracket that closes nothing or the wrong bracket, an
+  inconsistent dedent, a one-line string left open at a line's end, or a character Python has no token
+  for (a text that ends inside an open bracket or a triple-quoted string is merely incomplete);
+* ``compile()`` rejects the completed logical lines (up to the last ``NEWLINE`` token): a block header
+  with no body yet gets a placeholder body first, and a ``try`` still waiting for its ``except`` is
+  incomplete, not dead. ``compile()`` parses and builds code objects; it runs nothing.
+
+With ``final`` the program ends with the text (the span holds its stop token): the whole text must
+compile as it is.
+
+Incremental and cheap: one tokenizer pass over the text, and ``compile()`` only when the completed
+lines changed since the last check (the verdict of the last completed text is kept).
+"""
+
+from __future__ import annotations
+
+import io
+import re
+import tokenize
+
+from .base import OK, Verdict, register
+from .keys import python_key_positions
+
+__all__ = ["PythonChecker"]
+
+_CLOSERS = {")": "(", "]": "[", "}": "{"}
+_QUOTES = ("'", '"')
+#: compile() messages of completed lines that a later line can still complete
+_INCOMPLETE = ("expected 'except' or 'finally' block",)
+
+
+class _Scan:
+    """One tokenizer pass: a verdict, where the completed logical lines end, whether the end is open."""
+
+    def __init__(self, text: str):
+        self.text = text
+        self.verdict = OK
+        self.complete_end = 0
+        self.open_at_end = False
+        starts = [0]
+        for line in text.splitlines(keepends=True):
+            starts.append(starts[-1] + len(line))
+        self._starts = starts
+        self._run()
+
+    def _offset(self, pos: tuple[int, int]) -> int:
+        row, col = pos
+        return (self._starts[row - 1] if row - 1 < len(self._starts) else len(self.text)) + col
+
+    def _run(self) -> None:
+        stack: list[str] = []
+        try:
+            for tok in tokenize.generate_tokens(io.StringIO(self.text).readline):
+                if not self._token(tok, stack):
+                    return
+        except tokenize.TokenError:  # EOF inside a bracket, a triple-quoted string or after a backslash
+            self.open_at_end = True
+        except IndentationError as exc:
+            self.verdict = Verdict(True, f"indentation: {exc.msg}")
+            return
+        except SyntaxError as exc:  # newer tokenizers raise on what older ones mark as ERRORTOKEN
+            self.verdict = Verdict(True, f"tokens: {exc.msg}")
+            return
+        if stack:
+            self.open_at_end = True
+
+    def _token(self, tok: tokenize.TokenInfo, stack: list[str]) -> bool:
+        """Take one token; False once the text is dead (``verdict`` set)."""
+        if tok.type == tokenize.OP:
+            if tok.string in "([{":
+                stack.append(tok.string)
+            elif tok.string in _CLOSERS:
+                if not stack or stack[-1] != _CLOSERS[tok.string]:
+                    self.verdict = Verdict(True, f"bracket: {tok.string!r} does not close an open bracket")
+                    return False
+                stack.pop()
+        elif tok.type == tokenize.ERRORTOKEN:
+            return self._error_token(tok)
+        elif tok.type == tokenize.NEWLINE and tok.string:
+            self.complete_end = self._offset(tok.end)
+        return True
+
+    def _error_token(self, tok: tokenize.TokenInfo) -> bool:
+        at = self._offset(tok.start)
+        rest = self.text[at:]
+        if tok.string.isspace():
+            return True
+        if tok.string[:1] in _QUOTES:
+            if "\n" in rest:  # the string's line ended unterminated
+                self.verdict = Verdict(True, "string: unterminated at the end of its line")
+                return False
+            self.open_at_end = True
+            return True
+        if len(rest.rstrip()) <= len(tok.string) and tok.string in ("!", "$", "?", "\\"):
+            self.open_at_end = True  # the text's last character: a longer token may still begin here
+            return True
+        self.verdict = Verdict(True, f"tokens: no Python token starts with {tok.string!r}")
+        return False
+
+
+def _probe(complete: str) -> str | None:
+    """The completed lines made compilable where a later line could still complete them: a block header
+    ending them gets an indented ``pass``; None when they end in a decorator (its ``def`` may follow)."""
+    lines = complete.rstrip("\n").split("\n")
+    last = next((ln for ln in reversed(lines) if ln.strip() and not ln.lstrip().startswith("#")), "")
+    if last.lstrip().startswith("@"):
+        return None
+    code = re.sub(r"#[^'\"]*$", "", last).rstrip()
+    if code.endswith(":"):
+        indent = last[: len(last) - len(last.lstrip())]
+        return complete + ("" if complete.endswith("\n") else "\n") + indent + "    pass\n"
+    return complete
+
+
+def _compiles(text: str) -> str | None:
+    """None when ``text`` compiles, else the error message."""
+    try:
+        compile(text, "<draft>", "exec", dont_inherit=True)
+    except SyntaxError as exc:
+        return str(exc.msg)
+    except (ValueError, RecursionError, MemoryError, OverflowError) as exc:
+        return type(exc).__name__
+    return None
+
+
+class PythonChecker:
+    """The static checks of Python (see the module docstring); keeps the last completed text's verdict."""
+
+    name = "python"
+
+    def __init__(self) -> None:
+        self._last: tuple[str, Verdict] | None = None
+        #: compile() calls made (the rest were answered from the kept verdict)
+        self.compiles = 0
+
+    def check(self, text: str, final: bool = False) -> Verdict:
+        scan = _Scan(text)
+        if scan.verdict.dead:
+            return scan.verdict
+        if final:
+            if scan.open_at_end:
+                return Verdict(True, "end: a bracket or string is still open")
+            msg = _compiles(text)
+            self.compiles += 1
+            return OK if msg is None else Verdict(True, f"compile: {msg}")
+        return self._complete(text[: scan.complete_end])
+
+    def _complete(self, complete: str) -> Verdict:
+        if not complete.strip():
+            return OK
+        if self._last is not None and self._last[0] == complete:
+            return self._last[1]
+        probe = _probe(complete)
+        verdict = OK
+        if probe is not None:
+            self.compiles += 1
+            msg = _compiles(probe)
+            if msg is not None and not any(m in msg for m in _INCOMPLETE):
+                verdict = Verdict(True, f"compile: {msg}")
+        self._last = (complete, verdict)
+        return verdict
+
+    def key_positions(self, before: str, pieces: list[str]) -> list[int]:
+        return python_key_positions(before, pieces)
+
+
+register("python", PythonChecker)

@@ -10,6 +10,7 @@ A language plugs in by implementing :class:`~.base.LanguageChecker` and register
 a prompt and completion (a raw continuation, or a fenced code block of a chat answer).
 """
 
+from . import python as _python  # noqa: F401 - registers the built-in language
 from .base import CHECKERS, LanguageChecker, Verdict, get_checker
 
 __all__ = ["CHECKERS", "LanguageChecker", "Verdict", "get_checker"]

@@ -53,8 +53,6 @@ def register(name: str, factory: Callable[[], LanguageChecker]) -> None:
 
 def get_checker(name: str) -> LanguageChecker:
     """A new checker for language ``name``; ``ValueError`` naming the known languages otherwise."""
-    from . import python  # noqa: F401 - registers the built-in language
-
     if name not in CHECKERS:
         raise ValueError(f"no static checker for language {name!r}; known: {', '.join(sorted(CHECKERS))}")
     return CHECKERS[name]()

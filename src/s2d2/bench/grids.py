@@ -89,7 +89,18 @@ S2D2_ROUTINGS: dict[str, Callable[[int], dict[str, Any]]] = {
     },
     "min-span": lambda b: {"policy": "min-span", "min_span": max(2, b // 4)},
     "ucb": lambda b: {"policy": "ucb", "ucb_beta": 1.0, "ucb_bins": 2},
+    # static checks on code (score-static elsewhere), and with key positions
+    "syntax": lambda b: {"policy": "syntax", "score": "static", "penalty": 1.0, "score_threshold": 0.0},
+    "syntax-keys": lambda b: {
+        "policy": "syntax",
+        "score": "static",
+        "penalty": 1.0,
+        "score_threshold": 0.0,
+        "key_positions": True,
+    },
 }
+#: Routings only code grids run (a math suite has no program to check).
+CODE_ROUTINGS = ("syntax", "syntax-keys")
 
 
 def _s2d2(
@@ -139,7 +150,8 @@ def _default_grid() -> list[BenchConfig]:
     grid += [_eb(b, g) for b in (8, 16) for g in (0.01, 0.1, 0.5)]
     for b in blocks:
         for routing in S2D2_ROUTINGS:
-            grid += [_s2d2(b, routing, acc) for acc in ("strict", "probabilistic")]
+            if routing not in CODE_ROUTINGS:
+                grid += [_s2d2(b, routing, acc) for acc in ("strict", "probabilistic")]
         grid += [_lossless(b), _lossless_fused(b)]
     grid += [_lossless_auto(b) for b in (8, 4, 16)]
     # cheap S2D2 points: dynamic-score routing with a low fallback threshold (to face dynamic tau .5/.7)
@@ -203,6 +215,14 @@ def _ucb_grid() -> list[BenchConfig]:
     return grid
 
 
+def _code_grid() -> list[BenchConfig]:
+    """The rows of BENCHMARKS.md's "Code" table: AR, dynamic at three thresholds, score routing, the
+    static checks without and with key positions (same block size and score rule), lossless."""
+    grid = [_ar()] + [_dynamic(8, tau) for tau in (0.7, 0.9, 0.99)]
+    grid += [_s2d2(8, routing, "strict") for routing in ("score-static", "syntax", "syntax-keys")]
+    return grid + [_lossless(8), _lossless_auto(8)]
+
+
 #: Named grids of configurations.
 GRIDS: dict[str, list[BenchConfig]] = {
     "default": _default_grid(),
@@ -210,6 +230,7 @@ GRIDS: dict[str, list[BenchConfig]] = {
     "paper": _paper_grid(),
     "quick": _quick_grid(),
     "ucb": _ucb_grid(),
+    "code": _code_grid(),
 }
 
 

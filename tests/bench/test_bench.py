@@ -174,6 +174,8 @@ def test_code_grid_compares_the_static_checks_with_score_routing_at_the_same_set
     assert not syntax.key_positions and keys.key_positions
     for c in (syntax, keys):  # the same score rule, block size and fallback as the score row
         assert c.replace(policy="score", key_positions=False) == score
+    only, keys_only = code["s2d2-b8-syntax-only-strict"], code["s2d2-b8-syntax-keys-only-strict"]
+    assert only.score_threshold == keys_only.score_threshold >= 1e6 and keys_only.key_positions
     assert {"lossless-b8", "lossless-auto", "ar"} <= set(code)
     assert not any(
         c.policy == "syntax" for c in (DecodeConfig.build(**x.expanded()) for x in GRIDS["default"])

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import S2D2Error
+from ..setting_ranges import MAX_SCORE
 
 #: The decoder families (the ``decoder`` field of each run).
 FAMILIES = ("ar", "static", "dynamic", "eb", "s2d2")
@@ -70,6 +71,17 @@ def _eb(b: int, gamma: float) -> BenchConfig:
     return BenchConfig(f"eb-b{b}-g{_num(gamma)}", {"decoder": "eb", "block_size": b, "gamma": gamma})
 
 
+def _syntax(score_threshold: float, keys: bool) -> dict[str, Any]:
+    """The ``syntax`` policy over score-static at ``score_threshold``, with key positions or not."""
+    return {
+        "policy": "syntax",
+        "score": "static",
+        "penalty": 1.0,
+        "score_threshold": score_threshold,
+        "key_positions": keys,
+    }
+
+
 #: S2D2 routings: short name -> policy settings (docs/METHOD.md section 4 and the paper's settings).
 S2D2_ROUTINGS: dict[str, Callable[[int], dict[str, Any]]] = {
     "always": lambda b: {"policy": "always"},
@@ -89,18 +101,15 @@ S2D2_ROUTINGS: dict[str, Callable[[int], dict[str, Any]]] = {
     },
     "min-span": lambda b: {"policy": "min-span", "min_span": max(2, b // 4)},
     "ucb": lambda b: {"policy": "ucb", "ucb_beta": 1.0, "ucb_bins": 2},
-    # static checks on code (score-static elsewhere), and with key positions
-    "syntax": lambda b: {"policy": "syntax", "score": "static", "penalty": 1.0, "score_threshold": 0.0},
-    "syntax-keys": lambda b: {
-        "policy": "syntax",
-        "score": "static",
-        "penalty": 1.0,
-        "score_threshold": 0.0,
-        "key_positions": True,
-    },
+    # static checks on code: with score-static elsewhere, or alone (score_threshold out of reach), each
+    # without and with key positions
+    "syntax": lambda b: _syntax(0.0, False),
+    "syntax-keys": lambda b: _syntax(0.0, True),
+    "syntax-only": lambda b: _syntax(MAX_SCORE, False),
+    "syntax-keys-only": lambda b: _syntax(MAX_SCORE, True),
 }
 #: Routings only code grids run (a math suite has no program to check).
-CODE_ROUTINGS = ("syntax", "syntax-keys")
+CODE_ROUTINGS = ("syntax", "syntax-keys", "syntax-only", "syntax-keys-only")
 
 
 def _s2d2(
@@ -219,7 +228,8 @@ def _code_grid() -> list[BenchConfig]:
     """The rows of BENCHMARKS.md's "Code" table: AR, dynamic at three thresholds, score routing, the
     static checks without and with key positions (same block size and score rule), lossless."""
     grid = [_ar()] + [_dynamic(8, tau) for tau in (0.7, 0.9, 0.99)]
-    grid += [_s2d2(8, routing, "strict") for routing in ("score-static", "syntax", "syntax-keys")]
+    routings = ("score-static", "syntax", "syntax-keys", "syntax-only", "syntax-keys-only")
+    grid += [_s2d2(8, routing, "strict") for routing in routings]
     return grid + [_lossless(8), _lossless_auto(8)]
 
 

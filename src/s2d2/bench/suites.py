@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from ..errors import S2D2Error
@@ -39,12 +40,19 @@ def load_problems(suite: str, split: str, n: int | None = None) -> list[dict]:
 
 def score_answer(suite: str, text: str, problem: dict) -> tuple[bool, bool | None]:
     """``(correct, compiles)``: tiny-gsm's final number; tiny-code's program run in the sandbox
-    (:mod:`s2d2.evaluation.sandbox`) and whether it compiles (None for tiny-gsm)."""
+    (:mod:`s2d2.evaluation.sandbox`) and whether it compiles (None for tiny-gsm). A program already
+    run (the same problem and completion, e.g. from another configuration) is not run again."""
     if suite == "tiny-code":
-        from ..evaluation.tasks import get_task
-
-        score = get_task("tiny-code").score(problem, text, False)
-        return score.correct, score.compiles
+        return _code_score(problem["id"], problem["question"], tuple(problem["tests"]), text)
     from ..tasks.tiny_gsm.scoring import is_correct
 
     return is_correct(text, problem["final"]), None
+
+
+@functools.lru_cache(maxsize=65536)
+def _code_score(pid: str, question: str, tests: tuple[str, ...], text: str) -> tuple[bool, bool | None]:
+    from ..evaluation.tasks import get_task
+
+    problem = {"id": pid, "question": question, "tests": list(tests)}
+    score = get_task("tiny-code").score(problem, text, False)
+    return score.correct, score.compiles

@@ -107,3 +107,19 @@ def test_a_language_plugs_in_by_name():
         CHECKERS.pop("never-dead")
     with pytest.raises(ValueError, match="python"):
         get_checker("cobol")
+
+
+def test_incremental_checks_agree_with_fresh_ones():
+    """One checker fed growing texts (it tokenizes only past the last valid completed lines) says what a
+    new checker says of each text, dead or not, through nested blocks, dedents and broken tails."""
+    from s2d2.tasks.tiny_code.splits import load_split
+
+    programs = [p["question"] + p["answer"] for p in load_split("test", 40)]
+    programs += [HEAD + t for t in DEAD.values()] + [HEAD + t for t in ALIVE.values()]
+    programs.append(HEAD + "\n    if x:\n        for y in xs:\n            x += y\n    else:\n  return x")
+    for program in programs:
+        inc = get_checker("python")
+        for end in range(len(HEAD) - 5, len(program) + 1):
+            text = program[:end]
+            assert inc.check(text) == get_checker("python").check(text), repr(text)
+        assert inc.check(program, final=True) == get_checker("python").check(program, final=True)

@@ -13,8 +13,9 @@ program valid:
 With ``final`` the program ends with the text (the span holds its stop token): the whole text must
 compile as it is.
 
-Incremental and cheap: one tokenizer pass over the text, and ``compile()`` only when the completed
-lines changed since the last check (the verdict of the last completed text is kept).
+Incremental and cheap: the tokenizer reads only the text after the last completed lines found valid
+(behind a header that restores the indentation stack there), and ``compile()`` runs only when the
+completed lines changed since the last check (the verdict of the last completed text is kept).
 """
 
 from __future__ import annotations
@@ -34,28 +35,45 @@ _QUOTES = ("'", '"')
 _INCOMPLETE = ("expected 'except' or 'finally' block",)
 
 
-class _Scan:
-    """One tokenizer pass: a verdict, where the completed logical lines end, whether the end is open."""
+def _indent_header(indents: list[str]) -> str:
+    """Lines that leave Python's tokenizer with the indentation stack ``indents`` (the indentation
+    strings of the open blocks, outermost first), so a text's tail can be tokenized alone."""
+    lines, prev = [], ""
+    for ind in indents:
+        lines.append(prev + "if 1:\n")
+        prev = ind
+    return "".join(lines) + (prev + "pass\n" if indents else "")
 
-    def __init__(self, text: str):
-        self.text = text
+
+class _Scan:
+    """One tokenizer pass: a verdict, where the completed logical lines end (and the indentation stack
+    there), whether the end is open. With ``start`` (a completed lines' end, whose stack is ``indents``)
+    only ``text[start:]`` is tokenized, behind :func:`_indent_header`."""
+
+    def __init__(self, text: str, start: int = 0, indents: list[str] | None = None):
+        header = _indent_header(indents or [])
+        self._src = header + text[start:]
+        self._shift = start - len(header)  # an offset into _src plus _shift is one into text
         self.verdict = OK
-        self.complete_end = 0
+        self.complete_end = start
+        self.indents_at_complete = list(indents or [])
+        self._indents: list[str] = []
         self.open_at_end = False
         starts = [0]
-        for line in text.splitlines(keepends=True):
+        for line in self._src.splitlines(keepends=True):
             starts.append(starts[-1] + len(line))
         self._starts = starts
         self._run()
 
     def _offset(self, pos: tuple[int, int]) -> int:
+        """The offset into ``_src`` of a tokenizer position."""
         row, col = pos
-        return (self._starts[row - 1] if row - 1 < len(self._starts) else len(self.text)) + col
+        return (self._starts[row - 1] if row - 1 < len(self._starts) else len(self._src)) + col
 
     def _run(self) -> None:
         stack: list[str] = []
         try:
-            for tok in tokenize.generate_tokens(io.StringIO(self.text).readline):
+            for tok in tokenize.generate_tokens(io.StringIO(self._src).readline):
                 if not self._token(tok, stack):
                     return
         except tokenize.TokenError:  # EOF inside a bracket, a triple-quoted string or after a backslash
@@ -81,13 +99,19 @@ class _Scan:
                 stack.pop()
         elif tok.type == tokenize.ERRORTOKEN:
             return self._error_token(tok)
+        elif tok.type == tokenize.INDENT:
+            self._indents.append(tok.string)
+        elif tok.type == tokenize.DEDENT:
+            self._indents.pop()
         elif tok.type == tokenize.NEWLINE and tok.string:
-            self.complete_end = self._offset(tok.end)
+            end = self._offset(tok.end) + self._shift
+            if end > self.complete_end:
+                self.complete_end = end
+                self.indents_at_complete = list(self._indents)
         return True
 
     def _error_token(self, tok: tokenize.TokenInfo) -> bool:
-        at = self._offset(tok.start)
-        rest = self.text[at:]
+        rest = self._src[self._offset(tok.start) :]
         if tok.string.isspace():
             return True
         if tok.string[:1] in _QUOTES:
@@ -135,11 +159,18 @@ class PythonChecker:
 
     def __init__(self) -> None:
         self._last: tuple[str, Verdict] | None = None
+        #: the last completed lines found valid and the indentation stack at their end: a text that
+        #: starts with them is tokenized from there on
+        self._base: tuple[str, list[str]] | None = None
         #: compile() calls made (the rest were answered from the kept verdict)
         self.compiles = 0
 
     def check(self, text: str, final: bool = False) -> Verdict:
-        scan = _Scan(text)
+        base = self._base
+        if base is not None and text.startswith(base[0]):
+            scan = _Scan(text, len(base[0]), base[1])
+        else:
+            scan = _Scan(text)
         if scan.verdict.dead:
             return scan.verdict
         if final:
@@ -148,7 +179,10 @@ class PythonChecker:
             msg = _compiles(text)
             self.compiles += 1
             return OK if msg is None else Verdict(True, f"compile: {msg}")
-        return self._complete(text[: scan.complete_end])
+        verdict = self._complete(text[: scan.complete_end])
+        if not verdict.dead:
+            self._base = (text[: scan.complete_end], scan.indents_at_complete)
+        return verdict
 
     def _complete(self, complete: str) -> Verdict:
         if not complete.strip():

@@ -22,6 +22,8 @@ DEAD = {
     "else without if": "\n    else:\n        return 1\n",
     "comprehension missing its condition": "\n    return [y for y in xs if]\n",
     "no Python token": "\n    return x ? 1\n",
+    "the line being written, past its error": "\n    for y in xs::if",
+    "a stray token mid-line": "\n    y = [1, 2 3",
 }
 ALIVE = {
     "the prompt alone": "",
@@ -31,6 +33,8 @@ ALIVE = {
     "a header and its first line": "\n    for y in xs:\n        x += y",
     "a string being written": "\n    return 'ab",
     "a try waiting for except": "\n    try:\n        y = 1\n",
+    "a conditional expression waiting for else": "\n    return x if x > 0",
+    "a doubled colon, the line's last token": "\n    if x == 1::",
     "a whole body": "\n    total = 0\n    for y in xs:\n        total += y\n    return total",
 }
 
@@ -56,11 +60,11 @@ def test_final_texts_must_compile_as_they_are():
 
 def test_compile_runs_only_when_the_completed_lines_change():
     c = get_checker("python")
-    c.check(HEAD + "\n    y = x")
+    c.check(HEAD + "\n    y = x\n    ")
     first = c.compiles
-    c.check(HEAD + "\n    y = x + 1")  # the same completed lines: the kept verdict answers
+    c.check(HEAD + "\n    y = x\n    ")  # the same completed lines: the kept verdict answers
     assert c.compiles == first
-    c.check(HEAD + "\n    y = x + 1\n    ")
+    c.check(HEAD + "\n    y = x\n    z = y\n    ")
     assert c.compiles == first + 1
 
 

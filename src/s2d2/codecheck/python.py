@@ -8,7 +8,11 @@ program valid:
   for (a text that ends inside an open bracket or a triple-quoted string is merely incomplete);
 * ``compile()`` rejects the completed logical lines (up to the last ``NEWLINE`` token): a block header
   with no body yet gets a placeholder body first, and a ``try`` still waiting for its ``except`` is
-  incomplete, not dead. ``compile()`` parses and builds code objects; it runs nothing.
+  incomplete, not dead;
+* ``compile()`` rejects the line being written (its open brackets closed) at a token that other tokens
+  already follow (``for x in xs::if``): no continuation reaches back to fix it.
+
+``compile()`` parses and builds code objects; it runs nothing.
 
 With ``final`` the program ends with the text (the span holds its stop token): the whole text must
 compile as it is.
@@ -30,9 +34,13 @@ from .keys import python_key_positions
 __all__ = ["PythonChecker"]
 
 _CLOSERS = {")": "(", "]": "[", "}": "{"}
+_OPENERS = {v: k for k, v in _CLOSERS.items()}
+_SIGNIFICANT = (tokenize.NAME, tokenize.NUMBER, tokenize.OP, tokenize.STRING, tokenize.ERRORTOKEN)
 _QUOTES = ("'", '"')
 #: compile() messages of completed lines that a later line can still complete
 _INCOMPLETE = ("expected 'except' or 'finally' block",)
+#: compile() messages of the line being written that name what is still missing (it may follow)
+_LINE_GOES_ON = ("expected", "never closed", "unexpected EOF")
 
 
 def _indent_header(indents: list[str]) -> str:
@@ -59,6 +67,10 @@ class _Scan:
         self.indents_at_complete = list(indents or [])
         self._indents: list[str] = []
         self.open_at_end = False
+        #: the text ends inside a string; the brackets open at its end; where its last token starts
+        self.in_string = False
+        self.brackets: list[str] = []
+        self.last_start = -1
         starts = [0]
         for line in self._src.splitlines(keepends=True):
             starts.append(starts[-1] + len(line))
@@ -76,19 +88,24 @@ class _Scan:
             for tok in tokenize.generate_tokens(io.StringIO(self._src).readline):
                 if not self._token(tok, stack):
                     return
-        except tokenize.TokenError:  # EOF inside a bracket, a triple-quoted string or after a backslash
+        except tokenize.TokenError as exc:  # EOF inside a bracket, a triple-quoted string, after a backslash
             self.open_at_end = True
+            self.in_string = "string" in str(exc)
         except IndentationError as exc:
             self.verdict = Verdict(True, f"indentation: {exc.msg}")
             return
         except SyntaxError as exc:  # newer tokenizers raise on what older ones mark as ERRORTOKEN
             self.verdict = Verdict(True, f"tokens: {exc.msg}")
             return
+        finally:
+            self.brackets = stack
         if stack:
             self.open_at_end = True
 
     def _token(self, tok: tokenize.TokenInfo, stack: list[str]) -> bool:
         """Take one token; False once the text is dead (``verdict`` set)."""
+        if tok.type in _SIGNIFICANT:
+            self.last_start = self._offset(tok.start) + self._shift
         if tok.type == tokenize.OP:
             if tok.string in "([{":
                 stack.append(tok.string)
@@ -118,7 +135,7 @@ class _Scan:
             if "\n" in rest:  # the string's line ended unterminated
                 self.verdict = Verdict(True, "string: unterminated at the end of its line")
                 return False
-            self.open_at_end = True
+            self.open_at_end = self.in_string = True
             return True
         if len(rest.rstrip()) <= len(tok.string) and tok.string in ("!", "$", "?", "\\"):
             self.open_at_end = True  # the text's last character: a longer token may still begin here
@@ -180,9 +197,37 @@ class PythonChecker:
             self.compiles += 1
             return OK if msg is None else Verdict(True, f"compile: {msg}")
         verdict = self._complete(text[: scan.complete_end])
-        if not verdict.dead:
-            self._base = (text[: scan.complete_end], scan.indents_at_complete)
-        return verdict
+        if verdict.dead:
+            return verdict
+        self._base = (text[: scan.complete_end], scan.indents_at_complete)
+        return self._line(text, scan)
+
+    def _line(self, text: str, scan: _Scan) -> Verdict:
+        """The line being written, compiled after the completed lines with its open brackets closed (and
+        a placeholder body after a header): dead when ``compile()`` fails before the line's last token
+        (tokens already follow the error, so no continuation reaches back to fix it). An error at the
+        last token or later is where the line may still go on; a false alarm costs one verification."""
+        tail = text[scan.complete_end :]
+        if not tail.strip() or scan.in_string or scan.last_start < scan.complete_end or tail.endswith("\\"):
+            return OK
+        probe = text + "".join(_OPENERS[b] for b in reversed(scan.brackets))
+        if probe.rstrip().endswith(":"):
+            first = tail.lstrip("\n")
+            probe += "\n" + first[: len(first) - len(first.lstrip())] + "    pass"
+        self.compiles += 1
+        try:
+            compile(probe + "\n", "<draft>", "exec", dont_inherit=True)
+        except SyntaxError as exc:
+            msg = str(exc.msg)
+            if exc.lineno is None or exc.offset is None or any(m in msg for m in _LINE_GOES_ON):
+                return OK
+            lines = probe.split("\n")
+            at = sum(len(ln) + 1 for ln in lines[: exc.lineno - 1]) + exc.offset - 1
+            if at < scan.last_start:
+                return Verdict(True, f"line: {msg}")
+        except (ValueError, RecursionError, MemoryError, OverflowError):
+            return OK
+        return OK
 
     def _complete(self, complete: str) -> Verdict:
         if not complete.strip():

@@ -225,12 +225,18 @@ def _ucb_grid() -> list[BenchConfig]:
 
 
 def _code_grid() -> list[BenchConfig]:
-    """The rows of BENCHMARKS.md's "Code" table: AR, dynamic at three thresholds, score routing, the
-    static checks without and with key positions (same block size and score rule), lossless."""
+    """The rows of BENCHMARKS.md's "Code" tables: AR, dynamic at three thresholds, score routing, the
+    static checks over it and alone, without and with key positions (same block size and score rule),
+    lossless; then B16 with low fallback thresholds."""
     grid = [_ar()] + [_dynamic(8, tau) for tau in (0.7, 0.9, 0.99)]
     routings = ("score-static", "syntax", "syntax-keys", "syntax-only", "syntax-keys-only")
     grid += [_s2d2(8, routing, "strict") for routing in routings]
-    return grid + [_lossless(8), _lossless_auto(8)]
+    grid += [_lossless(8), _lossless_auto(8)]
+    # a weaker drafter: B16 with low fallback thresholds, where unverified commits break programs
+    for tau in (0.5, 0.3):
+        grid += [_dynamic(16, tau)]
+        grid += [_s2d2(16, routing, "strict", fallback_tau=tau) for routing in routings]
+    return grid
 
 
 #: Named grids of configurations.

@@ -32,6 +32,7 @@ RUN_KEYS = {
     "accuracy",
     "accuracy_ci95",
     "nfe_per_token",
+    "syntax_error_rate",  # code suites; None on tiny-gsm
     "tokens_per_forward",
     "verify_rate",
     "acceptance_rate",

@@ -25,6 +25,8 @@ LAYERS: dict[str, int] = {
     "s2d2.setting_ranges": 0,
     "s2d2.setting_checks": 0,
     "s2d2.word_pieces": 0,
+    # static checks on program text (pure: imports nothing of the package)
+    "s2d2.codecheck": 0,
     "s2d2.config": 1,
     "s2d2.decoding": 2,
     # the model families and their loading sit on the forward's machinery, which knows no family

@@ -40,7 +40,7 @@ UCB_ENTROPY_SCALES = ("auto", "linear", "log")
 PLANS = ("fixed", "auto")
 #: The routing policies by name; :data:`s2d2.decoding.policies.POLICIES` registers one class for each
 #: (asserted there), so the settings never import the decoders.
-POLICY_NAMES = ("never", "always", "min-span", "score", "hysteresis", "ucb")
+POLICY_NAMES = ("never", "always", "min-span", "score", "hysteresis", "ucb", "syntax")
 
 #: Each categorical setting's options (checked by :meth:`DecodeConfig.validate`).
 CHOICES: dict[str, tuple[str, ...]] = {
@@ -113,6 +113,13 @@ class DecodeConfig:
     #: paper's), ``log`` (equal-width bins of log10 over [-4, 0]) or ``auto`` (``log`` with the checked
     #: reward, ``linear`` otherwise).
     ucb_entropy_scale: str = "auto"
+    #: ``syntax`` policy: the language of the static checks (:mod:`s2d2.codecheck`; ``python``).
+    syntax_language: str = "python"
+    #: ``syntax`` policy: also verify a span with a key position (a line's first token, a name after
+    #: ``def``/``return``/``=``, an operator, a closing bracket) whose acceptance estimate is below
+    #: ``key_confidence``.
+    key_positions: bool = False
+    key_confidence: float = 0.9
     # --- acceptance ---
     #: ``strict`` accepts iff draft == argmax q; ``probabilistic`` is the paper's min(1, (q/p)^g) rule;
     #: ``auto`` = strict at temperature 0, probabilistic otherwise.

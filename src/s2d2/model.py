@@ -107,6 +107,7 @@ class S2D2Model(Likelihoods):
                 max_num_batched_tokens=self.max_num_batched_tokens,
                 capture_graphs=True,
             )
+            self._engine.routing.detokenize = self.decode_ids if self.tokenizer else None  # syntax checks
         return self._engine
 
     def engine_stats(self) -> dict[str, float]:
@@ -264,8 +265,7 @@ class S2D2Model(Likelihoods):
         random generator, so a seeded request gives the same tokens alone and in any batch. With
         ``errors="raise"`` the first bad prompt or setting raises before anything runs; with
         ``errors="return"`` it gives a result with ``error`` set and the others decode.
-        ``on_finish(index, result)`` is called as each request ends (progress bars).
-        """
+        ``on_finish(index, result)`` is called as each request ends (progress bars)."""
         if errors not in ("raise", "return"):
             raise ConfigError(f"errors must be 'raise' or 'return', got {errors!r}")
         if per_request is not None and len(per_request) != len(prompts):

@@ -30,7 +30,7 @@ from .presets import MODEL_PRESET_FILE
 __all__ = ["BUILTIN_MODELS", "HUB_FILES", "builtin_path", "resolve_model_path"]
 
 #: Models shipped inside the package, by name.
-BUILTIN_MODELS = ("tiny-gsm",)
+BUILTIN_MODELS = ("tiny-gsm", "tiny-code")
 
 #: The files of a Hub repository s2d2 reads (``allow_patterns`` of ``snapshot_download``): the config,
 #: safetensors weights (and their index), tokenizer files, a chat template and the model's preset file.

@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from .codecheck import CHECKERS
 from .errors import ConfigError
 from .setting_ranges import MAX_TEMPERATURE, MAX_TOP_LOGPROBS, MIN_TEMPERATURE, check_ranges
 
@@ -78,6 +79,8 @@ def _check_routing(cfg: Any) -> None:
         _fail(f"ucb_bins must be >= 1, got {cfg.ucb_bins}")
     if not cfg.tempering > 0:
         _fail(f"tempering must be > 0, got {cfg.tempering}")
+    if cfg.syntax_language not in CHECKERS:
+        _fail(f"syntax_language must be one of {', '.join(sorted(CHECKERS))}, got {cfg.syntax_language!r}")
     if cfg.estimator_param is not None and cfg.estimator == "renyi2":
         _fail("the renyi2 estimator takes no parameter")
 

@@ -58,6 +58,7 @@ FLOAT_RANGES: dict[str, tuple[float, float, bool]] = {
     "ucb_beta": (0.0, 100.0, False),
     "ucb_error_cost": (0.0, MAX_SCORE, False),
     "tempering": (0.0, 100.0, True),
+    "key_confidence": (0.0, 1.0, False),
 }
 #: Optional (None allowed) real-valued settings.
 OPTIONAL_FLOAT_RANGES: dict[str, tuple[float, float, bool]] = {

@@ -32,6 +32,7 @@ RUN_KEYS = {
     "accuracy",
     "accuracy_ci95",
     "nfe_per_token",
+    "syntax_error_rate",  # code suites; None on tiny-gsm
     "tokens_per_forward",
     "verify_rate",
     "acceptance_rate",
@@ -112,7 +113,7 @@ def test_pareto_frontier_constructed_points():
 
 
 def test_grids_are_valid_and_named_uniquely():
-    assert set(GRIDS) == {"default", "headline", "paper", "quick", "ucb"}
+    assert set(GRIDS) == {"default", "headline", "paper", "quick", "ucb", "code"}
     default = {c.name for c in GRIDS["default"]}
     assert {c.name for c in GRIDS["headline"]} <= default
     for name, grid in GRIDS.items():
@@ -160,6 +161,26 @@ def test_default_grid_covers_the_issue():
     )
     assert sum(bool(s.get("causal_cache")) and s["threshold"] >= 0.95 for s in routed.values()) >= 2
     assert sum(c.decoder == "eb" for c in grid) >= 3
+
+
+def test_code_grid_compares_the_static_checks_with_score_routing_at_the_same_settings():
+    code = {c.name: DecodeConfig.build(**c.expanded()) for c in GRIDS["code"]}
+    assert [n for n in code if n.startswith("dynamic-b8-")] == [
+        "dynamic-b8-t0.7",
+        "dynamic-b8-t0.9",
+        "dynamic-b8-t0.99",
+    ]
+    score, syntax, keys = (code[f"s2d2-b8-{r}-strict"] for r in ("score-static", "syntax", "syntax-keys"))
+    assert (score.policy, syntax.policy, keys.policy) == ("score", "syntax", "syntax")
+    assert not syntax.key_positions and keys.key_positions
+    for c in (syntax, keys):  # the same score rule, block size and fallback as the score row
+        assert c.replace(policy="score", key_positions=False) == score
+    only, keys_only = code["s2d2-b8-syntax-only-strict"], code["s2d2-b8-syntax-keys-only-strict"]
+    assert only.score_threshold == keys_only.score_threshold >= 1e6 and keys_only.key_positions
+    assert {"lossless-b8", "lossless-auto", "ar"} <= set(code)
+    assert not any(
+        c.policy == "syntax" for c in (DecodeConfig.build(**x.expanded()) for x in GRIDS["default"])
+    )
 
 
 def test_quick_and_paper_grids():

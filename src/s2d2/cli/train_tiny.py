@@ -1,4 +1,4 @@
-"""``s2d2 train-tiny``: train the built-in tiny-gsm model from scratch on the CPU."""
+"""``s2d2 train-tiny``: train a built-in tiny model (tiny-gsm or tiny-code) from scratch on the CPU."""
 
 from __future__ import annotations
 
@@ -74,6 +74,11 @@ HardFocusOpt = Annotated[
         "given)."
     ),
 ]
+TaskOpt = Annotated[str, typer.Option(help="Which built-in model to train: tiny-gsm | tiny-code.")]
+ThreadsOpt = Annotated[
+    int | None,
+    typer.Option(help="A fixed intra-op thread count (default: 1 or 2, whichever is measured faster)."),
+]
 
 
 def train_tiny_command(
@@ -90,8 +95,11 @@ def train_tiny_command(
     lr: LrOpt = None,
     ema: EmaOpt = None,
     hard_focus: HardFocusOpt = None,
+    task: TaskOpt = "tiny-gsm",
+    threads: ThreadsOpt = None,
 ) -> None:
-    """Train the built-in tiny-gsm model from scratch (CPU); the selected model lands in OUT/best/.
+    """Train a built-in tiny model from scratch (CPU; tiny-gsm, or tiny-code with --task tiny-code); the
+    selected model lands in OUT/best/.
 
     Stops after STEPS optimiser steps or MINUTES of wall-clock time, whichever comes first; a killed run
     resumes from OUT/ckpt.pt. Evaluates greedy AR and dynamic B=8 decoding on DEV_SIZE dev problems and
@@ -108,6 +116,10 @@ def train_tiny_command(
         raise S2D2Error(f"--steps must be >= 1, got {steps}")
     if dev_size < 1 or eval_every <= 0:
         raise S2D2Error("--dev-size must be >= 1 and --eval-every > 0")
+    if task not in ("tiny-gsm", "tiny-code"):
+        raise S2D2Error(f"--task must be tiny-gsm or tiny-code, got {task!r}")
+    if threads is not None and threads < 1:
+        raise S2D2Error(f"--threads must be >= 1, got {threads}")
     if out.exists() and not out.is_dir():
         raise S2D2Error(f"--out {out} exists and is not a directory")
     best = train_tiny(
@@ -124,5 +136,7 @@ def train_tiny_command(
         lr=checked_option("--lr", check_lr, lr),
         ema=checked_option("--ema", check_ema, ema),
         hard_focus=checked_option("--hard-focus", check_hard_focus, hard_focus),
+        task=task,
+        threads=threads,
     )
     typer.echo(f"best model: {best}")

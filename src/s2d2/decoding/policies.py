@@ -17,6 +17,7 @@ import torch
 from ..config import POLICY_NAMES, DecodeConfig
 from . import functional as F
 from .routing_state import ArmStats, EngineRoutingState, Table
+from .syntax_view import SpanSource, SyntaxView
 
 
 @dataclass
@@ -37,6 +38,25 @@ class RouteFeatures:
     #: masked positions in the block whose confidence exceeds tau (what the dynamic rule would commit)
     n_dynamic: int
     config: DecodeConfig
+    #: the span's token ids in its row, and the request's static checks (both None unless the policy
+    #: checks syntax: :attr:`Policy.syntax`)
+    source: SpanSource | None = None
+    syntax: SyntaxView | None = None
+
+    @cached_property
+    def syntax_dead(self) -> bool:
+        """Whether the static checks find that no continuation can make the program valid once the span
+        is committed (False without checks)."""
+        return self.syntax is not None and self.source is not None and self.syntax.dead(self.source)
+
+    @cached_property
+    def weak_keys(self) -> list[int]:
+        """Span positions at key positions (:mod:`s2d2.codecheck.keys`) whose acceptance estimate is
+        below ``key_confidence`` (empty without checks or estimates)."""
+        if self.syntax is None or self.source is None or self.alpha is None:
+            return []
+        keys = self.syntax.key_positions(self.source)
+        return [i for i in keys if i < len(self.alpha) and self.alpha[i] < self.config.key_confidence]
 
     @cached_property
     def expected_len(self) -> float:
@@ -83,6 +103,8 @@ class Policy:
     #: the decision of a policy that reads no features and learns nothing (None: it decides per step);
     #: the step then builds no :class:`RouteFeatures` unless something else reads them
     fixed: bool | None = None
+    #: the request's static checks of its spans (None: the step gives no :attr:`RouteFeatures.source`)
+    syntax: SyntaxView | None = None
 
     def __init__(self, config: DecodeConfig):
         self.config = config
@@ -219,8 +241,32 @@ class UCB(Policy):
             arm.skip_unvouched += check.unvouched
 
 
+class Syntax(ScoreThreshold):
+    """Static checks as a routing signal (docs/METHOD.md, "Code"): verify a span after which no
+    continuation can make the program valid (:attr:`RouteFeatures.syntax_dead`); with ``key_positions``
+    also a span holding a key position whose acceptance estimate is below ``key_confidence``;
+    elsewhere the score rule decides (:class:`ScoreThreshold`).
+
+    The checks need the model's tokenizer (``detokenize``; :class:`~.syntax_view.SyntaxView`, language
+    ``syntax_language``); without one the policy is the score rule."""
+
+    name = "syntax"
+
+    def __init__(self, config: DecodeConfig, detokenize=None):
+        super().__init__(config)
+        if detokenize is not None:
+            self.syntax = SyntaxView(config.syntax_language, detokenize)
+
+    def decide(self, f: RouteFeatures) -> bool:
+        if f.syntax_dead:
+            return True
+        if self.config.key_positions and f.weak_keys:
+            return True
+        return super().decide(f)
+
+
 POLICIES: dict[str, type[Policy]] = {
-    cls.name: cls for cls in (Never, Always, MinSpan, ScoreThreshold, Hysteresis, UCB)
+    cls.name: cls for cls in (Never, Always, MinSpan, ScoreThreshold, Hysteresis, UCB, Syntax)
 }
 # the settings name the policies without importing this module: the two lists must agree
 assert tuple(POLICIES) == POLICY_NAMES, (tuple(POLICIES), POLICY_NAMES)
@@ -229,9 +275,12 @@ assert tuple(POLICIES) == POLICY_NAMES, (tuple(POLICIES), POLICY_NAMES)
 def make_policy(config: DecodeConfig, shared: EngineRoutingState | None = None) -> Policy:
     """The routing policy of one request. With ``ucb_scope="engine"`` and the engine's ``shared`` state, a
     UCB policy learns in the table it shares with the engine's other requests of the same settings
-    (:mod:`.routing_state`); without ``shared`` it falls back to its own statistics."""
+    (:mod:`.routing_state`); without ``shared`` it falls back to its own statistics. A ``syntax`` policy
+    checks its spans with the tokenizer the engine's ``shared`` state holds (``detokenize``), if any."""
     if config.policy == UCB.name and config.ucb_scope == "engine" and shared is not None:
         return UCB(config, stats=shared.table(config))
+    if config.policy == Syntax.name:
+        return Syntax(config, shared.detokenize if shared is not None else None)
     return POLICIES[config.policy](config)
 
 

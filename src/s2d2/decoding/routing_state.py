@@ -26,6 +26,7 @@ import dataclasses
 import json
 import os
 from collections import OrderedDict
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -82,6 +83,9 @@ class EngineRoutingState:
     tables: OrderedDict[TableKey, Table] = field(default_factory=OrderedDict)
     max_tables: int = DEFAULT_MAX_TABLES
     evictions: int = 0
+    #: the model tokenizer's decode (ids -> text), for the ``syntax`` policy's static checks; set by the
+    #: model that owns the engine, never saved to the file
+    detokenize: Callable[[Sequence[int]], str] | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.max_tables, int) or self.max_tables < 1:

@@ -45,6 +45,8 @@ class ProblemResult:
     exec_seconds: float | None
     chat: bool
     stats: dict[str, Any] = field(default_factory=dict)
+    #: Code tasks: whether the program compiles (None for other tasks).
+    compiles: bool | None = None
 
     def to_json(self, is_code: bool) -> dict[str, Any]:
         d = asdict(self)
@@ -75,6 +77,8 @@ class EvalSummary:
     chat: bool
     config: dict[str, Any] | None
     errors: dict[str, int]
+    #: Code tasks: the share of programs that do not compile (None for other tasks).
+    syntax_error_rate: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -252,6 +256,7 @@ class _Recorder:
             exec_seconds=None if score.exec_seconds is None else round(score.exec_seconds, 6),
             chat=self.chat,
             stats=stats.to_dict(),
+            compiles=score.compiles,
         )
         self.results.append(r)
         if r.error_kind:
@@ -292,7 +297,16 @@ def _summarize(task: Task, name: str, rec: _Recorder, config: Any, chat: bool, w
         chat=chat,
         config=cfg,
         errors=dict(sorted(rec.errors.items())),
+        syntax_error_rate=_syntax_error_rate(task, rec.results),
     )
+
+
+def _syntax_error_rate(task: Task, results: list[ProblemResult]) -> float | None:
+    """Code tasks: the share of problems whose program does not compile (a generation error counts as
+    not compiling); None for other tasks or no problems."""
+    if not task.is_code or not results:
+        return None
+    return sum(r.compiles is not True for r in results) / len(results)
 
 
 def _write_summary(out: Path, summary: EvalSummary) -> None:
@@ -317,6 +331,8 @@ def print_summary(summary: EvalSummary, out: str | Path | None = None, file: Any
     table.add_row("accuracy", f"{100 * s.accuracy:.1f}% ({s.correct}/{s.n})")
     table.add_row("95% CI (Wilson)", f"[{100 * s.ci_low:.1f}%, {100 * s.ci_high:.1f}%]")
     table.add_row("NFE / token", f"{s.nfe_per_token:.3f}")
+    if s.syntax_error_rate is not None:
+        table.add_row("not compiling", f"{100 * s.syntax_error_rate:.1f}%")
     table.add_row("tokens / forward", f"{s.tokens_per_forward:.3f}")
     table.add_row("forwards (NFE)", str(s.nfe))
     table.add_row("generated tokens", str(s.tokens))

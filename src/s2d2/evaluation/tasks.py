@@ -9,6 +9,11 @@
   stub + completion (+ the problem's ``check``), pass@1.
 * ``tiny-gsm``: the built-in model's task: the raw question, scored by
   :func:`s2d2.tasks.tiny_gsm.scoring.is_correct`.
+* ``tiny-code``: the built-in code model's task: a function header and docstring; the program (header +
+  completion + the problem's asserts) passes when it runs.
+
+Code tasks also record whether each program compiles (:func:`program_compiles`, ``compile()`` on the host:
+parsed, never run); the summary's ``syntax_error_rate`` is the share that does not.
 
 Answer extraction lives in :mod:`.answers`, data files and hub datasets in :mod:`.records`. Generated
 code never runs in this process: :mod:`s2d2.evaluation.sandbox` runs it in a separate, limited one.
@@ -32,8 +37,10 @@ __all__ = [
     "MBPPTask",
     "Score",
     "Task",
+    "TinyCodeTask",
     "TinyGSMTask",
     "get_task",
+    "program_compiles",
 ]
 
 
@@ -49,6 +56,9 @@ class Score:
     error_kind: str | None = None
     error: str | None = None
     exec_seconds: float | None = None
+    #: Code tasks: whether the program compiles (checked on the host with ``compile()``, never run here);
+    #: None for other tasks.
+    compiles: bool | None = None
 
 
 # ---------------------------------------------------------------------------------------------- tasks
@@ -191,10 +201,20 @@ class CodeTask(Task):
         from .sandbox import run_python
 
         code, program = self.program(problem, completion, chat)
+        compiles = program_compiles(program)
         if not code.strip():
-            return Score(False, code, "no_code", "the completion has no code")
+            return Score(False, code, "no_code", "the completion has no code", compiles=compiles)
         res = run_python(program, **sandbox)
-        return Score(res.passed, code, res.error_kind, res.error, res.seconds)
+        return Score(res.passed, code, res.error_kind, res.error, res.seconds, compiles=compiles)
+
+
+def program_compiles(program: str) -> bool:
+    """Whether ``program`` compiles: ``compile()`` on the host parses it and runs none of it."""
+    try:
+        compile(program, "<completion>", "exec", dont_inherit=True)
+    except (SyntaxError, ValueError, RecursionError, MemoryError, OverflowError):
+        return False
+    return True
 
 
 class MBPPTask(CodeTask):
@@ -259,17 +279,52 @@ class HumanEvalTask(CodeTask):
         return code, program
 
 
+class TinyCodeTask(CodeTask):
+    """The built-in code model's task: a function header and docstring; the program is header +
+    completion + the problem's asserts (:func:`s2d2.tasks.tiny_code.problems.program_text`)."""
+
+    name = "tiny-code"
+    max_new_tokens = 48
+    fields = ("question", "tests")
+
+    def default_records(self) -> list[dict]:
+        from ..tasks.tiny_code.splits import load_split
+
+        return load_split("test")
+
+    def default_chat(self, model: Any) -> bool:
+        return False
+
+    def prompt(self, problem: dict, chat: bool) -> str:
+        return problem["question"]
+
+    def gold(self, problem: dict) -> str | None:
+        return problem.get("answer")
+
+    def program(self, problem: dict, completion: str, chat: bool) -> tuple[str, str]:
+        from ..tasks.tiny_code.problems import program_text
+
+        return completion, program_text(problem["question"], completion, list(problem["tests"]))
+
+
 TASKS: dict[str, type[Task]] = {
     "gsm8k": GSM8KTask,
     "mbpp": MBPPTask,
     "humaneval": HumanEvalTask,
     "tiny-gsm": TinyGSMTask,
+    "tiny-code": TinyCodeTask,
 }
 
 
 def get_task(name: str) -> Task:
     key = name.strip().lower().replace("_", "-")
-    key = {"tiny-gsm8k": "tiny-gsm", "tinygsm": "tiny-gsm", "human-eval": "humaneval"}.get(key, key)
+    aliases = {
+        "tiny-gsm8k": "tiny-gsm",
+        "tinygsm": "tiny-gsm",
+        "human-eval": "humaneval",
+        "tinycode": "tiny-code",
+    }
+    key = aliases.get(key, key)
     if key not in TASKS:
         raise S2D2Error(f"unknown task {name!r}; choose one of: {', '.join(TASKS)}")
     return TASKS[key]()

@@ -136,7 +136,9 @@ def _open_routing_state(
         return None
     path = Path(path)
     if path.exists():
+        detokenize = engine.routing.detokenize
         engine.routing = EngineRoutingState.read(path, max_tables)
+        engine.routing.detokenize = detokenize  # the syntax policy's static checks keep the tokenizer
         if engine.routing.evictions:
             log.warning(
                 "--routing-state %s: it holds %d tables, more than --max-routing-tables %d; kept the %d most "

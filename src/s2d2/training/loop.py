@@ -1,7 +1,9 @@
-"""The tiny-gsm training loop, :func:`train_tiny`: budget, resume, dev evaluation and model selection.
+"""The tiny-model training loop (tiny-gsm or tiny-code), :func:`train_tiny`: budget, resume, dev
+evaluation and model selection.
 
 The objective is :mod:`s2d2.training.batches`'s; the block mix, the AR-only phase first and the learning
-rate follow :mod:`s2d2.training.schedule`. Data: the endless ``tiny_gsm`` training stream, thinned by
+rate follow :mod:`s2d2.training.schedule`; the task (:mod:`s2d2.training.task_spec`) supplies the
+tokenizer, data and dev scoring. tiny-gsm's data: the endless training stream, thinned by
 ``hard_focus`` (``--hard-focus``, default :data:`~s2d2.training.options.HARD_FOCUS`) towards problems
 whose additions and subtractions carry or borrow in two or more digit columns, the steps the model gets
 wrong most (:func:`s2d2.tasks.tiny_gsm.curriculum.keep_probability`).
@@ -30,9 +32,6 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from s2d2.tasks.tiny_gsm.curriculum import iter_train_problems
-from s2d2.tasks.tiny_gsm.splits import load_split
-from s2d2.tasks.tiny_gsm.tokenizer import build_tokenizer, tokenizer_dir
 from s2d2.training.batches import BATCH_SIZE, POOL_BATCHES, batch_loss, build_batch, pool_batches
 from s2d2.training.checkpoint import restore_checkpoint, save_checkpoint
 from s2d2.training.dev_eval import evaluate
@@ -40,6 +39,7 @@ from s2d2.training.ema import WeightEMA
 from s2d2.training.model_io import build_model, save_sdar_dir, sdar_config
 from s2d2.training.options import RunOptions
 from s2d2.training.schedule import AR_ONLY_MIX, CLIP, lr_factor, make_optimiser, mix_at
+from s2d2.training.task_spec import TrainTask, train_task
 from s2d2.training.threads import ThreadChooser
 
 __all__ = ["train_tiny"]
@@ -61,11 +61,20 @@ class _TinyRun:
     """One :func:`train_tiny` run: model, optimiser, RNG streams, progress ``state`` (saved in ``ckpt.pt``
     with them), the weight average, the dev problems, the training stream and the log."""
 
-    def __init__(self, out: Path, seed: int, minutes: float, opts: RunOptions, resume: bool, dev_size: int):
-        self.out = out
-        self.tok = build_tokenizer(None)
-        self.tok_dir = tokenizer_dir()
-        self.cfg = sdar_config(self.tok)
+    def __init__(
+        self,
+        out: Path,
+        seed: int,
+        minutes: float,
+        opts: RunOptions,
+        resume: bool,
+        dev_size: int,
+        task: TrainTask,
+    ):
+        self.out, self.task = out, task
+        self.tok = task.build_tokenizer(None)
+        self.tok_dir = task.tokenizer_dir()
+        self.cfg = sdar_config(self.tok, task=task.name)
         self.model = build_model(self.cfg, seed)
         self.model.train()
         self.opt = make_optimiser(self.model)
@@ -90,14 +99,12 @@ class _TinyRun:
             opts = opts.resumed(ck, minutes)
         elif not resume and self.log_path.exists():
             self.log_path.unlink()
-        self.opts = opts.checked()
+        self.opts = opts.checked(task.hard_focus)
         self.averager = WeightEMA(self.model, self.opts.ema) if self.opts.ema > 0 else None
         if self.averager is not None and ck is not None and ck.get("ema") is not None:
             self.averager.load_state_dict(ck["ema"])
-        self.dev = load_split("dev", dev_size)
-        self.stream = iter_train_problems(
-            seed, start=self.state["stream_index"], hard_focus=self.opts.hard_focus
-        )
+        self.dev = task.load_dev(dev_size)
+        self.stream = task.iter_train(seed, self.state["stream_index"], self.opts.hard_focus)
 
     def _restore(self) -> dict:
         """Load ``ckpt.pt`` into the model, optimiser, progress state and RNG streams; return it."""
@@ -129,7 +136,7 @@ class _TinyRun:
         state, t0 = self.state, time.time()
         # evaluate, and keep as best/, the averaged weights when --ema is on
         with self.averager.swapped_in() if self.averager is not None else contextlib.nullcontext():
-            res = evaluate(self.model, self.tok, self.dev)
+            res = evaluate(self.model, self.tok, self.dev, self.task.dev_correct, self.task.max_new_tokens)
             res.update(
                 step=state["step"],
                 elapsed_min=round(state["elapsed"] / 60, 2),
@@ -322,8 +329,11 @@ def train_tiny(
     lr: float | None = None,
     ema: float | None = None,
     hard_focus: float | None = None,
+    task: str = "tiny-gsm",
+    threads: int | None = None,
 ) -> Path:
-    """Train tiny-gsm for ``steps`` optimiser steps or ``minutes`` of wall-clock time (evaluations
+    """Train the built-in model of ``task`` (tiny-gsm | tiny-code, :mod:`~s2d2.training.task_spec`) for
+    ``steps`` optimiser steps or ``minutes`` of wall-clock time (evaluations
     included), whichever ends first; return ``out/best``. The learning-rate schedule follows whichever
     budget is closer to its end, so it completes its decay either way.
 
@@ -343,15 +353,16 @@ def train_tiny(
     weights (``ema.WeightEMA``).
     ``hard_focus``: thin out training problems with few carrying or borrowing digit columns
     (:func:`s2d2.tasks.tiny_gsm.curriculum.keep_probability`; default ``options.HARD_FOCUS`` for a new
-    run, 0 = the natural distribution; a resumed run keeps its own).
+    run, 0 = the natural distribution; a resumed run keeps its own; tiny-code has no curriculum: 0).
+    ``threads``: a fixed intra-op thread count (None: 1 or 2, whichever is faster, ``ThreadChooser``).
     """
-    threads = ThreadChooser()
+    chooser = ThreadChooser(fixed=threads)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     opts = RunOptions(minutes * 60.0, steps, block_mix, ar_first, lr, ema, hard_focus)
     with _denormals_flushed():
-        run = _TinyRun(out, seed, minutes, opts, resume, dev_size)
-        run.start(compile, progress, threads)
+        run = _TinyRun(out, seed, minutes, opts, resume, dev_size, train_task(task))
+        run.start(compile, progress, chooser)
         while not run.finished():
             r = run.train_step()
             run.log_step(r)

@@ -37,8 +37,8 @@ MODEL_SIZE = dict(
 DEFAULT_BLOCK_SIZE = 4
 
 
-def sdar_config(tok, size: dict | None = None) -> dict:
-    """The SDAR ``config.json`` for a tiny-gsm model with tokenizer ``tok``."""
+def sdar_config(tok, size: dict | None = None, task: str = "tiny-gsm") -> dict:
+    """The SDAR ``config.json`` for a tiny model of ``task`` (tiny-gsm | tiny-code) with tokenizer ``tok``."""
     size = dict(MODEL_SIZE if size is None else size)
     vocab = int(math.ceil(len(tok) / 8) * 8)
     import transformers
@@ -73,7 +73,7 @@ def sdar_config(tok, size: dict | None = None) -> dict:
         "transformers_version": transformers.__version__,
         "use_cache": False,
         "vocab_size": vocab,
-        "s2d2_task": "tiny-gsm",
+        "s2d2_task": task,
     }
 
 

@@ -43,12 +43,13 @@ class RunOptions:
             hard_focus=ck.get("hard_focus", 0.0) if self.hard_focus is None else self.hard_focus,
         )
 
-    def checked(self) -> RunOptions:
-        """The defaults filled in, each value checked (``ValueError`` with a one-line message)."""
+    def checked(self, hard_focus: float = HARD_FOCUS) -> RunOptions:
+        """The defaults filled in (``hard_focus``: the task's default), each value checked (``ValueError``
+        with a one-line message)."""
         return dataclasses.replace(
             self,
             ar_first=check_ar_first(AR_FIRST if self.ar_first is None else self.ar_first),
             lr=check_lr(LR if self.lr is None else self.lr),
             ema=check_ema(EMA_DECAY if self.ema is None else self.ema),
-            hard_focus=check_hard_focus(HARD_FOCUS if self.hard_focus is None else self.hard_focus),
+            hard_focus=check_hard_focus(hard_focus if self.hard_focus is None else self.hard_focus),
         )

@@ -15,10 +15,14 @@ class ThreadChooser:
     and 30th step and every ``probe_every`` steps the other setting is tried for up to ``probe_len``
     steps (abandoned after one step if that step is clearly slower) and kept if its time per position is
     lower. It also probes at once when the last 5 steps are 1.4x slower than the setting's settled speed.
+    ``fixed``: use that many threads always and never probe (a machine shared with other work).
     """
 
-    def __init__(self, probe_every: int = 150, probe_len: int = 3):
-        self.n = 1
+    def __init__(self, probe_every: int = 150, probe_len: int = 3, fixed: int | None = None):
+        if fixed is not None and fixed < 1:
+            raise ValueError(f"threads must be >= 1, got {fixed}")
+        self.fixed = fixed
+        self.n = 1 if fixed is None else fixed
         self.probe_every, self.probe_len = probe_every, probe_len
         self.recent: list[float] = []
         self.trial: list[float] | None = None
@@ -32,6 +36,8 @@ class ThreadChooser:
         return sorted(xs)[len(xs) // 2]
 
     def record(self, sec_per_pos: float, step: int) -> None:
+        if self.fixed is not None:
+            return
         self.count += 1
         if self.trial is not None:
             self.trial.append(sec_per_pos)

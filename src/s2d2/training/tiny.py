@@ -1,5 +1,5 @@
-"""``python -m s2d2.training.tiny``: train the built-in ``tiny-gsm`` block-diffusion model on CPU (a Qwen3
-network saved in SDAR format). Same options as ``s2d2 train-tiny``.
+"""``python -m s2d2.training.tiny``: train a built-in block-diffusion model (``tiny-gsm``, or ``tiny-code``
+with ``--task tiny-code``) on CPU (a Qwen3 network saved in SDAR format). Same options as ``s2d2 train-tiny``.
 
 The code lives in the modules next to this one: :mod:`~s2d2.training.loop` (:func:`train_tiny`: budget,
 resume, evaluation and model selection), :mod:`~s2d2.training.batches` (the training objective),
@@ -37,7 +37,7 @@ def _checked(check, convert=float):
 
 
 def main(argv=None) -> None:
-    ap = argparse.ArgumentParser(description="Train the built-in tiny-gsm block-diffusion model (CPU).")
+    ap = argparse.ArgumentParser(description="Train a built-in tiny block-diffusion model (CPU).")
     ap.add_argument("--minutes", type=float, required=True, help="wall-clock budget, evaluations included")
     ap.add_argument("--steps", type=int, default=None, help="optimiser-step budget (first to end wins)")
     ap.add_argument("--out", type=Path, required=True)
@@ -55,6 +55,8 @@ def main(argv=None) -> None:
         default=None,
         help="fraction of the budget in AR mode only",
     )
+    ap.add_argument("--task", choices=("tiny-gsm", "tiny-code"), default="tiny-gsm", help="built-in model")
+    ap.add_argument("--threads", type=int, default=None, help="fixed thread count")
     ap.add_argument("--no-progress", action="store_true")
     ap.add_argument("--compile", action="store_true", help="train through torch.compile")
     ap.add_argument("--lr", type=_checked(check_lr), default=None, help=f"peak learning rate (default {LR})")
@@ -84,6 +86,8 @@ def main(argv=None) -> None:
         lr=a.lr,
         ema=a.ema,
         hard_focus=a.hard_focus,
+        task=a.task,
+        threads=a.threads,
     )
     print(f"best model: {best}")
 

@@ -14,6 +14,7 @@ import torch
 
 from ...decoding import functional as F
 from ...decoding.policies import RouteFeatures
+from ...decoding.syntax_view import SpanSource
 from ..draft_step import DraftStep, VerifyMode
 from ..request import Request
 from .fusion import plan_groups
@@ -69,7 +70,26 @@ def _features(req: Request, p: DraftStep, n: int) -> RouteFeatures:
         progress=cur.n_committed / cur.length,
         n_dynamic=sum(1 for c in v.conf[off:] if c > tau),
         config=cfg,
+        source=None if req.policy.syntax is None else _source(req, p, n),
+        syntax=req.policy.syntax,
     )
+
+
+def _source(req: Request, p: DraftStep, n: int) -> SpanSource | None:
+    """The span's token ids in its row, for a policy's static checks: the prompt, the committed tokens
+    up to the span, its ``n`` drafted tokens up to and without a stop token. None when a position
+    before the span is still masked (the text there is not known yet)."""
+    cur, v, off = req.cursor, p.drafts, p.span_offset
+    head = req.tokens[: cur.start] + cur.ids[: v.slots[off]]
+    if req.info.mask_token_id in head[req.n_prompt :]:
+        return None
+    span, final = [], False
+    for t in v.drafts[off : off + n]:
+        if t in req.stop_set:
+            final = True
+            break
+        span.append(t)
+    return SpanSource(head[: req.n_prompt], head[req.n_prompt :], span, final)
 
 
 def fallback_picks(req: Request, p: DraftStep) -> list[int] | None:

@@ -13,6 +13,7 @@ CDN), :mod:`.app` (``create_app``), :mod:`.server` (uvicorn with connection time
 graceful shutdown), :mod:`.load` (``s2d2 bench-serve``), :mod:`.ray` (``s2d2 serve --ray``); the packages
 :mod:`.tools` (tool calls), :mod:`.openai_responses` (OpenAI's Responses API) and
 :mod:`.anthropic_messages` (Anthropic's Messages API, on the same chat path).
+What the server needs of the model it serves is :class:`.served_model.ServedModel`.
 
 FastAPI and uvicorn are the optional extra ``serve`` (``pip install 's2d2[serve]'``); nothing here is
 imported by the rest of the library.
@@ -22,10 +23,12 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["create_app"]
+from .served_model import ServedModel
+
+__all__ = ["ServedModel", "create_app"]
 
 
-def create_app(model: Any, **options: Any) -> Any:
+def create_app(model: ServedModel, **options: Any) -> Any:
     """See :func:`s2d2.serving.app.create_app` (imported lazily: FastAPI is an optional extra)."""
     from .app import create_app as _create_app
 

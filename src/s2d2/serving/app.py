@@ -66,6 +66,7 @@ from .responses import (
     text_events,
 )
 from .security import AccessControl
+from .served_model import ServedModel
 from .tools.formats import format_named
 from .tools.reply import new_reader, reply_events
 
@@ -83,7 +84,7 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
 class ServerState:
     """What the endpoints share: the model, its engine thread, metrics and the serving options."""
 
-    def __init__(self, model: Any, engine: EngineThread, *, name: str, preset: str | None):
+    def __init__(self, model: ServedModel, engine: EngineThread, *, name: str, preset: str | None):
         self.model = model
         self.engine = engine
         self.metrics = engine.metrics
@@ -120,7 +121,7 @@ class ServerState:
         return ok
 
 
-def _check_preset(model: Any, preset: str | None) -> None:
+def _check_preset(model: ServedModel, preset: str | None) -> None:
     if preset is not None:
         model.make_config(preset=preset)  # a ConfigError (one line) for an unknown preset
 
@@ -184,7 +185,7 @@ def _save_routing_state(engine: LLMEngine, path: Path) -> bool:
 
 
 def create_app(
-    model: Any,
+    model: ServedModel,
     *,
     preset: str | None = None,
     max_num_seqs: int | None = None,
@@ -268,7 +269,7 @@ def create_app(
     return app
 
 
-def resolve_reasoning_parser(model: Any, name: str | None) -> str | None:
+def resolve_reasoning_parser(model: ServedModel, name: str | None) -> str | None:
     """The reasoning parser in force: ``name`` (``none``: no parser), else the chat template's
     (:func:`.reasoning.detect.detect_reasoning_parser`); an unknown name is a one-line S2D2Error."""
     if name is None:

@@ -27,6 +27,7 @@ from typing import Any
 from ..families.tokenizer import without_mask
 from .errors import bad_request
 from .protocol import ChatMessage
+from .served_model import ServedModel
 from .tools.formats import ToolFormat
 from .tools.render import apply_template, fallback_text, template_message
 
@@ -50,7 +51,7 @@ FALLBACK_NOTE = (
 )
 
 
-def encode_text(model: Any, text: str) -> list[int]:
+def encode_text(model: ServedModel, text: str) -> list[int]:
     """``model.encode(text)`` without its per-prompt warnings (a server would print one per request)."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -64,13 +65,13 @@ UNKNOWN_WORDS_NOTE = (
 )
 
 
-def unknown_words_notes(model: Any, prompts: Sequence[Sequence[int]]) -> list[str]:
+def unknown_words_notes(model: ServedModel, prompts: Sequence[Sequence[int]]) -> list[str]:
     """``[UNKNOWN_WORDS_NOTE]`` when a prompt holds the tokenizer's unknown token, else ``[]``."""
     unk = getattr(model.tokenizer, "unk_token_id", None)
     return [UNKNOWN_WORDS_NOTE] if unk is not None and any(unk in p for p in prompts) else []
 
 
-def spells_role_names(model: Any) -> bool:
+def spells_role_names(model: ServedModel) -> bool:
     """Whether ``model``'s tokenizer reads every fallback role name without its unknown token."""
     unk = getattr(model.tokenizer, "unk_token_id", None)
     return unk is None or unk not in encode_text(model, " ".join(f"{n}:" for n in ROLE_NAMES.values()))
@@ -99,13 +100,13 @@ def fallback_chat_text(
     return "\n\n".join([*turns, f"{ROLE_NAMES['assistant']}:"])
 
 
-def uses_fallback(model: Any, messages: Sequence[ChatMessage]) -> bool:
+def uses_fallback(model: ServedModel, messages: Sequence[ChatMessage]) -> bool:
     """Whether the fallback renders ``messages`` as a conversation (no chat template, several turns)."""
     return not getattr(model.tokenizer, "chat_template", None) and len(messages) > 1
 
 
 def chat_prompt_ids(
-    model: Any,
+    model: ServedModel,
     messages: Sequence[ChatMessage],
     tools: list[dict[str, Any]] | None = None,
     fmt: ToolFormat | None = None,

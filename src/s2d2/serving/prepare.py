@@ -24,12 +24,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..config import PRESETS, DecodeConfig
+from ..constraints import CompiledConstraint
 from ..engine.request import check_prompt
 from ..errors import S2D2Error
+from ..families import ModelInfo
 from .chat import FALLBACK_NOTE, chat_prompt_ids, encode_text, unknown_words_notes, uses_fallback
 from .errors import APIError, bad_request
 from .prompt_scoring import scoring_request
 from .protocol import ChatCompletionRequest, CompletionRequest
+from .served_model import ServedModel
 from .structured import check_settings, compile_for, structured_of, thinking_first
 from .tools.request import ToolPlan, chat_tool_plan, refuse_legacy
 
@@ -60,6 +63,8 @@ TOP_LEVEL = {
     "repetition_penalty": "repetition_penalty",
     "logit_bias": "logit_bias",
 }
+#: A completions or a chat completions request body.
+RequestBody = CompletionRequest | ChatCompletionRequest
 STRICT_SAMPLING_NOTE = (
     "acceptance=strict commits the AR mode's argmax: at temperature > 0 the text is not a sample of the "
     "model's distribution (acceptance=auto samples exactly)"
@@ -99,7 +104,7 @@ class Prepared:
     notes: list[str] = field(default_factory=list)
     #: structured output: the compiled constraint of every choice (None: free text); a chat request's
     #: tools (the reply is read for calls unless tool_choice is none)
-    constraint: Any = None
+    constraint: CompiledConstraint | None = None
     tools: ToolPlan | None = None
     #: a chat reply's reasoning parser (:mod:`.reasoning.parser`; None: no reasoning is split out)
     reasoning: str | None = None
@@ -131,7 +136,7 @@ def _unsupported_value(message: str, param: str) -> APIError:
     return bad_request(message, param=param, code="unsupported_value")
 
 
-def _refused(body: CompletionRequest | ChatCompletionRequest) -> None:
+def _refused(body: RequestBody) -> None:
     """OpenAI options the server does not implement: a 400 naming them unless they are neutral."""
     refuse_legacy(body)
     if isinstance(body, CompletionRequest) and (body.tool_choice not in (None, "none") or body.tools):
@@ -150,7 +155,7 @@ def _refused(body: CompletionRequest | ChatCompletionRequest) -> None:
         raise bad_request("top_logprobs needs logprobs=true", param="top_logprobs", code="invalid_value")
 
 
-def _logprobs(body: CompletionRequest | ChatCompletionRequest) -> int | None:
+def _logprobs(body: RequestBody) -> int | None:
     """How many alternatives to report per token (0: the token's own logprob only), None: no logprobs."""
     if isinstance(body, CompletionRequest):
         return body.logprobs
@@ -166,7 +171,7 @@ def stop_strings(stop: str | list[str] | None) -> list[str]:
     return [s for s in stops if s]
 
 
-def _completion_prompts(model: Any, prompt: Any) -> list[tuple[list[int], str | None]]:
+def _completion_prompts(model: ServedModel, prompt: Any) -> list[tuple[list[int], str | None]]:
     """Each prompt of a completions request as ``(token ids, its text or None for token ids)``."""
     many = isinstance(prompt, list) and bool(prompt) and isinstance(prompt[0], (str, list))
     prompts = list(prompt) if many else [prompt]
@@ -194,9 +199,7 @@ def _logit_bias(bias: dict[str, float], param: str) -> dict[int, float]:
     return out
 
 
-def _settings(
-    body: CompletionRequest | ChatCompletionRequest, server_preset: str | None
-) -> tuple[dict[str, Any], dict[str, str]]:
+def _settings(body: RequestBody, server_preset: str | None) -> tuple[dict[str, Any], dict[str, str]]:
     """The settings for ``make_config`` and, per setting a top-level field gave, that field's name."""
     settings = body.s2d2.model_dump(exclude_none=True) if body.s2d2 is not None else {}
     requested = settings.get("preset")
@@ -236,7 +239,7 @@ def _name(key: str, given: dict[str, str]) -> str:
     return given.get(key, f"s2d2.{key}")
 
 
-def _check_sizes(settings: dict[str, Any], given: dict[str, str], info: Any) -> None:
+def _check_sizes(settings: dict[str, Any], given: dict[str, str], info: ModelInfo) -> None:
     for key, value in settings.items():
         if isinstance(value, int) and not isinstance(value, bool) and not INT64[0] <= value <= INT64[1]:
             raise bad_request(f"{key} is out of range", param=_name(key, given))
@@ -267,7 +270,7 @@ def _param_of(message: str, settings: dict[str, Any], given: dict[str, str]) -> 
 
 
 def build_config(
-    model: Any, body: CompletionRequest | ChatCompletionRequest, preset: str | None
+    model: ServedModel, body: RequestBody, preset: str | None
 ) -> tuple[DecodeConfig, dict[str, str]]:
     """The request's :class:`DecodeConfig` and the top-level field name of each setting it gave."""
     settings, given = _settings(body, preset)
@@ -288,7 +291,7 @@ def derived_seed(seed: int | None, choice: int) -> int | None:
 
 
 def _prompts(
-    model: Any, body: CompletionRequest | ChatCompletionRequest, tools: ToolPlan | None = None
+    model: ServedModel, body: RequestBody, tools: ToolPlan | None = None
 ) -> list[tuple[list[int], Any]]:
     """The request's prompts, checked as the engine checks them (``tools`` rendered unless none)."""
     chat = isinstance(body, ChatCompletionRequest)
@@ -310,11 +313,11 @@ def _prompts(
     return prompts
 
 
-def _check_length(prompts: list[list[int]], config: DecodeConfig, given: dict[str, str], info: Any) -> None:
+def _check_length(ids: list[list[int]], config: DecodeConfig, given: dict[str, str], info: ModelInfo) -> None:
     """An explicit max_tokens the context cannot hold after a prompt is a 400 (never silently cut)."""
     if "max_new_tokens" not in given:
         return
-    longest = max(len(p) for p in prompts)
+    longest = max(len(p) for p in ids)
     if longest + config.max_new_tokens > info.max_length:
         name = given["max_new_tokens"]
         raise bad_request(
@@ -337,7 +340,7 @@ def _rows(prompts: list[list[int]], config: DecodeConfig, n: int) -> list[Row]:
     return rows
 
 
-def _notes(config: DecodeConfig, model: Any, body: CompletionRequest | ChatCompletionRequest) -> list[str]:
+def _notes(config: DecodeConfig, model: ServedModel, body: RequestBody) -> list[str]:
     notes = []
     if config.decoder == "s2d2" and config.acceptance == "strict" and config.temperature > 0:
         notes.append(STRICT_SAMPLING_NOTE)
@@ -347,8 +350,8 @@ def _notes(config: DecodeConfig, model: Any, body: CompletionRequest | ChatCompl
 
 
 def prepare(
-    model: Any,
-    body: CompletionRequest | ChatCompletionRequest,
+    model: ServedModel,
+    body: RequestBody,
     *,
     served_name: str,
     server_preset: str | None = None,

@@ -15,6 +15,7 @@ from typing import Any
 
 from .errors import bad_request
 from .protocol import ChatCompletionRequest, CompletionRequest
+from .served_model import ServedModel
 from .token_logprobs import Scored, TokenTexts
 
 
@@ -47,7 +48,7 @@ def prompt_top(prep: Any) -> int | None:
     return max(1, *ks) if ks else None
 
 
-def prompt_scores(model: Any, prompts: list[list[int]], k: int) -> list[Scored]:
+def prompt_scores(model: ServedModel, prompts: list[list[int]], k: int) -> list[Scored]:
     """Each prompt's tokens with their exact AR-mode logprobs and ``k`` alternatives (``model.score``);
     the first token has none."""
     long = [p for p in prompts if len(p) > 1]

@@ -19,11 +19,12 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from ..constraints import OutputConstraint, constraint_of
+from ..constraints import CompiledConstraint, OutputConstraint, constraint_of
 from ..constraints.tool_calls import with_answer, with_think
 from ..errors import S2D2Error
 from .errors import bad_request
 from .reasoning.parser import END_THINK, THINK
+from .served_model import ServedModel
 
 #: vLLM's ``structured_outputs`` keys, as :func:`s2d2.constraints.constraint_of` names them.
 _VLLM_KEYS = {"json": "json_schema", "regex": "regex", "choice": "choice", "grammar": "grammar"}
@@ -102,7 +103,7 @@ def thinking_first(structured: Structured, reasoning: str | None, body: Any) -> 
     )
 
 
-def compile_for(model: Any, structured: Structured) -> Any:
+def compile_for(model: ServedModel, structured: Structured) -> CompiledConstraint | None:
     """The compiled constraint for ``model`` (cached there); an invalid one is a 400 naming the field."""
     try:
         return model.compile_constraint(structured.constraint)

@@ -21,6 +21,7 @@ from typing import Any
 from ...constraints import OutputConstraint
 from ...constraints.tool_calls import tool_calls_source
 from ..errors import bad_request
+from ..served_model import ServedModel
 from .formats import ToolFormat, detect_format, format_named
 from .render import check_messages
 
@@ -160,14 +161,14 @@ def tool_plan(body: Any, fmt: ToolFormat) -> ToolPlan | None:
     return plan
 
 
-def model_format(model: Any, parser: str | None) -> ToolFormat:
+def model_format(model: ServedModel, parser: str | None) -> ToolFormat:
     """The call format: ``--tool-call-parser`` when given, else the one the chat template writes."""
     if parser is not None:
         return format_named(parser)
     return detect_format(getattr(model.tokenizer, "chat_template", None))
 
 
-def check_spelling(model: Any, fmt: ToolFormat) -> None:
+def check_spelling(model: ServedModel, fmt: ToolFormat) -> None:
     """A 400 when the model's tokenizer cannot write a call in ``fmt`` (its text does not survive
     encoding and decoding: the built-in model's WordPiece vocabulary has no braces or quotes)."""
     sample = fmt.render_call("f", '{"a": 1}')
@@ -180,7 +181,7 @@ def check_spelling(model: Any, fmt: ToolFormat) -> None:
         )
 
 
-def chat_tool_plan(model: Any, body: Any, parser: str | None) -> ToolPlan | None:
+def chat_tool_plan(model: ServedModel, body: Any, parser: str | None) -> ToolPlan | None:
     """:func:`tool_plan` of a chat request, after its history's calls are checked (:mod:`.render`) and,
     when the reply is read for calls, that the model can write them (:func:`check_spelling`)."""
     check_messages(body.messages)

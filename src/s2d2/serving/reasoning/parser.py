@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..held_text import held_prefix
+
 THINK, END_THINK = "<think>", "</think>"
 
 
@@ -22,14 +24,6 @@ class Reasoning:
     """Reasoning text (``reasoning_content``)."""
 
     text: str
-
-
-def _held_prefix(text: str, tag: str) -> int:
-    """Length of the longest suffix of ``text`` that is a proper prefix of ``tag``."""
-    for n in range(min(len(text), len(tag) - 1), 0, -1):
-        if tag.startswith(text[-n:]):
-            return n
-    return 0
 
 
 @dataclass
@@ -81,7 +75,7 @@ class Qwen3ReasoningParser:
             self._reason(out, self.buf[:k], final=True)
             self.buf, self.state, self.lead = self.buf[k + len(END_THINK) :], "content", True
             return True
-        keep = _held_prefix(self.buf, END_THINK)
+        keep = held_prefix(self.buf, END_THINK)
         self._reason(out, self.buf[: len(self.buf) - keep])
         self.buf = self.buf[len(self.buf) - keep :]
         return False

@@ -24,6 +24,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from ..held_text import held_prefix
 from .formats import ToolFormat
 
 #: A call's head, read leniently (the constrained output is exactly the format's begin text)
@@ -51,14 +52,6 @@ class Arguments:
 
 
 Event = Content | CallStart | Arguments
-
-
-def _held_prefix(text: str, tag: str) -> int:
-    """Length of the longest suffix of ``text`` that is a proper prefix of ``tag``."""
-    for n in range(min(len(text), len(tag) - 1), 0, -1):
-        if tag.startswith(text[-n:]):
-            return n
-    return 0
 
 
 @dataclass
@@ -154,7 +147,7 @@ class ToolCallParser:
     def _text(self, out: list[Event]) -> bool:
         k = self.buf.find(self.format.trigger)
         if k < 0:
-            keep = _held_prefix(self.buf, self.format.trigger)
+            keep = held_prefix(self.buf, self.format.trigger)
             self._text_out(out, self.buf[: len(self.buf) - keep])
             self.buf = self.buf[len(self.buf) - keep :]
             return False

@@ -19,6 +19,7 @@ import re
 from importlib import resources
 from pathlib import Path
 
+from ..fast_tokenizer import wrap_fast
 from .problems import generate_problem
 
 __all__ = [
@@ -71,24 +72,9 @@ def build_tokenizer(directory: Path | None = None):
     """Build the tiny-code tokenizer (``tokenizers`` WordLevel, regex pre-tokenizer, fusing decoder) and,
     if ``directory``, save it there. Returns a ``transformers.PreTrainedTokenizerFast``."""
     from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
 
     vocab = {tok: i for i, tok in enumerate(SPECIAL_TOKENS + vocabulary())}
     tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.Split(Regex(PIECE_PATTERN), behavior="isolated")
     tok.decoder = decoders.Fuse()
-    fast = PreTrainedTokenizerFast(
-        tokenizer_object=tok,
-        pad_token="<pad>",
-        eos_token="<eos>",
-        mask_token="<mask>",
-        unk_token="<unk>",
-        bos_token="<bos>",
-        clean_up_tokenization_spaces=False,
-        model_max_length=512,
-    )
-    if directory is not None:
-        directory = Path(directory)
-        directory.mkdir(parents=True, exist_ok=True)
-        fast.save_pretrained(str(directory))
-    return fast
+    return wrap_fast(tok, directory)

@@ -12,6 +12,7 @@ import re
 from importlib import resources
 from pathlib import Path
 
+from ..fast_tokenizer import wrap_fast
 from .templates import (
     CONTAINERS,
     GROUPS,
@@ -59,7 +60,6 @@ def build_tokenizer(directory: Path | None = None):
     Returns a ``transformers.PreTrainedTokenizerFast``. Saved files load with ``AutoTokenizer``.
     """
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
 
     vocab_list = list(SPECIAL_TOKENS)
     vocab_list += [str(d) for d in range(10)] + [f"{CONT}{d}" for d in range(10)]
@@ -73,18 +73,4 @@ def build_tokenizer(directory: Path | None = None):
     )
     tok.pre_tokenizer = pre_tokenizers.Whitespace()
     tok.decoder = decoders.WordPiece(prefix=CONT, cleanup=True)
-    fast = PreTrainedTokenizerFast(
-        tokenizer_object=tok,
-        pad_token="<pad>",
-        eos_token="<eos>",
-        mask_token="<mask>",
-        unk_token="<unk>",
-        bos_token="<bos>",
-        clean_up_tokenization_spaces=False,
-        model_max_length=512,
-    )
-    if directory is not None:
-        directory = Path(directory)
-        directory.mkdir(parents=True, exist_ok=True)
-        fast.save_pretrained(str(directory))
-    return fast
+    return wrap_fast(tok, directory)

@@ -23,9 +23,9 @@ def test_mixed_cells_are_real_steps_through_the_packed_forward(tiny, monkeypatch
     seen: list[list[int]] = []
     real = fastpath.FastDecoder.run_batch
 
-    def spy(self, pool, b):
+    def spy(self, pool, b, *rest):
         seen.append(list(b.logit_sizes))
-        return real(self, pool, b)
+        return real(self, pool, b, *rest)
 
     monkeypatch.setattr(fastpath.FastDecoder, "run_batch", spy)
     mixes = ((5, ("ar", "draft", "verify", "fused", "prefill")),)

@@ -1,4 +1,4 @@
-"""Jump-forward on schema-constrained tool calls (issue 61): NFE/token and wall time with and without it,
+"""Jump-forward on schema-constrained tool calls: NFE/token and wall time with and without it,
 side by side, on the tool-call tests' random SDAR and LLaDA2 models (tests/tool_fixtures.py: byte-level
 tokenizers, Hermes / LLaDA2-style templates): N prompts x 3 schemas (nested objects, arrays, enums),
 ``tool_choice`` required (one call), through the server's request path; the tokens must be identical

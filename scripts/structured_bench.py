@@ -1,4 +1,4 @@
-"""Structured output on the built-in model (issue 51): 100 test problems under an answer-line regex and a
+"""Structured output on the built-in model: 100 test problems under an answer-line regex and a
 choice, constrained vs unconstrained (match rate, lossless == AR, NFE/token, accuracy, tokens/s at 16 rows).
 
     PYTHONPATH=src python scripts/structured_bench.py [N]

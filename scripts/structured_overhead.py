@@ -1,4 +1,4 @@
-"""Where a constrained 16-row lossless run spends its time (issue 51): grammar hooks vs the step.
+"""Where a constrained 16-row lossless run spends its time: grammar hooks vs the step.
 
 PYTHONPATH=src python scripts/structured_overhead.py
 """

@@ -1,4 +1,4 @@
-"""Paged KV bookkeeping: a pool of fixed-size pages, per-row page tables and a prefix cache (issue 26).
+"""Paged KV bookkeeping: a pool of fixed-size pages, per-row page tables and a prefix cache.
 
 This module only decides WHICH page holds which positions; it owns no tensors. The engine's KV tensors
 are laid out as ``num_pages`` pages of ``page_size`` positions, and position ``p`` of a row lives in

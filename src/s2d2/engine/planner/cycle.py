@@ -16,7 +16,7 @@ Every way commits AR greedy's tokens, so the choice changes speed only. The ways
 
 The acceptance falls with the block size (more slots drafted at once, and a block's slots past a stop
 token drafted for nothing): :func:`acceptance` fits the built-in model's plain lossless decoding at each
-of B4, B8 and B16 (committed tokens a cycle; BENCHMARKS.md, "The default at every load (issue 50)").
+of B4, B8 and B16 (committed tokens a cycle; BENCHMARKS.md, "The default at every load").
 The prices are the planner's (its profile, with the host time a step and a row where that profile was
 measured on this host), at the load and the half-way context the request will decode under.
 """

@@ -38,12 +38,12 @@ from .stats import PlannerStats
 
 #: The least fixed share of a plain draft forward at which step-by-step planning pays: set between the
 #: loads where planning was measured ahead of lossless B8 on the built-in model's CPU (one row) and
-#: behind it (from 4 rows, issue 50; BENCHMARKS.md). The built-in CPU profile's share at block size 8
+#: behind it (from 4 rows; BENCHMARKS.md). The built-in CPU profile's share at block size 8
 #: (72 cached positions a row) falls from 0.82 at 1 row to 0.69 at 2 and 0.57 at 4.
 MIN_FIXED_SHARE = 0.75
 #: What step-by-step planning at a block size where it can pay is taken to gain over plain decoding at
 #: that size, with this host's time (a measured profile): on the built-in model's CPU at one row,
-#: planned B8 measured 0.95 / 1.20 / 1.15x plain B8 in three quiet runs (issue 50; BENCHMARKS.md). The
+#: planned B8 measured 0.95 / 1.20 / 1.15x plain B8 in three quiet runs (BENCHMARKS.md). The
 #: cycle model's fused price does not capture it there (the planner's choices per step are not its
 #: fixed fused cycle), so with host time that gain is what it is credited.
 PLAN_GAIN = 0.10

@@ -31,7 +31,7 @@ from ..request_limits import prefill_positions
 from ..row_forward import RowForward
 from ..step import predraft_inputs, steady
 
-#: the steady AR draft's logit row (:func:`~.step.ar_lane.steady`): the mask's, the last of two
+#: the steady AR draft's logit row (:func:`~.step.lanes.steady`): the mask's, the last of two
 _LAST_ROW = last_rows(2, 1)
 
 

@@ -80,7 +80,7 @@ def apply(work: RowWork) -> None:
     elif work.action == Action.VERIFY:
         req.stats.nfe_verify += 1
         grown += verify_step(req, work.verify, [g.result for g in work.groups])
-    req.state.advance(grown)
+    req.cache.state.advance(grown)
     advance(req)
 
 
@@ -89,7 +89,7 @@ def recomputed(req: Request, forward: RowForward) -> None:
     whole again the row resumes decoding."""
     req.stats.query_tokens += forward.n
     req.stats.nfe_recompute += 1
-    req.state.advance(forward.segment.keep)
+    req.cache.state.advance(forward.segment.keep)
     if req.cache.recompute_left == 0:
         req.cache.restore_to = None
 

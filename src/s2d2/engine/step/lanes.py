@@ -46,7 +46,7 @@ def steady(req: Request) -> bool:
     cur, cache, info = req.cursor, req.cache, req.info
     mask_id = info.mask_token_id
     return (
-        req.lane == "ar"
+        req.traits.lane == "ar"
         and req.action is Action.DRAFT
         and cur.length == 1
         and cur.ids[0] == mask_id
@@ -83,7 +83,7 @@ class Lanes:
     def take(self, req: Request, logits: torch.Tensor, forward: RowForward) -> bool:
         """Take ``req`` into its lane if this step of it is the lane's common one; a verifying row's span
         of drafts is read as it is taken."""
-        lane, action = req.lane, req.action
+        lane, action = req.traits.lane, req.action
         if forward.steady or (
             lane == "ar" and action is Action.DRAFT and forward.lead is None and req.predraft is None
         ):

@@ -1,5 +1,5 @@
 """Logits in the model's dtype through the step's device half: a bf16 model's step never makes a float32
-``[rows, vocab]`` tensor of more rows than one part (``logits_view.row_chunks``), and the math done in
+``[rows, vocab]`` tensor of more rows than one part (``logits_readers.row_chunks``), and the math done in
 parts gives exactly what it gives in one part (tokens, probabilities, log-probabilities, traces)."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from s2d2 import load
+from s2d2.decoding import logits_readers
+from s2d2.decoding.logits_readers import chunk_rows, in_chunks, row_chunks
 from s2d2.engine.llm_engine import LLMEngine
-from s2d2.engine.step import logits_view
-from s2d2.engine.step.logits_view import chunk_rows, in_chunks, row_chunks
 from s2d2.tasks.tiny_gsm.splits import load_split
 
 pytestmark = pytest.mark.usefixtures("step_by_step_planning")
@@ -64,7 +64,7 @@ def _summary(outs):
 
 
 def test_row_chunks_keep_queries_whole_and_cover_every_row(monkeypatch):
-    monkeypatch.setattr(logits_view, "FLOAT32_CHUNK_BYTES", 4 * 10 * 5)  # 5 rows of a 10-token vocabulary
+    monkeypatch.setattr(logits_readers, "FLOAT32_CHUNK_BYTES", 4 * 10 * 5)  # 5 rows of a 10-token vocabulary
     assert chunk_rows(10) == 5
     assert row_chunks([2, 2, 3, 7, 1], 10) == [(0, 2, 0, 4), (2, 3, 4, 7), (3, 4, 7, 14), (4, 5, 14, 15)]
     assert row_chunks([1, 1], 10) == [(0, 2, 0, 2)]
@@ -85,7 +85,7 @@ def test_the_math_in_parts_equals_the_math_in_one(dtype, monkeypatch):
     prompts = [model.encode(p["question"]) for p in load_split("test")[:16]]
     whole = _generate(model, prompts, 16)
     vocab = model.adapter.info.vocab_size
-    monkeypatch.setattr(logits_view, "FLOAT32_CHUNK_BYTES", 4 * vocab * 3)  # 3 rows a part
+    monkeypatch.setattr(logits_readers, "FLOAT32_CHUNK_BYTES", 4 * vocab * 3)  # 3 rows a part
     parts = _generate(model, prompts, 16)
     assert all(o.status == "finished" for o in parts), [o.error for o in parts if o.error]
     assert _summary(parts) == _summary(whole)
@@ -95,14 +95,14 @@ def test_a_bf16_step_makes_no_float32_copy_of_all_its_rows(monkeypatch):
     model = load("tiny-gsm", dtype="bf16", device="cpu")
     prompts = [model.encode(p["question"]) for p in load_split("test")[:16]]
     vocab = model.adapter.info.vocab_size
-    monkeypatch.setattr(logits_view, "FLOAT32_CHUNK_BYTES", 4 * vocab * 8)  # 8 rows a part: one block
+    monkeypatch.setattr(logits_readers, "FLOAT32_CHUNK_BYTES", 4 * vocab * 8)  # 8 rows a part: one block
     with Float32Rows(vocab) as seen:
         outs = _generate(model, prompts, 16)
     assert all(o.status == "finished" for o in outs)
     # 16 rows drafting 8 slots each read 128 logit rows a step; float32 values of at most one part
     assert 0 < seen.most <= 8, seen.most
     # and without parts, the whole step's rows would be there at once (what the test would catch)
-    monkeypatch.setattr(logits_view, "FLOAT32_CHUNK_BYTES", 1 << 40)
+    monkeypatch.setattr(logits_readers, "FLOAT32_CHUNK_BYTES", 1 << 40)
     with Float32Rows(vocab) as seen:
         _generate(model, prompts, 16)
     assert seen.most > 8

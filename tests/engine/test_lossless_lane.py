@@ -1,4 +1,5 @@
-"""The lossless lane (s2d2.engine.step.lossless_lane) writes every row exactly as the general step does.
+"""The lossless lane (s2d2.engine.step.lanes; host.apply_plain_draft, apply_plain_verify) writes every
+row exactly as the general step does.
 
 As for the AR lane (test_ar_lane.py): two engines decode the same mixed batch in lockstep under a KV budget
 that preempts, one with the lanes, one with every row on the general step (``engine.lanes = False``);
@@ -14,7 +15,7 @@ import s2d2
 from conftest import load_or_skip
 from s2d2.bench.suites import load_problems
 from s2d2.engine.llm_engine import LLMEngine
-from s2d2.engine.step import lossless_lane, postprocess
+from s2d2.engine.step import host, lanes, postprocess
 
 
 @pytest.fixture(scope="module")
@@ -52,31 +53,45 @@ def _engine(tiny, lanes: bool) -> LLMEngine:
 def _count_lane_rows(monkeypatch) -> list:
     """Patch the lane's row bookkeeping to record each row it handles: (request id, draft or verify)."""
     seen = []
-    for name in ("_drafted", "_verified"):
-        fn = getattr(lossless_lane, name)
+    for name in ("apply_plain_draft", "apply_plain_verify"):
+        fn = getattr(lanes, name)
 
         def counted(req, *args, _fn=fn, _name=name):
             seen.append((req.request_id, _name))
             return _fn(req, *args)
 
-        monkeypatch.setattr(lossless_lane, name, counted)
+        monkeypatch.setattr(lanes, name, counted)
     return seen
 
 
 def _count_branches(monkeypatch) -> dict[str, int]:
     """Patch the lane's written-out steps and the general step's functions it falls back to, counting
-    each call; ``walk_known``: block-loop walks the lane ended without the general walk."""
+    each call made inside a lane row's step; ``walk_known``: block-loop walks the lane ended without the
+    general walk."""
     calls: dict[str, int] = {}
-    names = ("_routed", "_accepted", "draft_step", "accept_span", "finish_step", "close_block", "advance")
-    for name in names:
-        fn = getattr(lossless_lane, name)
+    inside = [False]
+    for name in ("apply_plain_draft", "apply_plain_verify"):
+        fn = getattr(lanes, name)
 
-        def counted(*args, _fn=fn, _name=name):
-            calls[_name] = calls.get(_name, 0) + 1
-            return _fn(*args)
+        def lane_step(*args, _fn=fn):
+            inside[0] = True
+            try:
+                return _fn(*args)
+            finally:
+                inside[0] = False
 
-        monkeypatch.setattr(lossless_lane, name, counted)
-    walk = lossless_lane._walk
+        monkeypatch.setattr(lanes, name, lane_step)
+    general = ("draft_step", "accept_span", "finish_step", "close_block", "advance")
+    for name in ("_route_all", "accept_plain", *general):
+        fn = getattr(host, name)
+
+        def counted(*args, _fn=fn, _name=name, **kwargs):
+            if inside[0]:
+                calls[_name] = calls.get(_name, 0) + 1
+            return _fn(*args, **kwargs)
+
+        monkeypatch.setattr(host, name, counted)
+    walk = host.walk_verified
 
     def walk_counted(*args):
         before = calls.get("advance", 0)
@@ -84,7 +99,7 @@ def _count_branches(monkeypatch) -> dict[str, int]:
         if calls.get("advance", 0) == before:
             calls["walk_known"] = calls.get("walk_known", 0) + 1
 
-    monkeypatch.setattr(lossless_lane, "_walk", walk_counted)
+    monkeypatch.setattr(host, "walk_verified", walk_counted)
     return calls
 
 
@@ -95,14 +110,15 @@ def test_the_lossless_lane_writes_rows_as_the_general_step_does(tiny, monkeypatc
     done = in_lockstep(fast, general)
     # the written-out steps ran, and so did the general functions the lane falls back to (the quota-2
     # row's top-ups, blocks the lane closes itself, walks it leaves to the block loop)
-    assert {"_routed", "_accepted", "accept_span", "finish_step", "close_block", "advance"} <= set(branches)
+    written_out = {"_route_all", "accept_plain"}
+    assert written_out | {"accept_span", "finish_step", "close_block", "advance"} <= set(branches)
     assert branches["walk_known"] > 0
     assert done["fast"] == done["general"] and len(done["fast"]) == 12
     assert {"finished"} == {status for _, status, _ in done["fast"].values()}
     assert fast.stats()["preemptions"] > 0 and fast.stats()["preemptions"] == general.stats()["preemptions"]
     assert "stop" in {done["fast"][i][2] for i in (1, 9)}  # a lane row met its stop token
     # the lane ran, drafting and verifying, and only for its rows (greedy strict always, not fused/traced)
-    assert {kind for _, kind in seen} == {"_drafted", "_verified"}
+    assert {kind for _, kind in seen} == {"apply_plain_draft", "apply_plain_verify"}
     assert {rid for rid, _ in seen} == {0, 1, 2, 3, 8, 9, 10, 11}
     # the general step saw the quota-2 row top up by rule after a verification: the lane does it too
     assert done["fast"][2][1] == "finished"

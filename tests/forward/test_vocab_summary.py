@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from s2d2.decoding import functional as F
-from s2d2.engine.step.logits_view import Summaries
+from s2d2.decoding.logits_readers import Summaries
 from s2d2.forward.vocab_summary import ENTROPY, MARGIN, PROB, SQUARES, TOKEN, combine, local_summary
 
 MASK = 3

@@ -263,8 +263,7 @@ class LLMEngine:
                     f.segment.keep_prediction()
             with self.device.phase():
                 after_forward(self.device, rows, logits, parts, self._fail, self.lanes)
-            for req in rows:  # (every row ends: engine/step/progress.py)
-                self._guarded(req, check_progress)
+            check_progress(rows, self._fail)  # (every row ends: engine/step/progress.py)
             self.scheduler.publish(rows)
         outputs = []
         if self.stream:

@@ -23,7 +23,7 @@ class RowForward(NamedTuple):
     segment: Segment
     lead: int | None = None
     extension: int = 0
-    #: the AR lane's steady draft (:func:`~.step.ar_lane.steady`), decided as the part was built
+    #: the AR lane's steady draft (:func:`~.step.lanes.steady`), decided as the part was built
     steady: bool = False
 
     @property

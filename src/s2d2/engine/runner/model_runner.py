@@ -31,7 +31,7 @@ from ..request_limits import prefill_positions
 from ..row_forward import RowForward
 from ..step import predraft_inputs, steady
 
-#: the steady AR draft's logit row (:func:`~.step.ar_lane.steady`): the mask's, the last of two
+#: the steady AR draft's logit row (:func:`~.step.lanes.steady`): the mask's, the last of two
 _LAST_ROW = last_rows(2, 1)
 
 
@@ -72,7 +72,7 @@ class ModelRunner:
         out by :mod:`s2d2.layouts.family` from the model's traits (``adapter.info``) and bound to the row's
         cache state. Reads the row and writes nothing to it."""
         cache, action, info = req.cache, req.action, self.adapter.info
-        if req.lane == "ar" and steady(req):  # the AR lane's common draft, written out
+        if req.traits.lane == "ar" and steady(req):  # the AR lane's common draft, written out
             st, start, mask_id = cache.state, req.cursor.start, info.mask_token_id
             spec = specs.draft(1, (False,), 1, req.config.causal_cache, 0)  # made once (memoised)
             seg = Segment(st, [req.tokens[start - 1], mask_id], [start - 1, start], spec, 1, _LAST_ROW)

@@ -10,11 +10,11 @@ step planner's plans), :func:`steady` and :func:`predraft_inputs` (what the runn
 (:func:`recomputed` for a preempted row rewriting its cache).
 """
 
-from .ar_lane import steady
 from .device import MAX_VOCAB, DeviceOps
 from .device_math import DraftQuery, VerifyQuery, run_queries
 from .fusion import predraft_inputs
 from .host import advance, apply, recomputed
+from .lanes import steady
 from .plans import apply_plans
 from .postprocess import after_forward
 from .progress import check_progress

@@ -15,14 +15,14 @@ from typing import Protocol
 
 import torch
 
+from ...decoding.logits_readers import WHOLE_ROWS, Reader
 from .device import DeviceOps, Fetch
 from .draft_math import DraftQuery, by_transforms, draft_group, read_group
-from .logits_view import WHOLE_ROWS, Reader
 from .verify_math import VerifyQuery, read_verifications, verify_probabilistic, verify_strict
 
 
 class BatchedCheck(Protocol):
-    """Device values a lane registers for many rows at once (:mod:`.lossless_lane`), read back from the
+    """Device values a lane registers for many rows at once (:mod:`.lanes`), read back from the
     step's one transfer. It asks for no raw logits (``in_place``: see :func:`run_queries`)."""
 
     def register(self, dev: DeviceOps, fetch: Fetch, in_place: bool) -> None: ...

@@ -10,10 +10,11 @@ from dataclasses import dataclass
 import torch
 
 from ...decoding import functional as F
+from ...decoding.logits_readers import WHOLE_ROWS, Key, ProbRows, Reader, SummaryRows, row_chunks, transforms
 from ..draft_step import SlotDrafts
 from ..request import Request
+from .adjusted import adjusted
 from .device import DeviceOps, Fetch
-from .logits_view import WHOLE_ROWS, ProbRows, Reader, SummaryRows, adjusted, row_chunks
 
 
 @dataclass
@@ -44,22 +45,12 @@ class DraftQuery:
     result: SlotDrafts | None = None
 
 
-def _transforms(req: Request) -> tuple[float, int, float, float]:
-    c = req.config
-    return (c.temperature, c.top_k, c.top_p, c.min_p)
-
-
 def by_transforms(queries: Sequence[DraftQuery]) -> list[list[DraftQuery]]:
     """The queries with slots, grouped by sampling transforms (in order of first appearance)."""
-    groups: dict[tuple[float, int, float, float], list[DraftQuery]] = {}
+    groups: dict[Key, list[DraftQuery]] = {}
     for q in queries:
         if q.slots:
-            c = q.req.config
-            key = (c.temperature, c.top_k, c.top_p, c.min_p)
-            if key in groups:
-                groups[key].append(q)
-            else:
-                groups[key] = [q]
+            groups.setdefault(transforms(q.req.config), []).append(q)
     return list(groups.values())
 
 
@@ -99,10 +90,7 @@ class _Wants:
     estimators: tuple[tuple, ...]
     alternatives: int
     logprobs: int | None
-    temperature: float
-    top_k: int
-    top_p: float
-    min_p: float
+    key: Key
 
 
 def draft_group(
@@ -110,8 +98,8 @@ def draft_group(
 ) -> DraftGroup:
     """Register the device values of queries sharing sampling transforms (read back by
     :func:`read_group`), their rows read by ``reader``; ``in_place``: see
-    :func:`~.logits_view.without_mask_token`. The float32 math runs over parts of the rows
-    (:func:`~.logits_view.row_chunks`; one part where they fit)."""
+    :func:`~s2d2.decoding.logits_readers.without_mask_token`. The float32 math runs over parts of the rows
+    (:func:`~s2d2.decoding.logits_readers.row_chunks`; one part where they fit)."""
     first = queries[0].req
     mask_id = first.info.mask_token_id
     sizes, k, m = [], None, 0
@@ -126,7 +114,7 @@ def draft_group(
         m = max(m, q.alternatives)
         if q.alpha:
             estimators[(cfg.estimator, cfg.estimator_value)] = None
-    wants = _Wants(entropy, norm_entropy, tuple(estimators), m, k, *_transforms(first))
+    wants = _Wants(entropy, norm_entropy, tuple(estimators), m, k, transforms(first.config))
     rows = [adjusted(dev, q, q.rows) for q in queries]
     logits, masked = reader.prepare(rows, mask_id, k is not None, in_place)
     chunks = row_chunks(sizes, masked.shape[-1])
@@ -153,7 +141,7 @@ def _values(
     """The device values of ``queries`` (rows ``[sum(sizes), ...]`` of ``logits`` and ``masked``, as
     ``reader`` prepared them), by key, in float32; a query that keeps its distributions gets them here
     (whole rows only, as do sampling, alternatives and log-probabilities)."""
-    dist = reader.read(masked, (wants.temperature, wants.top_k, wants.top_p, wants.min_p))
+    dist = reader.read(masked, wants.key)
     drafts, conf = _draw(dist, queries, sizes)
     out = {"drafts": drafts, "conf": conf}
     if wants.entropy:

@@ -15,17 +15,17 @@ from collections.abc import Sequence
 
 import torch
 
+from ...decoding.logits_readers import WHOLE_ROWS, Key, Reader, chunk_rows, storage_rows, tiling, transforms
 from ..request import Request
 from .device import DeviceOps, Fetch
-from .logits_view import WHOLE_ROWS, Reader, chunk_rows, tiling
 from .row_queries import rows_at
 
 
 class GreedyDrafts:
     """The greedy drafts of rows ``(request, logits, zero_rows)`` at each request's candidates (its
     cursor's; candidate slot ``c`` is row ``c - zero_rows`` of ``logits``, the runner's raw rows): per
-    sampling transforms and part of rows the float32 math takes at once (:func:`~.logits_view.chunk_rows`),
-    one registration; the rows are read by ``reader``."""
+    sampling transforms and part of rows the float32 math takes at once (:func:`chunk_rows`), one
+    registration; the rows are read by ``reader``."""
 
     def __init__(
         self, dev: DeviceOps, rows: Sequence[tuple[Request, torch.Tensor, int]], reader: Reader = WHOLE_ROWS
@@ -42,7 +42,7 @@ class GreedyDrafts:
         self.sizes = sizes
         if all(req.config is cfg for req, _, _ in rows) and sum(sizes) <= limit:  # the usual: one part
             taken = [(lg, cand, zero) for (_, lg, zero), cand in zip(rows, cands, strict=True)]
-            key = (cfg.temperature, cfg.top_k, cfg.top_p, cfg.min_p)
+            key = transforms(cfg)
             self.parts.append([key, list(range(len(rows))), taken, sum(sizes)])
         else:
             self._split(rows, limit)
@@ -57,13 +57,13 @@ class GreedyDrafts:
     def _split(self, rows: Sequence[tuple[Request, torch.Tensor, int]], limit: int) -> None:
         """The rows' parts where they are not one: per sampling transforms, at most ``limit`` candidates
         a part (a row's candidates are never split)."""
-        open_: dict[tuple[float, int, float, float], list] = {}
+        open_: dict[Key, list] = {}
         sizes = self.sizes
         last_cfg, key = None, None
         for i, (req, logits, zero) in enumerate(rows):
             c, cand = req.config, req.cursor.candidates
             if c is not last_cfg:  # rows of one request config make its key once
-                last_cfg, key = c, (c.temperature, c.top_k, c.top_p, c.min_p)
+                last_cfg, key = c, transforms(c)
             n = sizes[i]
             part = open_.get(key)
             if part is None or part[3] + n > limit:
@@ -118,15 +118,14 @@ class GreedyTokens:
         self.mask_id = reqs[0].info.mask_token_id
         self.logits = logits
         #: per part of rows with one key: (key, row indices or None for every row); one config: one part
-        self.parts: list[tuple[tuple[float, int, float, float], list[int] | None]] = []
+        self.parts: list[tuple[Key, list[int] | None]] = []
         first = reqs[0].config
         if all(r.config is first for r in reqs):
-            self.parts.append(((first.temperature, first.top_k, first.top_p, first.min_p), None))
+            self.parts.append((transforms(first), None))
         else:
-            by_key: dict[tuple[float, int, float, float], list[int]] = {}
+            by_key: dict[Key, list[int]] = {}
             for i, r in enumerate(reqs):
-                c = r.config
-                by_key.setdefault((c.temperature, c.top_k, c.top_p, c.min_p), []).append(i)
+                by_key.setdefault(transforms(r.config), []).append(i)
             self.parts = list(by_key.items()) if len(by_key) > 1 else [(next(iter(by_key)), None)]
         self.keys: list[int] = []
         self.tokens: list[int] = []
@@ -194,9 +193,8 @@ def _candidate_rows(
 ) -> tuple[list[torch.Tensor], list[tuple[int, range | list[int]]] | None]:
     """The logits the drafts of rows ``(logits, candidates, zero_rows)`` are computed on (slot ``c`` at
     row ``c - zero_rows``), as tensors to stack (the one tensor the rows tile, where they do:
-    :func:`~.logits_view.tiling`), and the picks (None: the computed rows are the candidates, in order;
-    else per row its computed rows and its candidates' indices among them, a range where they are
-    consecutive):
+    :func:`tiling`), and the picks (None: the computed rows are the candidates, in order; else per row
+    its computed rows and its candidates' indices among them, a range where they are consecutive):
 
     - the rows' own logits where every row's candidates are all of its rows (a row's candidates are
       masked slots of its fed part, so as many of them as rows are all of them);
@@ -217,7 +215,7 @@ def _candidate_rows(
             return [whole], None
         if whole.shape[0] <= limit:
             return [whole], [(n, _indices(cand, z)) for (_, cand, z), n in counted]
-    base = _storage_rows(logits)
+    base = storage_rows(logits)
     if base is None:
         return [rows_at(dev, lg, [c - z for c in cand] if z else cand) for lg, cand, z in rows], None
     vocab, index = base.shape[-1], []
@@ -234,22 +232,3 @@ def _indices(cand: list[int], zero: int) -> range | list[int]:
     if cand[-1] - first == n - 1:
         return range(first - zero, first - zero + n)
     return [c - zero for c in cand]
-
-
-def _storage_rows(rows: list[torch.Tensor]) -> torch.Tensor | None:
-    """Every row of the one storage ``rows`` lie in, as ``[n, vocab]`` (None where they do not: other
-    storages, strides, or offsets that are not whole rows)."""
-    first = rows[0]
-    vocab = first.shape[-1]
-    storage = first.untyped_storage()
-    ptr = storage.data_ptr()
-    for r in rows:
-        if (
-            r.dim() != 2
-            or r.stride() != (vocab, 1)
-            or r.storage_offset() % vocab
-            or r.untyped_storage().data_ptr() != ptr
-        ):
-            return None
-    n = storage.nbytes() // (first.element_size() * vocab)
-    return first.as_strided((n, vocab), (vocab, 1), 0)

@@ -6,10 +6,10 @@ fails alone; its batch-mates go on.
 writes row state through the step's own functions only (:func:`~.host.apply`, :func:`~.host.recomputed`,
 the lanes' commits), once per row, and reports a row's failure through the engine's ``fail``.
 
-The loop reads the logits through one of two readers (:mod:`.logits_view`): the forward's whole rows, or
-the rows' summaries a tensor-parallel forward gives where every row's traits allow them
-(:attr:`~..request.RowTraits.summaries`, which the runner asked before the forward). Common AR and
-lossless steps take their lanes (:class:`Lanes`: batched queries, a lean commit each).
+The loop reads the logits through one of two readers (:mod:`~s2d2.decoding.logits_readers`): the
+forward's whole rows, or the rows' summaries a tensor-parallel forward gives where every row's traits
+allow them (:attr:`~..request.RowTraits.summaries`, which the runner asked before the forward). Common AR and
+lossless steps take their lanes (:class:`~.lanes.Lanes`: batched queries, a lean commit each).
 """
 
 from __future__ import annotations
@@ -18,47 +18,16 @@ from collections.abc import Sequence
 
 import torch
 
+from ...decoding.logits_readers import WHOLE_ROWS, Reader, Summaries
 from ...forward.vocab_summary import Summarized
 from ..request import Request
 from ..row_forward import RowForward
-from .ar_lane import Lane
 from .device import DeviceOps
-from .device_math import BatchedCheck, run_queries
+from .device_math import run_queries
 from .grammar import attach_masks
 from .host import apply, recomputed
-from .logits_view import WHOLE_ROWS, Reader, Summaries
-from .lossless_lane import LosslessLane
+from .lanes import Lanes
 from .row_queries import Fail, RowWork, each_alone, queries
-
-
-class Lanes:
-    """The lanes' rows of one step: the AR lane (:mod:`.ar_lane`) and the lossless lane
-    (:mod:`.lossless_lane`), a row's decided at admission (its traits' ``lane``). Each step they take
-    the rows whose step is their lane's common one, give the device half their batched queries, and
-    apply the results; where the step's batched queries fail they hand them back (:meth:`as_rows`)."""
-
-    def __init__(self, reader: Reader = WHOLE_ROWS) -> None:
-        self.ar = Lane(reader)
-        self.lossless = LosslessLane(reader)
-
-    def take(self, req: Request, logits: torch.Tensor, forward: RowForward) -> bool:
-        """Take ``req`` into its lane if this step of it is the lane's."""
-        if req.lane == "ar":
-            return self.ar.take(req, logits, forward)
-        return req.lane == "lossless" and self.lossless.take(req, logits, forward)
-
-    def checks(self, dev: DeviceOps) -> list[BatchedCheck]:
-        """The lanes' batched device work (:mod:`.lane_math`: drafts and strict verifications)."""
-        return [*self.ar.checks(dev), *self.lossless.checks(dev)]
-
-    def apply(self, fail: Fail) -> None:
-        """Every lane row's step from its filled results (an error fails its row alone)."""
-        self.ar.apply(fail)
-        self.lossless.apply(fail)
-
-    def as_rows(self, dev: DeviceOps, fail: Fail) -> list[RowWork]:
-        """The lanes' rows handed back to the general step, the lanes emptied."""
-        return self.ar.as_rows(dev, fail) + self.lossless.as_rows(dev, fail)
 
 
 def after_forward(

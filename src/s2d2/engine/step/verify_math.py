@@ -11,9 +11,10 @@ from dataclasses import dataclass, field
 import torch
 
 from ...decoding import functional as F
+from ...decoding.logits_readers import WHOLE_ROWS, Reader, in_chunks, transforms, without_mask_token
 from ..request import Request
+from .adjusted import adjusted
 from .device import DeviceOps, Fetch
-from .logits_view import WHOLE_ROWS, Reader, adjusted, in_chunks, without_mask_token
 
 
 @dataclass
@@ -116,7 +117,7 @@ def _register_q_values(
     positions ``a:b``; tracing) and the raw log-probability (``logprobs``) of the token committed there
     if the position is reached (the draft, or the correction at the first rejection). ``committed_fn``
     makes those tokens only when needed. Float32 values are made over parts of the positions
-    (:func:`~.logits_view.in_chunks`), never for all of them at once when they do not fit."""
+    (:func:`~s2d2.decoding.logits_readers.in_chunks`), never for all of them at once when they do not fit."""
     tracing = any(q.req.tracer.steps is not None for q in queries)
     k = max((q.req.config.logprobs for q in queries if q.req.config.logprobs is not None), default=None)
     if not tracing and k is None:
@@ -152,7 +153,7 @@ def verify_probabilistic(q: VerifyQuery, dev: DeviceOps, fetch: Fetch) -> dict[s
     q_logits = adjusted(dev, q, q.q_rows)
     masked = q_logits.clone()
     masked[:, req.info.mask_token_id] = float("-inf")
-    probs = F.probs_from_logits(masked, c.temperature, c.top_k, c.top_p, c.min_p)
+    probs = F.probs_from_logits(masked, *transforms(c))
     drafts = dev.tensor(q.drafts)
     uniforms = dev.rand(n, req.generator)
     p_tok, q_tok = F.token_probs(q.p_rows, drafts), F.token_probs(probs, drafts)

@@ -1,33 +1,26 @@
-"""The forward's logits as the step's math reads them: a group's rows as one tensor (a view where they
-tile the forward's output), the mask token's column removed, the request's logit adjustments, and the
-parts of rows the float32 math takes at once.
+"""How the decode step's math reads a batch of logits rows: the rows as one tensor (a view where they
+tile the forward's output), the mask token's column removed, and the parts of rows the float32 math takes
+at once; and the two readers of a row's distribution.
 
-The step's math reads rows through a reader, one of two: :data:`WHOLE_ROWS` (the forward's logits
-``[S, vocab]``) or :class:`Summaries` (the rows' summaries ``[S, WIDTH]`` a tensor-parallel forward gives:
-:mod:`~s2d2.forward.vocab_summary`). Both offer the same values of a row's distribution: the greedy token,
-its probability, the margin, the entropy, the squared-probability sum and the acceptance estimators
-built on them; only whole rows hold the distributions themselves (sampling, alternatives, kept rows).
+A reader is one of two: :data:`WHOLE_ROWS` (the forward's logits ``[S, vocab]``) or :class:`Summaries`
+(the rows' summaries ``[S, WIDTH]`` a tensor-parallel forward gives: :mod:`~s2d2.forward.vocab_summary`).
+Both offer the same values of a row's distribution: the greedy token, its probability, the margin, the
+entropy, the squared-probability sum and the acceptance estimators built on them; only whole rows hold
+the distributions themselves (sampling, alternatives, kept rows).
 
-Logits stay in the model's dtype (bf16 on CUDA) up to here; the values the step reads (distributions,
-entropies, log-probabilities) are computed in float32 over at most :data:`FLOAT32_CHUNK_BYTES` of
-``[rows, vocab]`` at a time (:func:`row_chunks`), so a step never holds a float32 copy of all its rows'
-logits. Where the rows fit in one part (every step of the CPU tests' models) the math is the one
-unchunked computation it always was."""
+Logits stay in the model's dtype (bf16 on CUDA) up to here; the values read (distributions, entropies,
+log-probabilities) are computed in float32 over at most :data:`FLOAT32_CHUNK_BYTES` of ``[rows, vocab]``
+at a time (:func:`row_chunks`), so a step never holds a float32 copy of all its rows' logits."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from typing import Protocol
 
 import torch
 
-from ...constraints.bitmask import masked_rows
-from ...decoding import functional as F
-from ...decoding.logits_adjust import adjust_logits, token_counts
-from ...forward.vocab_summary import ENTROPY, MARGIN, PROB, SQUARES, TOKEN
-from ..request import Request
-from .device import DeviceOps
+from ..forward.vocab_summary import ENTROPY, MARGIN, PROB, SQUARES, TOKEN
+from . import functional as F
 
 #: the most bytes of float32 ``[rows, vocab]`` one part of the device half's math covers (64 MiB: 110 rows
 #: of a 151,936-token vocabulary); a part holds at least one query's rows whatever its size
@@ -69,15 +62,6 @@ def in_chunks(
     return tuple(torch.cat(same) for same in zip(*parts, strict=True))
 
 
-class AdjustedQuery(Protocol):
-    """What :func:`adjusted` reads of a draft or verify query: its row, and where its logits sit."""
-
-    req: Request
-    positions: list[int] | None
-    context: list[int] | None
-    grammar_dev: torch.Tensor | None
-
-
 def tiling(rows: list[torch.Tensor]) -> tuple[torch.Tensor, list[int]] | None:
     """The ``[n, vocab]`` view of the first row's storage that ``rows`` (``[k, vocab]`` each) tile end to
     end, in order, from its start to its end (views of the forward's logits that cover them whole: every
@@ -107,6 +91,25 @@ def tiled(rows: list[torch.Tensor]) -> torch.Tensor | None:
     return None if got is None else got[0]
 
 
+def storage_rows(rows: list[torch.Tensor]) -> torch.Tensor | None:
+    """Every row of the one storage ``rows`` lie in, as ``[n, vocab]`` (None where they do not: other
+    storages, strides, or offsets that are not whole rows)."""
+    first = rows[0]
+    vocab = first.shape[-1]
+    storage = first.untyped_storage()
+    ptr = storage.data_ptr()
+    for r in rows:
+        if (
+            r.dim() != 2
+            or r.stride() != (vocab, 1)
+            or r.storage_offset() % vocab
+            or r.untyped_storage().data_ptr() != ptr
+        ):
+            return None
+    n = storage.nbytes() // (first.element_size() * vocab)
+    return first.as_strided((n, vocab), (vocab, 1), 0)
+
+
 def without_mask_token(
     rows: list[torch.Tensor], mask_id: int, keep_raw: bool, in_place: bool
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -133,33 +136,13 @@ def without_mask_token(
     return logits, masked
 
 
-def adjusted(dev: DeviceOps, q: AdjustedQuery, rows: torch.Tensor) -> torch.Tensor:
-    """``rows`` after the request's grammar mask (structured output: forbidden tokens at -inf) and its
-    logit adjustments (:mod:`~s2d2.decoding.logits_adjust`): bias, penalties counted over the generated
-    tokens before each row's position, ``min_tokens``. A row the adjustments leave with no token the
-    grammar allows (a bias of -100 on each, ``min_tokens`` holding back the one stop token the grammar
-    allows) keeps its grammar-masked logits unadjusted: a constrained row always has a token to take."""
-    if q.grammar_dev is not None:
-        rows = masked_rows(rows, q.grammar_dev)
-    if q.positions is None:
-        return rows
-    req, adjust = q.req, q.req.adjust
-    before = [p - req.n_prompt for p in q.positions]
-    counts = None
-    if adjust.needs_counts:
-        n, T = len(before), len(q.context)
-        tokens = dev.tensor(q.context).expand(n, T)
-        reach = dev.arange(T).view(1, T) < dev.tensor(before).view(n, 1)
-        counts = token_counts(tokens, reach & (tokens != req.info.mask_token_id), rows.shape[-1])
-    out = adjust_logits(rows, adjust, counts, dev.tensor(before))
-    if q.grammar_dev is None:
-        return out
-    emptied = torch.isneginf(out).all(dim=-1, keepdim=True) & ~torch.isneginf(rows).all(dim=-1, keepdim=True)
-    return torch.where(emptied, rows.to(out.dtype), out)
-
-
 #: the sampling transforms of a group of rows: temperature, top-k, top-p, min-p
 Key = tuple[float, int, float, float]
+
+
+def transforms(config) -> Key:
+    """The sampling transforms ``config`` (a request's decode config) draws under."""
+    return (config.temperature, config.top_k, config.top_p, config.min_p)
 
 
 class ProbRows:

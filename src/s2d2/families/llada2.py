@@ -51,7 +51,7 @@ from .base import ModelInfo
 from .checkpoint import load_safetensors
 from .checkpoint_facts import FamilyRules
 from .expert_parallel import renumber_experts, split_experts
-from .hf import HFAdapter
+from .hf import HFAdapter, rope_parameters
 from .loader import FamilySpec
 from .sharding import local_config, rank_weights
 from .tensor_names import ends, experts, layer_norms, mlp
@@ -111,13 +111,8 @@ def glm4_moe_config(config: dict[str, Any], *, attention_bias: bool) -> Any:
     dense_first = int(config.get("first_k_dense_replace", 0))
     if not n_experts:  # dense model: every layer gets the dense MLP
         n_experts, dense_first = 1, n_layers
-    scaling = config.get("rope_scaling") or {}
-    rope = {
-        "rope_type": scaling.get("rope_type", scaling.get("type", "default")),
-        "rope_theta": float(config.get("rope_theta", 10000.0)),
-        "partial_rotary_factor": float(config.get("partial_rotary_factor", 0.5)),
-    }
-    rope.update({k: v for k, v in scaling.items() if k not in ("type", "rope_type")})
+    theta, partial = float(config.get("rope_theta", 10000.0)), float(config.get("partial_rotary_factor", 0.5))
+    rope = rope_parameters(config, theta, partial_rotary_factor=partial)
     ids = ("bos_token_id", "eos_token_id", "pad_token_id")
     optional = {k: config[k] for k in ids if config.get(k) is not None}
     return Glm4MoeConfig(

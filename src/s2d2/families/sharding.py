@@ -21,7 +21,6 @@ rank's sizes (:func:`local_config`): its heads, intermediate size and vocabulary
 from __future__ import annotations
 
 import copy
-import json
 import math
 import re
 from collections.abc import Callable
@@ -30,8 +29,7 @@ from typing import Any
 
 import torch
 
-from ..errors import ModelLoadError
-from .checkpoint import load_safetensors
+from .checkpoint import load_safetensors, weight_files
 
 #: ``(dim, [(start, stop), ...], rows)``: the slices of a tensor along ``dim``, concatenated, padded to
 #: ``rows`` along it (None: no padding); None: the whole tensor; ``"skip"``: not on this rank
@@ -123,19 +121,9 @@ def read_shard(path: Path, cut: Callable[[str, tuple[int, ...]], Cut]) -> dict[s
     cut by ``cut`` as it is read (only the slices are read: no full copy of a split tensor)."""
     from safetensors import safe_open
 
-    index = path / "model.safetensors.index.json"
-    if index.is_file():
-        try:
-            files = sorted(set(json.loads(index.read_text())["weight_map"].values()))
-        except (json.JSONDecodeError, KeyError, AttributeError) as exc:
-            raise ModelLoadError(f"{index} is not a valid safetensors index ({exc})") from None
-    else:
-        files = [p.name for p in sorted(path.glob("model*.safetensors"))]
-    if not files:
-        raise ModelLoadError(f"no safetensors weights in {path}")
     out: dict[str, torch.Tensor] = {}
-    for name in files:
-        with safe_open(str(path / name), framework="pt") as f:
+    for file in weight_files(path):
+        with safe_open(str(file), framework="pt") as f:
             for key in f.keys():  # noqa: SIM118 (safe_open is not a mapping)
                 sl = f.get_slice(key)
                 out_t = _read(sl, cut(key, tuple(sl.get_shape())))

@@ -68,6 +68,17 @@ def bad_request(message: str, param: str | None = None, code: str | None = None)
     return APIError(400, message, param=param, code=code)
 
 
+def unknown_arguments(names: list[str]) -> APIError:
+    """The 400 (``unknown_parameter``) naming request fields the server does not know (at least one), as
+    OpenAI's API words it; ``param``: the first."""
+    plural = "s" if len(names) > 1 else ""
+    return bad_request(
+        f"unrecognized request argument{plural} supplied: {', '.join(names)}",
+        param=names[0],
+        code="unknown_parameter",
+    )
+
+
 def decode_error(reason: str | None, cannot_end: bool, unavailable: bool = False) -> APIError:
     """The answer for a choice that failed in the engine: a 503 with ``Retry-After`` (``unavailable``:
     the model's tensor-parallel group broke; ``reason`` says so and nothing more), a 422 (``cannot_end``)

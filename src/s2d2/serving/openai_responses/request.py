@@ -21,7 +21,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..errors import bad_request
+from ..errors import bad_request, unknown_arguments
 from ..openai_fields import Shape, keys, unknown_keys
 from ..protocol import ChatCompletionRequest, S2D2Settings
 
@@ -93,12 +93,7 @@ def _refused(body: ResponsesRequest) -> None:
         raise bad_request(f"{extra[0]} is not supported", param=extra[0], code="unsupported_parameter")
     unknown = unknown_paths(body)
     if unknown:
-        plural = "s" if len(unknown) > 1 else ""
-        raise bad_request(
-            f"unrecognized request argument{plural} supplied: {', '.join(unknown)}",
-            param=unknown[0],
-            code="unknown_parameter",
-        )
+        raise unknown_arguments(unknown)
     if body.store:
         raise bad_request(
             "store=true is not supported: the server keeps no responses (send store=false or leave it out)",

@@ -34,6 +34,9 @@ ERROR_TYPES = {
     500: "server_error",
     503: "server_error",
 }
+#: The status (no body) of a request whose client went away before its answer (nginx's "client closed
+#: request").
+CLIENT_CLOSED = 499
 
 
 class APIError(Exception):

@@ -24,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from ..errors import bad_request, unknown_arguments
 from ..openai_fields import Shape, keys, unknown_keys
 from ..protocol import ChatCompletionRequest, S2D2Settings
+from ..translated import chat_request
 
 _CLOSED: dict[str, Any] = {"additionalProperties": False}
 #: Fields refused with their reason (the server keeps no responses).
@@ -238,9 +239,4 @@ def to_chat(body: ResponsesRequest) -> ChatCompletionRequest:
     chat["tools"] = _tools(body.tools)
     chat["tool_choice"] = _tool_choice(body.tool_choice)
     chat["response_format"] = _response_format(body.text)
-    if body.s2d2 is not None:
-        chat["s2d2"] = body.s2d2.model_dump(exclude_none=True)
-    try:
-        return ChatCompletionRequest.model_validate({k: v for k, v in chat.items() if v is not None})
-    except ValueError as exc:
-        raise bad_request(f"input: {str(exc).splitlines()[0]}", param="input") from None
+    return chat_request(chat, body.s2d2, "input")

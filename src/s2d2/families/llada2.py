@@ -50,7 +50,7 @@ from ..layouts import family
 from .base import ModelInfo
 from .checkpoint import load_safetensors
 from .checkpoint_facts import FamilyRules
-from .expert_parallel import renumber_experts, split_experts
+from .expert_parallel import split_experts
 from .hf import HFAdapter, rope_parameters
 from .loader import FamilySpec
 from .sharding import local_config, rank_weights
@@ -237,7 +237,10 @@ def checkpoint_weights(
     """The weights remapped onto Glm4Moe's names and the config to build at (with a q/k/v bias where the
     checkpoint has one); under tensor parallelism the rank's sizes, slices and experts (renumbered from
     0)."""
-    weights = load_safetensors(path) if tp is None else _rank_weights(path, config, gcfg, tp)
+    if tp is None:
+        weights = load_safetensors(path)
+    else:  # the rank's slices (:mod:`.sharding`, at the native sizes), its experts numbered from 0
+        weights = rank_weights(path, gcfg, tp.rank, tp.size, experts=int(config.get("num_experts") or 0))
     if any(k.endswith(".attention.dense.bias") for k in weights):
         raise ModelLoadError(f"{path}: LLaDA2 with an attention output bias (use_bias) is not supported")
     if any(k.endswith(".attention.query_key_value.bias") for k in weights):
@@ -250,14 +253,6 @@ def checkpoint_weights(
         split_experts(m, gcfg, tp.rank, tp.size)
 
     return remap_weights(weights, native), native, prepare
-
-
-def _rank_weights(path: Path, config: dict[str, Any], sizes: Any, tp: Any) -> dict[str, torch.Tensor]:
-    """A tensor-parallel rank's slices of the checkpoint (:mod:`.sharding`, at the native ``sizes``), its
-    experts numbered from 0."""
-    experts = int(config.get("num_experts") or 0)
-    weights = rank_weights(path, sizes, tp.rank, tp.size, experts=experts)
-    return renumber_experts(weights, tp.rank * (experts // tp.size)) if experts else weights
 
 
 SPEC = FamilySpec(

@@ -38,7 +38,7 @@ import torch
 from ..errors import ModelLoadError
 from .checkpoint import load_safetensors
 from .checkpoint_facts import FamilyRules
-from .expert_parallel import SoftmaxExpertShard, renumber_experts, split_experts
+from .expert_parallel import SoftmaxExpertShard, split_experts
 from .loader import FamilySpec
 from .sdar import MASK_TOKENS, qwen3_config
 from .sharding import local_config, rank_weights
@@ -145,9 +145,7 @@ def checkpoint_weights(
     n_experts = qcfg.num_experts
     if tp is None:
         return stack_experts(load_safetensors(path), n_experts), qcfg, None
-    weights = rank_weights(path, qcfg, tp.rank, tp.size, experts=n_experts)
-    if n_experts:
-        weights = renumber_experts(weights, tp.rank * (n_experts // tp.size))
+    weights = rank_weights(path, qcfg, tp.rank, tp.size, experts=n_experts)  # its experts from 0
     weights = stack_experts(weights, n_experts // tp.size)
 
     def prepare(m: torch.nn.Module) -> None:

@@ -30,6 +30,7 @@ from typing import Any
 import torch
 
 from .checkpoint import load_safetensors, weight_files
+from .expert_parallel import renumber_experts
 
 #: ``(dim, [(start, stop), ...], rows)``: the slices of a tensor along ``dim``, concatenated, padded to
 #: ``rows`` along it (None: no padding); None: the whole tensor; ``"skip"``: not on this rank
@@ -168,12 +169,14 @@ def local_config(cfg: Any, size: int, *, experts: bool = False) -> Any:
 
 def rank_weights(path: Path, cfg: Any, rank: int, size: int, *, experts: int = 0) -> dict[str, torch.Tensor]:
     """Rank ``rank``'s tensors of the checkpoint ``path`` of the model of native config ``cfg`` (full
-    sizes), under their checkpoint names."""
+    sizes), under their checkpoint names; of ``experts`` routed experts (0: none), its ``experts / size``,
+    numbered from 0."""
     heads = cfg.num_attention_heads
     hd = getattr(cfg, "head_dim", None) or cfg.hidden_size // heads
     cut = make_cut(rank, size, heads=heads, kv=cfg.num_key_value_heads, hd=hd, vocab=cfg.vocab_size,
                    experts=experts)  # fmt: skip
-    return read_shard(path, cut)
+    weights = read_shard(path, cut)
+    return renumber_experts(weights, rank * (experts // size)) if experts else weights
 
 
 def dense_checkpoint(

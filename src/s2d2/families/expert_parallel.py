@@ -7,14 +7,52 @@ the shared experts (Glm4Moe; Qwen3-MoE has none). A layer's output on one rank i
 experts and its shared columns give; the forward adds the ranks' parts with ONE all-reduce per layer
 (:func:`~s2d2.forward.paged_forward.layer_forward`; a Qwen3-MoE shard runs there as
 :class:`~s2d2.forward.routed_experts.RoutedExperts` over its slice, ``first`` its first expert id).
+
+Both families' checkpoints hold each expert's projections apart; :func:`add_expert` and
+:func:`stacked_experts` restack them as the native experts modules hold them (whole or a rank's share).
 """
 
 from __future__ import annotations
 
 import copy
+import re
 from typing import Any
 
 import torch
+
+from ..errors import ModelLoadError
+
+#: A routed expert's projection in a checkpoint: ``<layer>.mlp.experts.<e>.<gate|up|down>_proj.weight``.
+EXPERT_WEIGHT = re.compile(
+    r"^(?P<layer>.+\.mlp)\.experts\.(?P<e>\d+)\.(?P<proj>(gate|up|down)_proj)\.weight$"
+)
+#: one layer's routed experts: expert -> projection -> tensor
+LayerExperts = dict[int, dict[str, torch.Tensor]]
+#: layer -> its routed experts
+ExpertTensors = dict[str, LayerExperts]
+
+
+def add_expert(experts: ExpertTensors, name: str, tensor: torch.Tensor) -> bool:
+    """File ``tensor`` in ``experts`` under its layer, expert and projection if ``name`` is a routed
+    expert's projection (:data:`EXPERT_WEIGHT`); whether it was."""
+    m = EXPERT_WEIGHT.match(name)
+    if m:
+        experts.setdefault(m["layer"], {}).setdefault(int(m["e"]), {})[m["proj"]] = tensor
+    return m is not None
+
+
+def stacked_experts(layer: str, per_expert: LayerExperts, n: int) -> dict[str, torch.Tensor]:
+    """Experts ``0..n-1`` of ``layer`` (``per_expert[e][proj]``) as the native experts module holds them:
+    ``<layer>.experts.gate_up_proj`` ``[n, 2I, hidden]`` (gate over up) and ``<layer>.experts.down_proj``
+    ``[n, hidden, I]``; a :class:`ModelLoadError` when a projection or an expert is missing."""
+    if sorted(per_expert) != list(range(n)) or any(len(p) != 3 for p in per_expert.values()):
+        raise ModelLoadError(f"{layer}.experts: expected gate/up/down projections of experts 0..{n - 1}")
+    gate_up = [torch.cat([per_expert[e]["gate_proj"], per_expert[e]["up_proj"]]) for e in range(n)]
+    down = [per_expert[e]["down_proj"] for e in range(n)]
+    return {
+        f"{layer}.experts.gate_up_proj": torch.stack(gate_up),
+        f"{layer}.experts.down_proj": torch.stack(down),
+    }
 
 
 class _RoutedShard(torch.nn.Module):

@@ -37,7 +37,6 @@ token-causal prefill (``causal=True``) is always a real causal mask; the officia
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Any
 
@@ -50,7 +49,7 @@ from ..layouts import family
 from .base import ModelInfo
 from .checkpoint import load_safetensors
 from .checkpoint_facts import FamilyRules
-from .expert_parallel import split_experts
+from .expert_parallel import ExpertTensors, add_expert, split_experts, stacked_experts
 from .hf import HFAdapter, rope_parameters
 from .loader import FamilySpec
 from .sharding import local_config, rank_weights
@@ -71,7 +70,6 @@ RULES = FamilyRules(
     mask_tokens=MASK_TOKENS, published_block_size=32, published_mask_id=156895, end_of_turn=("<|endoftext|>",)
 )
 
-_EXPERT = re.compile(r"^(?P<layer>.+\.mlp)\.experts\.(?P<e>\d+)\.(?P<proj>(gate|up|down)_proj)\.weight$")
 
 
 def tensor_names(config: dict[str, Any]) -> list[str]:
@@ -149,7 +147,7 @@ def remap_weights(weights: dict[str, torch.Tensor], gcfg: Any) -> dict[str, torc
     heads, kv_heads, head_dim = gcfg.num_attention_heads, gcfg.num_key_value_heads, gcfg.head_dim
     split = [heads * head_dim, kv_heads * head_dim, kv_heads * head_dim]
     out: dict[str, torch.Tensor] = {}
-    experts: dict[str, dict[int, dict[str, torch.Tensor]]] = {}
+    experts: ExpertTensors = {}
     renames = {
         ".attention.dense.": ".self_attn.o_proj.",
         ".attention.query_layernorm.": ".self_attn.q_norm.",
@@ -167,9 +165,7 @@ def remap_weights(weights: dict[str, torch.Tensor], gcfg: Any) -> dict[str, torc
             for proj, part in zip(("q_proj", "k_proj", "v_proj"), tensor.split(split, dim=0), strict=True):
                 out[f"{prefix}.self_attn.{proj}.{kind}"] = part
             continue
-        m = _EXPERT.match(name)
-        if m:
-            experts.setdefault(m["layer"], {}).setdefault(int(m["e"]), {})[m["proj"]] = tensor
+        if add_expert(experts, name, tensor):
             continue
         for old, new in renames.items():
             if old in name:
@@ -178,12 +174,7 @@ def remap_weights(weights: dict[str, torch.Tensor], gcfg: Any) -> dict[str, torc
         out[name] = tensor
     n = gcfg.n_routed_experts
     for layer, per_expert in experts.items():
-        if sorted(per_expert) != list(range(n)) or any(len(p) != 3 for p in per_expert.values()):
-            raise ModelLoadError(f"{layer}.experts: expected gate/up/down projections of experts 0..{n - 1}")
-        out[f"{layer}.experts.gate_up_proj"] = torch.stack(
-            [torch.cat([per_expert[e]["gate_proj"], per_expert[e]["up_proj"]], dim=0) for e in range(n)]
-        )
-        out[f"{layer}.experts.down_proj"] = torch.stack([per_expert[e]["down_proj"] for e in range(n)])
+        out.update(stacked_experts(layer, per_expert, n))
         bias = f"{layer}.gate.e_score_correction_bias"
         if bias not in out:  # LLaDA2 always adds expert_bias (zeros unless trained): default to zeros
             gate = out.get(f"{layer}.gate.weight")  # every expert's (a tensor-parallel rank holds n of them)

@@ -116,6 +116,9 @@ def write_preset_file(preset: PresetFile, path: str | os.PathLike[str]) -> Path:
     return write_text_atomically(path, json.dumps(preset.to_json(), indent=2) + "\n")
 
 
+_SDAR: dict[str, Any] = dict(
+    decoder="s2d2", fallback="dynamic", threshold=0.85, causal_cache=True, last_block="full"
+)
 _FAST_DLLM_V2: dict[str, Any] = dict(
     decoder="s2d2", block_size=32, steps=None, threshold=0.9, fallback="dynamic", last_block="full"
 )
@@ -148,7 +151,7 @@ _LOSSLESS: dict[str, Any] = dict(
 PRESETS: dict[str, dict[str, Any]] = {
     # SDAR-8B, B=4: score threshold 0 with a static penalty c=1, soft-entropy estimator.
     "paper-sdar-a": dict(
-        decoder="s2d2",
+        _SDAR,
         block_size=4,
         steps=4,
         policy="score",
@@ -156,22 +159,9 @@ PRESETS: dict[str, dict[str, Any]] = {
         penalty=1.0,
         score_threshold=0.0,
         estimator="soft-entropy",
-        fallback="dynamic",
-        threshold=0.85,
-        causal_cache=True,
-        last_block="full",
     ),
     # SDAR-8B, B=16: verify on every step.
-    "paper-sdar-b": dict(
-        decoder="s2d2",
-        block_size=16,
-        steps=16,
-        policy="always",
-        fallback="dynamic",
-        threshold=0.85,
-        causal_cache=True,
-        last_block="full",
-    ),
+    "paper-sdar-b": dict(_SDAR, block_size=16, steps=16, policy="always"),
     # Fast-dLLM v2 7B (block 32, tau 0.9): sub-blocks of 4 or 16 with hysteresis routing (on 1, off -5,
     # dynamic score, c = 1); whole 32-token sub-blocks with a minimum span of 8.
     "paper-fast-dllm-v2-sub4": dict(_FAST_DLLM_V2, sub_block_size=4, **_FAST_DLLM_V2_HYSTERESIS),

@@ -29,10 +29,10 @@ def read_config(path: Path) -> dict[str, Any]:
         raise ModelLoadError(f"{cfg_file} is not valid JSON ({exc.__class__.__name__}: {exc})") from None
 
 
-def load_safetensors(path: Path) -> dict[str, torch.Tensor]:
-    """Load all weights of a directory from ``model.safetensors`` or a sharded index. Never unpickles."""
-    from safetensors.torch import load_file
-
+def weight_files(path: Path) -> list[Path]:
+    """The safetensors files holding the weights of a directory: a sharded index's shards, else
+    ``model.safetensors``, else every ``model*.safetensors``; a :class:`ModelLoadError` when there are none,
+    the index is broken or a shard it names is missing."""
     index = path / "model.safetensors.index.json"
     if index.is_file():
         try:
@@ -48,10 +48,18 @@ def load_safetensors(path: Path) -> dict[str, torch.Tensor]:
         pickled = list(path.glob("*.bin"))
         hint = " (only pickled .bin weights found; convert them to safetensors)" if pickled else ""
         raise ModelLoadError(f"no safetensors weights in {path}{hint}")
-    weights: dict[str, torch.Tensor] = {}
     for f in files:
         if not f.is_file():
             raise ModelLoadError(f"missing weight shard {f.name} in {path}")
+    return files
+
+
+def load_safetensors(path: Path) -> dict[str, torch.Tensor]:
+    """Load all weights of a directory (:func:`weight_files`). Never unpickles."""
+    from safetensors.torch import load_file
+
+    weights: dict[str, torch.Tensor] = {}
+    for f in weight_files(path):
         try:
             weights.update(load_file(str(f)))
         except Exception as exc:  # safetensors raises its own error types

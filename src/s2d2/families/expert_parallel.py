@@ -7,17 +7,75 @@ the shared experts (Glm4Moe; Qwen3-MoE has none). A layer's output on one rank i
 experts and its shared columns give; the forward adds the ranks' parts with ONE all-reduce per layer
 (:func:`~s2d2.forward.paged_forward.layer_forward`; a Qwen3-MoE shard runs there as
 :class:`~s2d2.forward.routed_experts.RoutedExperts` over its slice, ``first`` its first expert id).
+
+Both families' checkpoints hold each expert's projections apart; :func:`add_expert` and
+:func:`stacked_experts` restack them as the native experts modules hold them (whole or a rank's share).
 """
 
 from __future__ import annotations
 
 import copy
+import re
 from typing import Any
 
 import torch
 
+from ..errors import ModelLoadError
 
-class ExpertShard(torch.nn.Module):
+#: A routed expert's projection in a checkpoint: ``<layer>.mlp.experts.<e>.<gate|up|down>_proj.weight``.
+EXPERT_WEIGHT = re.compile(
+    r"^(?P<layer>.+\.mlp)\.experts\.(?P<e>\d+)\.(?P<proj>(gate|up|down)_proj)\.weight$"
+)
+#: one layer's routed experts: expert -> projection -> tensor
+LayerExperts = dict[int, dict[str, torch.Tensor]]
+#: layer -> its routed experts
+ExpertTensors = dict[str, LayerExperts]
+
+
+def add_expert(experts: ExpertTensors, name: str, tensor: torch.Tensor) -> bool:
+    """File ``tensor`` in ``experts`` under its layer, expert and projection if ``name`` is a routed
+    expert's projection (:data:`EXPERT_WEIGHT`); whether it was."""
+    m = EXPERT_WEIGHT.match(name)
+    if m:
+        experts.setdefault(m["layer"], {}).setdefault(int(m["e"]), {})[m["proj"]] = tensor
+    return m is not None
+
+
+def stacked_experts(layer: str, per_expert: LayerExperts, n: int) -> dict[str, torch.Tensor]:
+    """Experts ``0..n-1`` of ``layer`` (``per_expert[e][proj]``) as the native experts module holds them:
+    ``<layer>.experts.gate_up_proj`` ``[n, 2I, hidden]`` (gate over up) and ``<layer>.experts.down_proj``
+    ``[n, hidden, I]``; a :class:`ModelLoadError` when a projection or an expert is missing."""
+    if sorted(per_expert) != list(range(n)) or any(len(p) != 3 for p in per_expert.values()):
+        raise ModelLoadError(f"{layer}.experts: expected gate/up/down projections of experts 0..{n - 1}")
+    gate_up = [torch.cat([per_expert[e]["gate_proj"], per_expert[e]["up_proj"]]) for e in range(n)]
+    down = [per_expert[e]["down_proj"] for e in range(n)]
+    return {
+        f"{layer}.experts.gate_up_proj": torch.stack(gate_up),
+        f"{layer}.experts.down_proj": torch.stack(down),
+    }
+
+
+class _RoutedShard(torch.nn.Module):
+    """A mixture-of-experts layer's routed share on one rank: ``gate`` (the whole router), ``experts`` (the
+    native experts module of this rank's ``per_rank`` experts), ``first`` (the expert id of its expert
+    0). :meth:`routed` is their part of the layer's output."""
+
+    def __init__(self, gate: torch.nn.Module, experts: torch.nn.Module, n_experts: int, rank: int, size: int):
+        super().__init__()
+        self.gate = gate
+        self.experts = experts
+        # transformers' expert kernels then skip (and zero) the pairs routed to index E_local (elsewhere)
+        self.experts._is_expert_parallel = True
+        self.per_rank = n_experts // size
+        self.first = rank * self.per_rank
+
+    def routed(self, flat: torch.Tensor) -> torch.Tensor:
+        """``flat`` ``[T, hidden]`` -> what this rank's experts add for the experts the router picks."""
+        _, weights, index = self.gate(flat)
+        return self.experts(flat, _local_index(index, self.first, self.per_rank), weights)
+
+
+class ExpertShard(_RoutedShard):
     """A Glm4Moe mixture-of-experts layer's share on one rank: ``gate`` (the whole router), ``experts``
     (the native experts module of this rank's ``E / N`` experts), ``shared_experts`` (this rank's columns).
     ``forward(h)`` ``[T, hidden]`` -> this rank's partial sum ``[T, hidden]``."""
@@ -25,13 +83,8 @@ class ExpertShard(torch.nn.Module):
     def __init__(self, full_config: Any, local_config: Any, rank: int, size: int):
         from transformers.models.glm4_moe import modeling_glm4_moe as glm
 
-        super().__init__()
-        self.gate = glm.Glm4MoeTopkRouter(full_config)
-        self.experts = glm.Glm4MoeExperts(local_config)
-        # transformers' expert kernels then skip (and zero) the pairs routed to index E_local (elsewhere)
-        self.experts._is_expert_parallel = True
-        self.per_rank = full_config.n_routed_experts // size
-        self.first = rank * self.per_rank
+        gate, experts = glm.Glm4MoeTopkRouter(full_config), glm.Glm4MoeExperts(local_config)
+        super().__init__(gate, experts, full_config.n_routed_experts, rank, size)
         shared = full_config.moe_intermediate_size * full_config.n_shared_experts
         self.shared_experts = glm.Glm4MoeMLP(local_config, intermediate_size=shared // size)
 
@@ -40,12 +93,10 @@ class ExpertShard(torch.nn.Module):
 
     def forward(self, h: torch.Tensor) -> torch.Tensor:
         flat = h.reshape(-1, h.shape[-1])
-        _, weights, index = self.gate(flat)
-        own = self.experts(flat, _local_index(index, self.first, self.per_rank), weights)
-        return (own + self.shared_experts(flat)).view(h.shape)
+        return (self.routed(flat) + self.shared_experts(flat)).view(h.shape)
 
 
-class SoftmaxExpertShard(torch.nn.Module):
+class SoftmaxExpertShard(_RoutedShard):
     """A Qwen3-MoE mixture-of-experts layer's share on one rank: ``gate`` (the whole softmax top-k router:
     the top k of all ``E`` experts, renormalised iff ``norm_topk_prob``), ``experts`` (the native experts
     module of this rank's ``E / N`` experts), ``first`` (the expert id of its expert 0). ``forward(h)``
@@ -57,17 +108,11 @@ class SoftmaxExpertShard(torch.nn.Module):
     def __init__(self, full_config: Any, local_config: Any, rank: int, size: int):
         from transformers.models.qwen3_moe import modeling_qwen3_moe as qwen
 
-        super().__init__()
-        self.gate = qwen.Qwen3MoeTopKRouter(full_config)
-        self.experts = qwen.Qwen3MoeExperts(local_config)
-        self.experts._is_expert_parallel = True
-        self.per_rank = full_config.num_experts // size
-        self.first = rank * self.per_rank
+        gate, experts = qwen.Qwen3MoeTopKRouter(full_config), qwen.Qwen3MoeExperts(local_config)
+        super().__init__(gate, experts, full_config.num_experts, rank, size)
 
     def forward(self, h: torch.Tensor) -> torch.Tensor:
-        flat = h.reshape(-1, h.shape[-1])
-        _, weights, index = self.gate(flat)
-        return self.experts(flat, _local_index(index, self.first, self.per_rank), weights).view(h.shape)
+        return self.routed(h.reshape(-1, h.shape[-1])).view(h.shape)
 
 
 def _local_index(index: torch.Tensor, first: int, per_rank: int) -> torch.Tensor:

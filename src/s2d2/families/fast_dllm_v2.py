@@ -34,7 +34,7 @@ from ..forward.kv_pool import KVState
 from ..forward.segment import Segment
 from ..layouts import layout
 from .checkpoint_facts import FamilyRules
-from .hf import HFAdapter
+from .hf import HFAdapter, qwen_config
 from .loader import FamilySpec
 from .sharding import dense_checkpoint
 from .tensor_names import mlp, qwen_names
@@ -49,22 +49,8 @@ MASK_TOKENS = ("|<MASK>|", "<|MASK|>", "<|mask|>", "<mask>", "[MASK]")
 #: A checkpoint's ``bd_size`` is its block size; without one, the 32 Fast-dLLM v2's own forward defaults to.
 RULES = FamilyRules(mask_tokens=MASK_TOKENS, published_block_size=32)
 
-_QWEN2_KEYS = (
-    "vocab_size",
-    "hidden_size",
-    "intermediate_size",
-    "num_hidden_layers",
-    "num_attention_heads",
-    "num_key_value_heads",
-    "hidden_act",
-    "max_position_embeddings",
-    "rms_norm_eps",
-    "tie_word_embeddings",
-    "bos_token_id",
-    "eos_token_id",
-    "pad_token_id",
-    "attention_dropout",
-)
+#: ``config.json`` fields taken as they are beyond :data:`~.hf.QWEN_KEYS`
+_QWEN2_KEYS = ("attention_dropout",)
 
 
 
@@ -74,23 +60,12 @@ def tensor_names(config: dict[str, Any]) -> list[str]:
 
 
 def qwen2_config(config: dict[str, Any]) -> Any:
+    """The ``Qwen2Config`` of a Fast-dLLM v2 checkpoint's ``config.json`` (``head_dim`` set after: hidden
+    size / heads where it gives none)."""
     from transformers import Qwen2Config
 
-    kwargs = {k: config[k] for k in _QWEN2_KEYS if config.get(k) is not None}
-    head_dim = config.get("head_dim") or config["hidden_size"] // config["num_attention_heads"]
-    rope = config.get("rope_parameters") or {}
-    theta = config.get("rope_theta", rope.get("rope_theta", 10000.0))
-    scaling = config.get("rope_scaling") or {}
-    rope_params = {"rope_type": scaling.get("rope_type", scaling.get("type", "default")), "rope_theta": theta}
-    rope_params.update({k: v for k, v in scaling.items() if k not in ("type", "rope_type")})
-    qcfg = Qwen2Config(
-        **kwargs,
-        rope_parameters=rope_params,
-        use_sliding_window=False,  # no family here uses a sliding window
-        sliding_window=None,
-        layer_types=["full_attention"] * int(config["num_hidden_layers"]),
-    )
-    qcfg.head_dim = int(head_dim)
+    qcfg = qwen_config(Qwen2Config, config, _QWEN2_KEYS)
+    qcfg.head_dim = int(config.get("head_dim") or config["hidden_size"] // config["num_attention_heads"])
     return qcfg
 
 

@@ -26,6 +26,51 @@ from ..forward.segment import Segment
 from .base import ModelAdapter, ModelInfo
 
 
+def rope_parameters(config: dict[str, Any], theta: float, **more: Any) -> dict[str, Any]:
+    """A native config's ``rope_parameters``: the checkpoint's ``rope_scaling`` type (``default`` when it
+    has none), ``theta``, ``more``, then the scaling's own fields."""
+    scaling = config.get("rope_scaling") or {}
+    kind = scaling.get("rope_type", scaling.get("type", "default"))
+    rope = {"rope_type": kind, "rope_theta": theta, **more}
+    rope.update({k: v for k, v in scaling.items() if k not in ("type", "rope_type")})
+    return rope
+
+
+#: ``config.json`` fields every Qwen-style native config takes as they are
+QWEN_KEYS = (
+    "vocab_size",
+    "hidden_size",
+    "intermediate_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "hidden_act",
+    "max_position_embeddings",
+    "rms_norm_eps",
+    "tie_word_embeddings",
+    "bos_token_id",
+    "eos_token_id",
+    "pad_token_id",
+)
+
+
+def qwen_config(cls: Any, config: dict[str, Any], more_keys: Sequence[str] = (), **extra: Any) -> Any:
+    """A transformers Qwen-style config (``cls``: ``Qwen2Config``, ``Qwen3Config``) from ``config.json``:
+    the fields of :data:`QWEN_KEYS` and ``more_keys`` it sets (not null), ``extra``, its rope (theta from
+    ``rope_theta``, else ``rope_parameters``, else 10000) and full attention in every layer (no family here
+    uses a sliding window)."""
+    kwargs = {k: config[k] for k in (*QWEN_KEYS, *more_keys) if config.get(k) is not None}
+    theta = config.get("rope_theta", (config.get("rope_parameters") or {}).get("rope_theta", 10000.0))
+    return cls(
+        **kwargs,
+        **extra,
+        rope_parameters=rope_parameters(config, theta),
+        use_sliding_window=False,
+        sliding_window=None,
+        layer_types=["full_attention"] * int(config["num_hidden_layers"]),
+    )
+
+
 class DynamicCachePool:
     """Rows for transformers' own forward: one ``DynamicCache`` each (no shared memory)."""
 

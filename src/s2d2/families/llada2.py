@@ -37,7 +37,6 @@ token-causal prefill (``causal=True``) is always a real causal mask; the officia
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Any
 
@@ -50,8 +49,8 @@ from ..layouts import family
 from .base import ModelInfo
 from .checkpoint import load_safetensors
 from .checkpoint_facts import FamilyRules
-from .expert_parallel import renumber_experts, split_experts
-from .hf import HFAdapter
+from .expert_parallel import ExpertTensors, add_expert, split_experts, stacked_experts
+from .hf import HFAdapter, rope_parameters
 from .loader import FamilySpec
 from .sharding import local_config, rank_weights
 from .tensor_names import ends, experts, layer_norms, mlp
@@ -71,7 +70,6 @@ RULES = FamilyRules(
     mask_tokens=MASK_TOKENS, published_block_size=32, published_mask_id=156895, end_of_turn=("<|endoftext|>",)
 )
 
-_EXPERT = re.compile(r"^(?P<layer>.+\.mlp)\.experts\.(?P<e>\d+)\.(?P<proj>(gate|up|down)_proj)\.weight$")
 
 
 def tensor_names(config: dict[str, Any]) -> list[str]:
@@ -111,13 +109,8 @@ def glm4_moe_config(config: dict[str, Any], *, attention_bias: bool) -> Any:
     dense_first = int(config.get("first_k_dense_replace", 0))
     if not n_experts:  # dense model: every layer gets the dense MLP
         n_experts, dense_first = 1, n_layers
-    scaling = config.get("rope_scaling") or {}
-    rope = {
-        "rope_type": scaling.get("rope_type", scaling.get("type", "default")),
-        "rope_theta": float(config.get("rope_theta", 10000.0)),
-        "partial_rotary_factor": float(config.get("partial_rotary_factor", 0.5)),
-    }
-    rope.update({k: v for k, v in scaling.items() if k not in ("type", "rope_type")})
+    theta, partial = float(config.get("rope_theta", 10000.0)), float(config.get("partial_rotary_factor", 0.5))
+    rope = rope_parameters(config, theta, partial_rotary_factor=partial)
     ids = ("bos_token_id", "eos_token_id", "pad_token_id")
     optional = {k: config[k] for k in ids if config.get(k) is not None}
     return Glm4MoeConfig(
@@ -154,7 +147,7 @@ def remap_weights(weights: dict[str, torch.Tensor], gcfg: Any) -> dict[str, torc
     heads, kv_heads, head_dim = gcfg.num_attention_heads, gcfg.num_key_value_heads, gcfg.head_dim
     split = [heads * head_dim, kv_heads * head_dim, kv_heads * head_dim]
     out: dict[str, torch.Tensor] = {}
-    experts: dict[str, dict[int, dict[str, torch.Tensor]]] = {}
+    experts: ExpertTensors = {}
     renames = {
         ".attention.dense.": ".self_attn.o_proj.",
         ".attention.query_layernorm.": ".self_attn.q_norm.",
@@ -172,9 +165,7 @@ def remap_weights(weights: dict[str, torch.Tensor], gcfg: Any) -> dict[str, torc
             for proj, part in zip(("q_proj", "k_proj", "v_proj"), tensor.split(split, dim=0), strict=True):
                 out[f"{prefix}.self_attn.{proj}.{kind}"] = part
             continue
-        m = _EXPERT.match(name)
-        if m:
-            experts.setdefault(m["layer"], {}).setdefault(int(m["e"]), {})[m["proj"]] = tensor
+        if add_expert(experts, name, tensor):
             continue
         for old, new in renames.items():
             if old in name:
@@ -183,12 +174,7 @@ def remap_weights(weights: dict[str, torch.Tensor], gcfg: Any) -> dict[str, torc
         out[name] = tensor
     n = gcfg.n_routed_experts
     for layer, per_expert in experts.items():
-        if sorted(per_expert) != list(range(n)) or any(len(p) != 3 for p in per_expert.values()):
-            raise ModelLoadError(f"{layer}.experts: expected gate/up/down projections of experts 0..{n - 1}")
-        out[f"{layer}.experts.gate_up_proj"] = torch.stack(
-            [torch.cat([per_expert[e]["gate_proj"], per_expert[e]["up_proj"]], dim=0) for e in range(n)]
-        )
-        out[f"{layer}.experts.down_proj"] = torch.stack([per_expert[e]["down_proj"] for e in range(n)])
+        out.update(stacked_experts(layer, per_expert, n))
         bias = f"{layer}.gate.e_score_correction_bias"
         if bias not in out:  # LLaDA2 always adds expert_bias (zeros unless trained): default to zeros
             gate = out.get(f"{layer}.gate.weight")  # every expert's (a tensor-parallel rank holds n of them)
@@ -242,7 +228,10 @@ def checkpoint_weights(
     """The weights remapped onto Glm4Moe's names and the config to build at (with a q/k/v bias where the
     checkpoint has one); under tensor parallelism the rank's sizes, slices and experts (renumbered from
     0)."""
-    weights = load_safetensors(path) if tp is None else _rank_weights(path, config, gcfg, tp)
+    if tp is None:
+        weights = load_safetensors(path)
+    else:  # the rank's slices (:mod:`.sharding`, at the native sizes), its experts numbered from 0
+        weights = rank_weights(path, gcfg, tp.rank, tp.size, experts=int(config.get("num_experts") or 0))
     if any(k.endswith(".attention.dense.bias") for k in weights):
         raise ModelLoadError(f"{path}: LLaDA2 with an attention output bias (use_bias) is not supported")
     if any(k.endswith(".attention.query_key_value.bias") for k in weights):
@@ -255,14 +244,6 @@ def checkpoint_weights(
         split_experts(m, gcfg, tp.rank, tp.size)
 
     return remap_weights(weights, native), native, prepare
-
-
-def _rank_weights(path: Path, config: dict[str, Any], sizes: Any, tp: Any) -> dict[str, torch.Tensor]:
-    """A tensor-parallel rank's slices of the checkpoint (:mod:`.sharding`, at the native ``sizes``), its
-    experts numbered from 0."""
-    experts = int(config.get("num_experts") or 0)
-    weights = rank_weights(path, sizes, tp.rank, tp.size, experts=experts)
-    return renumber_experts(weights, tp.rank * (experts // tp.size)) if experts else weights
 
 
 SPEC = FamilySpec(

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from .checkpoint_facts import FamilyRules
+from .hf import qwen_config
 from .loader import FamilySpec
 from .sharding import dense_checkpoint
 from .tensor_names import mlp, qwen_names
@@ -21,23 +22,8 @@ MASK_TOKENS = ("<|MASK|>", "<|mask|>", "<mask>", "|<MASK>|")
 #: SDAR's published checkpoints are run with blocks of 4 (their ``-bN`` variants say otherwise by name).
 RULES = FamilyRules(mask_tokens=MASK_TOKENS, published_block_size=4)
 
-_QWEN3_KEYS = (
-    "vocab_size",
-    "hidden_size",
-    "intermediate_size",
-    "num_hidden_layers",
-    "num_attention_heads",
-    "num_key_value_heads",
-    "head_dim",
-    "hidden_act",
-    "max_position_embeddings",
-    "rms_norm_eps",
-    "attention_bias",
-    "tie_word_embeddings",
-    "bos_token_id",
-    "eos_token_id",
-    "pad_token_id",
-)
+#: ``config.json`` fields taken as they are beyond :data:`~.hf.QWEN_KEYS`
+_QWEN3_KEYS = ("head_dim", "attention_bias")
 
 
 
@@ -48,23 +34,14 @@ def tensor_names(config: dict[str, Any]) -> list[str]:
 
 
 def qwen3_config(config: dict[str, Any]) -> Any:
+    """The ``Qwen3Config`` of an SDAR checkpoint's ``config.json`` (``head_dim``: hidden size / heads where
+    it gives none)."""
     from transformers import Qwen3Config
 
-    kwargs = {k: config[k] for k in _QWEN3_KEYS if config.get(k) is not None}
-    if "head_dim" not in kwargs:
-        kwargs["head_dim"] = config["hidden_size"] // config["num_attention_heads"]
-    rope = config.get("rope_parameters") or {}
-    theta = config.get("rope_theta", rope.get("rope_theta", 10000.0))
-    scaling = config.get("rope_scaling") or {}
-    rope_params = {"rope_type": scaling.get("rope_type", scaling.get("type", "default")), "rope_theta": theta}
-    rope_params.update({k: v for k, v in scaling.items() if k not in ("type", "rope_type")})
-    return Qwen3Config(
-        **kwargs,
-        rope_parameters=rope_params,
-        use_sliding_window=False,  # no family here uses a sliding window
-        sliding_window=None,
-        layer_types=["full_attention"] * int(config["num_hidden_layers"]),
-    )
+    if config.get("head_dim") is not None:
+        return qwen_config(Qwen3Config, config, _QWEN3_KEYS)
+    head_dim = config["hidden_size"] // config["num_attention_heads"]
+    return qwen_config(Qwen3Config, config, _QWEN3_KEYS, head_dim=head_dim)
 
 
 SPEC = FamilySpec(

@@ -29,16 +29,14 @@ experts, applies the ones it holds, and the layer's one all-reduce adds the rank
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from ..errors import ModelLoadError
 from .checkpoint import load_safetensors
 from .checkpoint_facts import FamilyRules
-from .expert_parallel import SoftmaxExpertShard, renumber_experts, split_experts
+from .expert_parallel import ExpertTensors, SoftmaxExpertShard, add_expert, split_experts, stacked_experts
 from .loader import FamilySpec
 from .sdar import MASK_TOKENS, qwen3_config
 from .sharding import local_config, rank_weights
@@ -52,7 +50,6 @@ AUTO_MAP_NAMES = ("sdar_moe", "sdarmoe")
 #: SDAR's block size when the config does not say (SDAR-MoE is served with blocks of 4).
 RULES = FamilyRules(mask_tokens=MASK_TOKENS, published_block_size=4)
 
-_EXPERT = re.compile(r"^(?P<layer>.+\.mlp)\.experts\.(?P<e>\d+)\.(?P<proj>(gate|up|down)_proj)\.weight$")
 
 
 
@@ -112,25 +109,13 @@ def stack_experts(weights: dict[str, torch.Tensor], n_experts: int) -> dict[str,
     (see the module docstring); every other tensor keeps its name. ``weights`` is consumed (emptied) and
     each layer's per-expert tensors are dropped once stacked, so the copy costs one layer's experts."""
     out: dict[str, torch.Tensor] = {}
-    experts: dict[str, dict[int, dict[str, torch.Tensor]]] = {}
+    experts: ExpertTensors = {}
     for name in list(weights):
         tensor = weights.pop(name)
-        m = _EXPERT.match(name)
-        if m:
-            experts.setdefault(m["layer"], {}).setdefault(int(m["e"]), {})[m["proj"]] = tensor
-        else:
+        if not add_expert(experts, name, tensor):
             out[name] = tensor
     for layer in list(experts):
-        per_expert = experts.pop(layer)
-        if sorted(per_expert) != list(range(n_experts)) or any(len(p) != 3 for p in per_expert.values()):
-            raise ModelLoadError(
-                f"{layer}.experts: expected gate/up/down projections of experts 0..{n_experts - 1}"
-            )
-        out[f"{layer}.experts.gate_up_proj"] = torch.stack(
-            [torch.cat([per_expert[e]["gate_proj"], per_expert[e]["up_proj"]]) for e in range(n_experts)]
-        )
-        downs = [per_expert[e]["down_proj"] for e in range(n_experts)]
-        out[f"{layer}.experts.down_proj"] = torch.stack(downs)
+        out.update(stacked_experts(layer, experts.pop(layer), n_experts))
     return out
 
 
@@ -145,9 +130,7 @@ def checkpoint_weights(
     n_experts = qcfg.num_experts
     if tp is None:
         return stack_experts(load_safetensors(path), n_experts), qcfg, None
-    weights = rank_weights(path, qcfg, tp.rank, tp.size, experts=n_experts)
-    if n_experts:
-        weights = renumber_experts(weights, tp.rank * (n_experts // tp.size))
+    weights = rank_weights(path, qcfg, tp.rank, tp.size, experts=n_experts)  # its experts from 0
     weights = stack_experts(weights, n_experts // tp.size)
 
     def prepare(m: torch.nn.Module) -> None:

@@ -21,7 +21,6 @@ rank's sizes (:func:`local_config`): its heads, intermediate size and vocabulary
 from __future__ import annotations
 
 import copy
-import json
 import math
 import re
 from collections.abc import Callable
@@ -30,8 +29,8 @@ from typing import Any
 
 import torch
 
-from ..errors import ModelLoadError
-from .checkpoint import load_safetensors
+from .checkpoint import load_safetensors, weight_files
+from .expert_parallel import renumber_experts
 
 #: ``(dim, [(start, stop), ...], rows)``: the slices of a tensor along ``dim``, concatenated, padded to
 #: ``rows`` along it (None: no padding); None: the whole tensor; ``"skip"``: not on this rank
@@ -123,19 +122,9 @@ def read_shard(path: Path, cut: Callable[[str, tuple[int, ...]], Cut]) -> dict[s
     cut by ``cut`` as it is read (only the slices are read: no full copy of a split tensor)."""
     from safetensors import safe_open
 
-    index = path / "model.safetensors.index.json"
-    if index.is_file():
-        try:
-            files = sorted(set(json.loads(index.read_text())["weight_map"].values()))
-        except (json.JSONDecodeError, KeyError, AttributeError) as exc:
-            raise ModelLoadError(f"{index} is not a valid safetensors index ({exc})") from None
-    else:
-        files = [p.name for p in sorted(path.glob("model*.safetensors"))]
-    if not files:
-        raise ModelLoadError(f"no safetensors weights in {path}")
     out: dict[str, torch.Tensor] = {}
-    for name in files:
-        with safe_open(str(path / name), framework="pt") as f:
+    for file in weight_files(path):
+        with safe_open(str(file), framework="pt") as f:
             for key in f.keys():  # noqa: SIM118 (safe_open is not a mapping)
                 sl = f.get_slice(key)
                 out_t = _read(sl, cut(key, tuple(sl.get_shape())))
@@ -180,12 +169,14 @@ def local_config(cfg: Any, size: int, *, experts: bool = False) -> Any:
 
 def rank_weights(path: Path, cfg: Any, rank: int, size: int, *, experts: int = 0) -> dict[str, torch.Tensor]:
     """Rank ``rank``'s tensors of the checkpoint ``path`` of the model of native config ``cfg`` (full
-    sizes), under their checkpoint names."""
+    sizes), under their checkpoint names; of ``experts`` routed experts (0: none), its ``experts / size``,
+    numbered from 0."""
     heads = cfg.num_attention_heads
     hd = getattr(cfg, "head_dim", None) or cfg.hidden_size // heads
     cut = make_cut(rank, size, heads=heads, kv=cfg.num_key_value_heads, hd=hd, vocab=cfg.vocab_size,
                    experts=experts)  # fmt: skip
-    return read_shard(path, cut)
+    weights = read_shard(path, cut)
+    return renumber_experts(weights, rank * (experts // size)) if experts else weights
 
 
 def dense_checkpoint(

@@ -12,7 +12,8 @@ server-sent event bodies), :mod:`.metrics` (Prometheus text), :mod:`.limits` (bo
 CDN), :mod:`.app` (``create_app``), :mod:`.server` (uvicorn with connection timeouts and a bounded
 graceful shutdown), :mod:`.load` (``s2d2 bench-serve``), :mod:`.ray` (``s2d2 serve --ray``); the packages
 :mod:`.tools` (tool calls), :mod:`.openai_responses` (OpenAI's Responses API) and
-:mod:`.anthropic_messages` (Anthropic's Messages API, on the same chat path).
+:mod:`.anthropic_messages` (Anthropic's Messages API, on the same chat path), with what those two share in
+:mod:`.translated`.
 What the server needs of the model it serves is :class:`.served_model.ServedModel`.
 
 FastAPI and uvicorn are the optional extra ``serve`` (``pip install 's2d2[serve]'``); nothing here is

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
+from fastapi.responses import JSONResponse, PlainTextResponse, Response
 
 from ..decoding.routing_state import DEFAULT_MAX_TABLES, EngineRoutingState
 from ..engine.llm_engine import LLMEngine
@@ -37,7 +37,7 @@ from .detokenizer import TextStream
 from .docs_ui import add_docs
 from .drain import DrainGate, draining_error
 from .engine_thread import Draining, EngineThread, QueueFull
-from .errors import APIError, bad_request, install_error_handlers
+from .errors import CLIENT_CLOSED, APIError, bad_request, install_error_handlers
 from .limits import DEFAULT_BODY_TIMEOUT_S, DEFAULT_MAX_BODY_BYTES, BodySizeLimit
 from .metrics import ServerMetrics
 from .openai_responses.request import ResponsesRequest
@@ -61,6 +61,7 @@ from .responses import (
     Renderer,
     collect_all,
     completion_body,
+    event_stream,
     score_only_events,
     sse_chunks,
     text_events,
@@ -69,13 +70,12 @@ from .security import AccessControl
 from .served_model import ServedModel
 from .tools.formats import format_named
 from .tools.reply import new_reader, reply_events
+from .translated import ChatSteps
 
 log = logging.getLogger("s2d2.serving")
 
 #: Seconds a client is told to wait after a 429 (and a 503 while the server drains).
 RETRY_AFTER_S = 1
-#: The status logged for a non-streamed request whose client disconnected (nginx's convention).
-CLIENT_CLOSED = 499
 ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
     code: {"model": ErrorResponse} for code in (400, 404, 413, 429, 500, 503)
 }
@@ -316,15 +316,15 @@ def _routes(app: FastAPI, state: ServerState) -> None:
 
     @app.post("/v1/responses", responses=ERROR_RESPONSES)
     async def responses(body: ResponsesRequest, request: Request) -> Any:
-        return await serve_response(state, body, request, prepare=_prepare, submit=_submit)
+        return await serve_response(state, body, request, _STEPS)
 
     @app.post("/v1/messages", responses=ERROR_RESPONSES)
     async def messages(body: MessagesRequest, request: Request) -> Any:
-        return await serve_message(state, body, request, prepare=_prepare, submit=_submit)
+        return await serve_message(state, body, request, _STEPS)
 
     @app.post("/v1/messages/count_tokens", responses=ERROR_RESPONSES)
     async def messages_count_tokens(body: CountTokensRequest) -> Any:
-        return await count_tokens(state, body, prepare=_prepare)
+        return await count_tokens(state, body, _STEPS)
 
 
 async def _submit(state: ServerState, prep: Prepared) -> list[Any]:
@@ -367,6 +367,9 @@ def _prepare(state: ServerState, body: Any) -> Prepared:
     )
 
 
+_STEPS = ChatSteps(_prepare, _submit)
+
+
 async def _serve(state: ServerState, body: Any, request: Request, *, chat: bool) -> Any:
     prep = await asyncio.to_thread(_prepare, state, body)
     decode = state.model.decode_ids
@@ -390,8 +393,7 @@ async def _serve(state: ServerState, body: Any, request: Request, *, chat: bool)
         make = functools.partial(new_reader, prep.tools, prep.reasoning)
         streams = [reply_events(s, make, Delta) for s in streams]
     if prep.stream:
-        headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
-        return StreamingResponse(sse_chunks(r, streams), media_type="text/event-stream", headers=headers)
+        return event_stream(sse_chunks(r, streams))
     results = await collect_all(streams, request.is_disconnected)
     if results is None:  # the client went away: its choices are aborted, nobody reads an answer
         return Response(status_code=CLIENT_CLOSED)

@@ -34,6 +34,9 @@ ERROR_TYPES = {
     500: "server_error",
     503: "server_error",
 }
+#: The status (no body) of a request whose client went away before its answer (nginx's "client closed
+#: request").
+CLIENT_CLOSED = 499
 
 
 class APIError(Exception):
@@ -66,6 +69,17 @@ class APIError(Exception):
 
 def bad_request(message: str, param: str | None = None, code: str | None = None) -> APIError:
     return APIError(400, message, param=param, code=code)
+
+
+def unknown_arguments(names: list[str]) -> APIError:
+    """The 400 (``unknown_parameter``) naming request fields the server does not know (at least one), as
+    OpenAI's API words it; ``param``: the first."""
+    plural = "s" if len(names) > 1 else ""
+    return bad_request(
+        f"unrecognized request argument{plural} supplied: {', '.join(names)}",
+        param=names[0],
+        code="unknown_parameter",
+    )
 
 
 def decode_error(reason: str | None, cannot_end: bool, unavailable: bool = False) -> APIError:

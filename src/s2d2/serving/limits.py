@@ -23,6 +23,11 @@ DEFAULT_MAX_BODY_BYTES = 1 << 20
 DEFAULT_BODY_TIMEOUT_S = 30.0
 
 
+def _closing(status: int, message: str, code: str) -> APIError:
+    """The answer to a body that broke a limit: the connection is closed after it."""
+    return APIError(status, message, code=code, headers={"Connection": "close"})
+
+
 class BodyRefused(Exception):
     """The body broke a limit: ``error`` is the answer."""
 
@@ -42,20 +47,11 @@ class BodySizeLimit:
         self.timeout = timeout
 
     def _too_large(self) -> APIError:
-        return APIError(
-            413,
-            f"the request body is larger than {self.max_bytes} bytes",
-            code="body_too_large",
-            headers={"Connection": "close"},
-        )
+        return _closing(413, f"the request body is larger than {self.max_bytes} bytes", "body_too_large")
 
     def _too_slow(self) -> APIError:
-        return APIError(
-            408,
-            f"the request body did not arrive within {self.timeout:g} seconds",
-            code="body_timeout",
-            headers={"Connection": "close"},
-        )
+        message = f"the request body did not arrive within {self.timeout:g} seconds"
+        return _closing(408, message, "body_timeout")
 
     async def _read_body(self, receive: Any) -> list[dict[str, Any]]:
         """The body's ``http.request`` messages; raises :class:`BodyRefused` past a limit."""

@@ -12,10 +12,11 @@ from typing import Any
 
 #: Request outcomes counted by ``s2d2_requests_total{status=...}``.
 STATUSES = ("finished", "aborted", "failed", "rejected", "invalid")
-#: engine counters of its KV memory mirrored in /metrics
-MEMORY_KEYS = (
-    "kv_pages_used", "kv_pages_free", "kv_pages_cached", "prefix_hit_rate", "preemptions", "evictions"
-)
+#: Decoding statistics summed over finished requests: the sum's name -> the request's statistic.
+FINISHED_SUMS = {
+    "finished_tokens": "generated_tokens", "nfe": "nfe", "steps": "steps", "verify_steps": "verify_steps",
+    "drafted": "drafted", "accepted": "accepted",
+}  # fmt: skip
 
 
 #: The engine's step-planner counters exposed (``LLMEngine.stats()`` keys), each with its help text.
@@ -40,27 +41,18 @@ class ServerMetrics:
         self.max_num_seqs = max_num_seqs
         self.requests: Counter[str] = Counter({s: 0 for s in STATUSES})
         self.prompt_tokens = 0
+        self.cached_prompt_tokens = 0
         self.generation_tokens = 0
-        # decoding statistics summed over finished requests
-        self.finished_tokens = 0
-        self.nfe = 0
-        self.steps = 0
-        self.verify_steps = 0
-        self.drafted = 0
-        self.accepted = 0
-        # engine state, refreshed after every step
-        self.plan: dict[str, int] = {}
-        self.forwards = 0
-        self.forward_rows = 0
-        self.query_tokens = 0
+        #: :data:`FINISHED_SUMS`, summed
+        self.finished: Counter[str] = Counter({name: 0 for name in FINISHED_SUMS})
+        #: the engine's counters (``LLMEngine.stats()``: forwards, rows, query tokens, the step planner's
+        #: counters, the paged KV memory's), refreshed after every step
+        self.engine_counts: dict[str, Any] = {}
         self.running = 0
         self.waiting = 0
         # engine-scope routing statistics (ucb_scope=engine): tables kept, least recently used evicted
         self.routing_tables = 0
         self.routing_evictions = 0
-        # paged KV memory (lean forward only): pages now, prefix reuse, preemptions
-        self.memory: dict[str, float] = {}
-        self.cached_prompt_tokens = 0
 
     # ------------------------------------------------------------------ recording
     def record_status(self, status: str) -> None:
@@ -79,23 +71,18 @@ class ServerMetrics:
             self.prompt_tokens += prompt_tokens
             self.cached_prompt_tokens += s.cached_prompt_tokens
             if output.status == "finished":
-                self.finished_tokens += s.generated_tokens
-                self.nfe += s.nfe
-                self.steps += s.steps
-                self.verify_steps += s.verify_steps
-                self.drafted += s.drafted
-                self.accepted += s.accepted
+                for name, stat in FINISHED_SUMS.items():
+                    self.finished[name] += getattr(s, stat)
 
     def record_engine(self, engine: Any) -> None:
+        """The engine's state after a step: its counters, its rows, its routing tables."""
         c = engine.stats()
         with self._lock:
-            self.forwards, self.forward_rows, self.query_tokens = c["forwards"], c["rows"], c["query_tokens"]
+            self.engine_counts = c
             self.running, self.waiting = engine.num_running, engine.num_waiting
             self.max_num_seqs = engine.max_num_seqs
             self.routing_tables = len(engine.routing.tables)
             self.routing_evictions = engine.routing.evictions
-            self.memory = {k: c[k] for k in MEMORY_KEYS if k in c}
-            self.plan = {k: c[k] for k in PLAN_COUNTERS}
 
     # ------------------------------------------------------------------ exposition
     def snapshot(self) -> dict[str, Any]:
@@ -104,23 +91,24 @@ class ServerMetrics:
                 "requests": dict(self.requests),
                 "running": self.running,
                 "waiting": self.waiting,
-                "forwards": self.forwards,
+                "forwards": self.engine_counts.get("forwards", 0),
                 "generation_tokens": self.generation_tokens,
             }
 
     def _counters(self) -> list[tuple[str, str, float | int]]:
+        e, f = self.engine_counts, self.finished
         return [
             ("s2d2_prompt_tokens_total", "Prompt tokens of requests that ran.", self.prompt_tokens),
             ("s2d2_generation_tokens_total", "Final tokens produced.", self.generation_tokens),
-            ("s2d2_forwards_total", "Batched model forwards.", self.forwards),
-            ("s2d2_forward_rows_total", "Rows summed over forwards.", self.forward_rows),
-            ("s2d2_query_tokens_total", "Query tokens fed to the model.", self.query_tokens),
-            ("s2d2_request_nfe_total", "Forwards of finished requests, per row.", self.nfe),
-            ("s2d2_verify_steps_total", "Verification forwards of finished requests.", self.verify_steps),
-            ("s2d2_drafted_total", "Draft tokens offered to verification.", self.drafted),
-            ("s2d2_accepted_total", "Draft tokens accepted by verification.", self.accepted),
+            ("s2d2_forwards_total", "Batched model forwards.", e.get("forwards", 0)),
+            ("s2d2_forward_rows_total", "Rows summed over forwards.", e.get("rows", 0)),
+            ("s2d2_query_tokens_total", "Query tokens fed to the model.", e.get("query_tokens", 0)),
+            ("s2d2_request_nfe_total", "Forwards of finished requests, per row.", f["nfe"]),
+            ("s2d2_verify_steps_total", "Verification forwards of finished requests.", f["verify_steps"]),
+            ("s2d2_drafted_total", "Draft tokens offered to verification.", f["drafted"]),
+            ("s2d2_accepted_total", "Draft tokens accepted by verification.", f["accepted"]),
             *[
-                (f"s2d2_{k}_total", f"Step planner: {h}.", self.plan.get(k, 0))
+                (f"s2d2_{k}_total", f"Step planner: {h}.", e.get(k, 0))
                 for k, h in PLAN_COUNTERS.items()
             ],
             (
@@ -133,11 +121,11 @@ class ServerMetrics:
                 "Prompt positions whose keys and values came from the prefix cache.",
                 self.cached_prompt_tokens,
             ),
-            ("s2d2_preemptions_total", "Rows preempted to free KV pages.", self.memory.get("preemptions", 0)),
+            ("s2d2_preemptions_total", "Rows preempted to free KV pages.", e.get("preemptions", 0)),
             (
                 "s2d2_kv_page_evictions_total",
                 "Cached prefix pages evicted (least recently used).",
-                self.memory.get("evictions", 0),
+                e.get("evictions", 0),
             ),
         ]
 
@@ -145,19 +133,20 @@ class ServerMetrics:
         def ratio(a: float, b: float) -> float:
             return float(a / b) if b else 0.0
 
-        mean = ratio(self.forward_rows, self.forwards * self.max_num_seqs)
+        e, f = self.engine_counts, self.finished
+        mean = ratio(e.get("rows", 0), e.get("forwards", 0) * self.max_num_seqs)
         return [
             (
                 "s2d2_nfe_per_token",
                 "Forwards per generated token (finished requests).",
-                ratio(self.nfe, self.finished_tokens),
+                ratio(f["nfe"], f["finished_tokens"]),
             ),
             (
                 "s2d2_verification_rate",
                 "Share of decoding steps that verified drafts.",
-                ratio(self.verify_steps, self.steps),
+                ratio(f["verify_steps"], f["steps"]),
             ),
-            ("s2d2_acceptance_rate", "Share of drafted tokens accepted.", ratio(self.accepted, self.drafted)),
+            ("s2d2_acceptance_rate", "Share of drafted tokens accepted.", ratio(f["accepted"], f["drafted"])),
             ("s2d2_running_rows", "Rows decoding now.", self.running),
             ("s2d2_waiting_rows", "Requests waiting for a row.", self.waiting),
             ("s2d2_max_num_seqs", "Rows the engine decodes together at most.", self.max_num_seqs),
@@ -168,17 +157,17 @@ class ServerMetrics:
                 ratio(self.running, self.max_num_seqs),
             ),
             ("s2d2_mean_batch_occupancy", "Rows per forward / max_num_seqs, since start.", mean),
-            ("s2d2_kv_pages_used", "KV pages rows hold now.", self.memory.get("kv_pages_used", 0)),
-            ("s2d2_kv_pages_free", "KV pages holding nothing.", self.memory.get("kv_pages_free", 0)),
+            ("s2d2_kv_pages_used", "KV pages rows hold now.", e.get("kv_pages_used", 0)),
+            ("s2d2_kv_pages_free", "KV pages holding nothing.", e.get("kv_pages_free", 0)),
             (
                 "s2d2_kv_pages_cached",
                 "KV pages no row holds that keep a reusable prefix.",
-                self.memory.get("kv_pages_cached", 0),
+                e.get("kv_pages_cached", 0),
             ),
             (
                 "s2d2_prefix_hit_rate",
                 "Prompt positions reused from the prefix cache / prompt positions looked up.",
-                float(self.memory.get("prefix_hit_rate", 0.0)),
+                float(e.get("prefix_hit_rate", 0.0)),
             ),
         ]
 

@@ -282,14 +282,22 @@ class CompletionChoice(BaseModel):
     )
 
 
-class CompletionResponse(BaseModel):
+class _CompletionBody(BaseModel):
+    """The fields a completion and a chat completion share, in their order (each sets its ``object`` and
+    the type of its ``choices``)."""
+
     id: str
-    object: str = "text_completion"
+    object: str
     created: int
     model: str
-    choices: list[CompletionChoice]
+    choices: list[Any]
     usage: Usage | None = None
     s2d2: S2D2Stats | None = None
+
+
+class CompletionResponse(_CompletionBody):
+    object: str = "text_completion"
+    choices: list[CompletionChoice]
 
 
 class AssistantMessage(BaseModel):
@@ -308,14 +316,9 @@ class ChatChoice(BaseModel):
     finish_reason: str | None
 
 
-class ChatCompletionResponse(BaseModel):
-    id: str
+class ChatCompletionResponse(_CompletionBody):
     object: str = "chat.completion"
-    created: int
-    model: str
     choices: list[ChatChoice]
-    usage: Usage | None = None
-    s2d2: S2D2Stats | None = None
 
 
 class ModelCard(BaseModel):

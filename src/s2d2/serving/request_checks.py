@@ -18,7 +18,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from .errors import bad_request
+from .errors import bad_request, unknown_arguments
 from .openai_fields import unsupported
 from .protocol import unknown_fields
 
@@ -58,12 +58,7 @@ def check_known_fields(body: BaseModel) -> None:
         )
     names = unknown_fields(body)
     if names:
-        plural = "s" if len(names) > 1 else ""
-        raise bad_request(
-            f"unrecognized request argument{plural} supplied: {', '.join(names)}",
-            param=names[0],
-            code="unknown_parameter",
-        )
+        raise unknown_arguments(names)
 
 
 def check_unicode(body: BaseModel) -> None:

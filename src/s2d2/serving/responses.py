@@ -19,6 +19,8 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from fastapi.responses import StreamingResponse
+
 from ..errors import RequestCannotEnd
 from .detokenizer import TextStream
 from .engine_thread import EngineThread, GroupFailed, Submission
@@ -314,6 +316,12 @@ def _tool_delta(d: Delta) -> dict[str, Any] | None:
     if d.tool_calls is not None:
         out["tool_calls"] = d.tool_calls
     return out
+
+
+def event_stream(chunks: AsyncIterator[str]) -> StreamingResponse:
+    """The answer streaming ``chunks`` as server-sent events (neither cached nor buffered by a proxy)."""
+    headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+    return StreamingResponse(chunks, media_type="text/event-stream", headers=headers)
 
 
 def _sse(obj: Any) -> str:

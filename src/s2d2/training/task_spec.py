@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 __all__ = ["TRAIN_TASKS", "TrainTask", "train_task"]
@@ -35,40 +36,47 @@ class TrainTask:
     hard_focus: float
 
 
+def _built_in(
+    name: str,
+    tokenizer: ModuleType,
+    splits: ModuleType,
+    stream: ModuleType,
+    *,
+    dev_correct: Callable[[str, dict], bool],
+    max_new_tokens: int,
+    hard_focus: float,
+) -> TrainTask:
+    """A built-in task from its package's modules: ``tokenizer`` (``build_tokenizer``, ``tokenizer_dir``),
+    ``splits`` (``load_split``) and ``stream`` (``iter_train_problems``)."""
+    return TrainTask(
+        name=name,
+        build_tokenizer=tokenizer.build_tokenizer,
+        tokenizer_dir=tokenizer.tokenizer_dir,
+        iter_train=lambda seed, start, focus: stream.iter_train_problems(seed, start=start, hard_focus=focus),
+        load_dev=lambda n: splits.load_split("dev", n),
+        dev_correct=dev_correct,
+        max_new_tokens=max_new_tokens,
+        hard_focus=hard_focus,
+    )
+
+
 def _gsm() -> TrainTask:
-    from s2d2.tasks.tiny_gsm.curriculum import iter_train_problems
+    from s2d2.tasks.tiny_gsm import curriculum, splits, tokenizer
     from s2d2.tasks.tiny_gsm.scoring import is_correct
-    from s2d2.tasks.tiny_gsm.splits import load_split
-    from s2d2.tasks.tiny_gsm.tokenizer import build_tokenizer, tokenizer_dir
     from s2d2.training.options import HARD_FOCUS
 
-    return TrainTask(
-        name="tiny-gsm",
-        build_tokenizer=build_tokenizer,
-        tokenizer_dir=tokenizer_dir,
-        iter_train=lambda seed, start, focus: iter_train_problems(seed, start=start, hard_focus=focus),
-        load_dev=lambda n: load_split("dev", n),
-        dev_correct=lambda text, p: is_correct(text, p["final"]),
-        max_new_tokens=56,
-        hard_focus=HARD_FOCUS,
-    )
+    def correct(text: str, problem: dict) -> bool:
+        return is_correct(text, problem["final"])
+
+    return _built_in("tiny-gsm", tokenizer, splits, curriculum, dev_correct=correct, max_new_tokens=56,
+                     hard_focus=HARD_FOCUS)  # fmt: skip
 
 
 def _code() -> TrainTask:
-    from s2d2.tasks.tiny_code.scoring import is_exact
-    from s2d2.tasks.tiny_code.splits import iter_train_problems, load_split
-    from s2d2.tasks.tiny_code.tokenizer import build_tokenizer, tokenizer_dir
+    from s2d2.tasks.tiny_code import scoring, splits, tokenizer
 
-    return TrainTask(
-        name="tiny-code",
-        build_tokenizer=build_tokenizer,
-        tokenizer_dir=tokenizer_dir,
-        iter_train=lambda seed, start, focus: iter_train_problems(seed, start=start, hard_focus=focus),
-        load_dev=lambda n: load_split("dev", n),
-        dev_correct=is_exact,
-        max_new_tokens=48,
-        hard_focus=0.0,
-    )
+    return _built_in("tiny-code", tokenizer, splits, splits, dev_correct=scoring.is_exact, max_new_tokens=48,
+                     hard_focus=0.0)  # fmt: skip
 
 
 TRAIN_TASKS: dict[str, Callable[[], TrainTask]] = {"tiny-gsm": _gsm, "tiny-code": _code}

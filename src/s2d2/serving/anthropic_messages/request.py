@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ..errors import bad_request
 from ..protocol import ChatCompletionRequest, S2D2Settings
+from ..translated import chat_request
 from .blocks import chat_messages
 from .checks import check_object, unsupported
 from .tools import chat_tool_choice, chat_tools
@@ -115,9 +116,4 @@ def to_chat(body: CountTokensRequest) -> ChatCompletionRequest:
         chat.update(temperature=body.temperature, top_p=body.top_p, top_k=body.top_k)
     if body.thinking is not None:
         chat["chat_template_kwargs"] = {"enable_thinking": body.thinking["type"] != "disabled"}
-    if body.s2d2 is not None:
-        chat["s2d2"] = body.s2d2.model_dump(exclude_none=True)
-    try:
-        return ChatCompletionRequest.model_validate({k: v for k, v in chat.items() if v is not None})
-    except ValueError as exc:
-        raise bad_request(f"messages: {str(exc).splitlines()[0]}", param="messages") from None
+    return chat_request(chat, body.s2d2, "messages")

@@ -21,9 +21,10 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..errors import bad_request
+from ..errors import bad_request, unknown_arguments
 from ..openai_fields import Shape, keys, unknown_keys
 from ..protocol import ChatCompletionRequest, S2D2Settings
+from ..translated import chat_request
 
 _CLOSED: dict[str, Any] = {"additionalProperties": False}
 #: Fields refused with their reason (the server keeps no responses).
@@ -93,12 +94,7 @@ def _refused(body: ResponsesRequest) -> None:
         raise bad_request(f"{extra[0]} is not supported", param=extra[0], code="unsupported_parameter")
     unknown = unknown_paths(body)
     if unknown:
-        plural = "s" if len(unknown) > 1 else ""
-        raise bad_request(
-            f"unrecognized request argument{plural} supplied: {', '.join(unknown)}",
-            param=unknown[0],
-            code="unknown_parameter",
-        )
+        raise unknown_arguments(unknown)
     if body.store:
         raise bad_request(
             "store=true is not supported: the server keeps no responses (send store=false or leave it out)",
@@ -243,9 +239,4 @@ def to_chat(body: ResponsesRequest) -> ChatCompletionRequest:
     chat["tools"] = _tools(body.tools)
     chat["tool_choice"] = _tool_choice(body.tool_choice)
     chat["response_format"] = _response_format(body.text)
-    if body.s2d2 is not None:
-        chat["s2d2"] = body.s2d2.model_dump(exclude_none=True)
-    try:
-        return ChatCompletionRequest.model_validate({k: v for k, v in chat.items() if v is not None})
-    except ValueError as exc:
-        raise bad_request(f"input: {str(exc).splitlines()[0]}", param="input") from None
+    return chat_request(chat, body.s2d2, "input")

@@ -64,12 +64,18 @@ class Qwen3ReasoningParser:
         self.state = "content"
         return True
 
-    def _think(self, out: list[Reasoning | str]) -> bool:
+    def _past_lead(self) -> bool:
+        """Drop the whitespace leading a section; False while that is all of the text so far."""
         if self.lead:
             self.buf = self.buf.lstrip()
             if not self.buf:
                 return False
             self.lead = False
+        return True
+
+    def _think(self, out: list[Reasoning | str]) -> bool:
+        if not self._past_lead():
+            return False
         k = self.buf.find(END_THINK)
         if k >= 0:
             self._reason(out, self.buf[:k], final=True)
@@ -88,11 +94,8 @@ class Qwen3ReasoningParser:
         self.held = "" if final else text[len(body) :]
 
     def _content(self, out: list[Reasoning | str]) -> bool:
-        if self.lead:
-            self.buf = self.buf.lstrip()
-            if not self.buf:
-                return False
-            self.lead = False
+        if not self._past_lead():
+            return False
         if self.buf:
             out.append(self.buf)
             self.buf = ""

@@ -22,6 +22,7 @@ from .options import (
     ProgressOpt,
     RevisionOpt,
     TensorParallelOpt,
+    check_at_least,
     check_max_num_seqs,
     parallel_options,
 )
@@ -77,10 +78,8 @@ def bench_command(
     checkpoint's own s2d2_preset.json (give it with --preset to add it as a row)."""
     configs = get_grid(grid) + preset_rows(preset)
     problems = load_problems(suite, split, n)
-    if threads is not None and threads < 1:
-        raise S2D2Error(f"--threads must be >= 1, got {threads}")
-    if max_new_tokens is not None and max_new_tokens < 1:
-        raise S2D2Error(f"--max-new-tokens must be >= 1, got {max_new_tokens}")
+    check_at_least("--threads", threads, 1)
+    check_at_least("--max-new-tokens", max_new_tokens, 1)
     check_max_num_seqs(max_num_seqs)
     out_dir = check_out_dir(out if out is not None else Path("runs") / f"bench-{grid}")
     require_matplotlib()

@@ -21,6 +21,7 @@ from .options import (
     ProgressOpt,
     RevisionOpt,
     TensorParallelOpt,
+    check_at_least,
     check_kv_options,
     parallel_options,
 )
@@ -178,13 +179,11 @@ def bench_batch_command(
     caches = {"on": [True], "off": [False], "both": [False, True]}.get(prefix_cache)
     if caches is None:
         raise S2D2Error(f"--prefix-cache takes on, off or both, got {prefix_cache!r}")
-    if shared_prefix < 0:
-        raise S2D2Error(f"--shared-prefix must be >= 0, got {shared_prefix}")
+    check_at_least("--shared-prefix", shared_prefix, 0)
     throughput.check_request_rate(request_rate)
     names = [c for c in configs.split(",") if c] if configs else list(throughput.DEFAULT_CONFIGS)
+    check_at_least("--threads", threads, 1)
     if threads is not None:
-        if threads < 1:
-            raise S2D2Error(f"--threads must be >= 1, got {threads}")
         torch.set_num_threads(threads)
     # with --simulate, -tp prices N GPUs (the model runs here in one process); without, it loads N ranks
     real_tp = tensor_parallel_size if simulate is None else 1

@@ -33,6 +33,8 @@ from .options import (
     ThresholdOpt,
     TopKOpt,
     TopPOpt,
+    check_above,
+    check_at_least,
     check_max_num_seqs,
     decoding_settings,
     parallel_options,
@@ -132,7 +134,8 @@ def eval_command(
         seed=seed,
         sets=sets,
     )
-    _check_code_limits(timeout, memory_mb)
+    check_above("--timeout", timeout, 0)  # the limits of a code task's test run
+    check_at_least("--memory-mb", memory_mb, 64)
     check_max_num_seqs(max_num_seqs)
     problems = t.load(data, limit)  # data errors before the (slow) model load
     m, cfg = _load_for_eval(
@@ -161,14 +164,6 @@ def eval_command(
         max_num_seqs=max_num_seqs,
     )
     print_summary(report.summary, out=out)
-
-
-def _check_code_limits(timeout: float, memory_mb: int) -> None:
-    """``--timeout`` and ``--memory-mb`` (the limits of a code task's test run) must be usable."""
-    if timeout <= 0:
-        raise S2D2Error(f"--timeout must be > 0, got {timeout}")
-    if memory_mb < 64:
-        raise S2D2Error(f"--memory-mb must be >= 64, got {memory_mb}")
 
 
 def _load_for_eval(

@@ -6,6 +6,7 @@ module imports them at its top (they must be in the module's globals, as its ann
 
 from __future__ import annotations
 
+import importlib
 import json
 from collections.abc import Callable
 from typing import Annotated, Any, TypeVar
@@ -125,10 +126,21 @@ MaxNumSeqsOpt = Annotated[
 ]
 
 
+def check_at_least(flag: str, value: float | None, minimum: float) -> None:
+    """A one-line error unless ``value`` (None: not given) is at least ``minimum``."""
+    if value is not None and value < minimum:
+        raise S2D2Error(f"{flag} must be >= {minimum}, got {value}")
+
+
+def check_above(flag: str, value: float, bound: float) -> None:
+    """A one-line error if ``value`` is at most ``bound``."""
+    if value <= bound:
+        raise S2D2Error(f"{flag} must be > {bound}, got {value}")
+
+
 def check_kv_options(page_size: int, budget: int | None) -> None:
     """``--kv-page-size`` >= 1 and ``--kv-budget-tokens`` (when given) at least one page."""
-    if page_size < 1:
-        raise S2D2Error(f"--kv-page-size must be >= 1, got {page_size}")
+    check_at_least("--kv-page-size", page_size, 1)
     if budget is not None and budget < page_size:
         raise S2D2Error(
             f"--kv-budget-tokens must hold at least one page ({page_size} positions), got {budget}"
@@ -137,8 +149,7 @@ def check_kv_options(page_size: int, budget: int | None) -> None:
 
 def check_max_num_seqs(value: int | None) -> int | None:
     """``--max-num-seqs`` must be an integer >= 1 (None = not given)."""
-    if value is not None and value < 1:
-        raise S2D2Error(f"--max-num-seqs must be >= 1, got {value}")
+    check_at_least("--max-num-seqs", value, 1)
     return value
 
 
@@ -174,3 +185,12 @@ def checked_option(flag: str, check: Callable[[T], R], value: T | None) -> R | N
         return check(value)
     except ValueError as exc:
         raise S2D2Error(f"{flag}: {exc}") from None
+
+
+def require_modules(*modules: str, hint: str) -> None:
+    """A one-line error ``hint`` (how to install them) unless every one of ``modules`` imports."""
+    try:
+        for name in modules:
+            importlib.import_module(name)
+    except ImportError:
+        raise S2D2Error(hint) from None

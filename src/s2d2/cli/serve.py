@@ -20,8 +20,10 @@ from .options import (
     PresetOpt,
     RevisionOpt,
     TensorParallelOpt,
+    check_at_least,
     check_kv_options,
     parallel_options,
+    require_modules,
 )
 
 HostOpt = Annotated[str, typer.Option(help="Address to listen on.")]
@@ -104,14 +106,6 @@ RoutingStateOpt = Annotated[
         show_default=False,
     ),
 ]
-
-
-def _need_serve_extra() -> None:
-    try:
-        import fastapi  # noqa: F401
-        import uvicorn  # noqa: F401
-    except ImportError:
-        raise S2D2Error("s2d2 serve needs FastAPI and uvicorn: pip install 's2d2[serve]'") from None
 
 
 PrefixCacheOpt = Annotated[
@@ -220,7 +214,9 @@ def serve_command(
     generation_config: GenerationConfigOpt = "auto",
 ) -> None:
     """Serve MODEL over an OpenAI-compatible HTTP API (completions, chat completions, streaming)."""
-    _need_serve_extra()
+    require_modules(
+        "fastapi", "uvicorn", hint="s2d2 serve needs FastAPI and uvicorn: pip install 's2d2[serve]'"
+    )
     from ..serving.security import default_allowed_hosts
 
     _check_serve_options(max_num_seqs, max_queue, port, grace, max_body_bytes)
@@ -301,10 +297,8 @@ def _check_serve_options(max_num_seqs: int, max_queue: int, port: int, grace: fl
 
 
 def _check_robustness_options(tokens: int | None, tables: int, keep_alive: float, body: float) -> None:
-    if tokens is not None and tokens < 1:
-        raise S2D2Error(f"--max-query-tokens-per-row must be >= 1, got {tokens}")
-    if tables < 1:
-        raise S2D2Error(f"--max-routing-tables must be >= 1, got {tables}")
+    check_at_least("--max-query-tokens-per-row", tokens, 1)
+    check_at_least("--max-routing-tables", tables, 1)
     if not keep_alive > 0 or not body > 0:
         raise S2D2Error("--timeout-keep-alive and --body-timeout must be > 0")
 

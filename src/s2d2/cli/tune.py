@@ -8,7 +8,17 @@ from typing import Annotated, Any
 import typer
 
 from ..errors import S2D2Error
-from .options import DeviceOpt, DtypeOpt, MaxNewOpt, ModelOpt, ProgressOpt, RevisionOpt
+from .options import (
+    DeviceOpt,
+    DtypeOpt,
+    MaxNewOpt,
+    ModelOpt,
+    ProgressOpt,
+    RevisionOpt,
+    check_at_least,
+    check_max_num_seqs,
+    require_modules,
+)
 
 TASKS = ("tiny-gsm", "gsm8k")
 
@@ -77,7 +87,7 @@ def tune_command(
         wall_time=wall_time,
         seed=seed,
     )
-    _require_optuna()
+    require_modules("optuna", hint="s2d2 tune needs Optuna: pip install 's2d2[tune]' (or pip install optuna)")
     problems, task_obj = load_dev_problems(task, split, n, data)
     m = _load(model, device, dtype, threads, max_num_seqs, revision)
     from ..tuning.trial_eval import DevSet
@@ -95,23 +105,12 @@ def _check(
         raise S2D2Error(f"--out {out} is a directory")
     if not 0.0 <= max_drop <= 1.0:
         raise S2D2Error(f"--max-drop must be in [0, 1] (a fraction of accuracy), got {max_drop}")
-    if trials < 1:
-        raise S2D2Error(f"--trials must be >= 1, got {trials}")
+    check_at_least("--trials", trials, 1)
     if budget is not None and not budget > 0:
         raise S2D2Error(f"--time-budget must be > 0 minutes, got {budget}")
-    if seqs < 1:
-        raise S2D2Error(f"--max-num-seqs must be >= 1, got {seqs}")
-    if n is not None and n < 1:
-        raise S2D2Error(f"--n must be >= 1, got {n}")
-    if mnt is not None and mnt < 1:
-        raise S2D2Error(f"--max-new-tokens must be >= 1, got {mnt}")
-
-
-def _require_optuna() -> None:
-    try:
-        import optuna  # noqa: F401
-    except ImportError:
-        raise S2D2Error("s2d2 tune needs Optuna: pip install 's2d2[tune]' (or pip install optuna)") from None
+    check_max_num_seqs(seqs)
+    check_at_least("--n", n, 1)
+    check_at_least("--max-new-tokens", mnt, 1)
 
 
 def load_dev_problems(task: str, split: str, n: int | None, data: Path | None) -> tuple[list[dict], Any]:
@@ -138,9 +137,8 @@ def _load(
 
     from ..model import load
 
+    check_at_least("--threads", threads, 1)
     if threads is not None:
-        if threads < 1:
-            raise S2D2Error(f"--threads must be >= 1, got {threads}")
         torch.set_num_threads(threads)
     return load(model, device=device, dtype=dtype, max_num_seqs=seqs, use_preset=False, revision=revision)
 

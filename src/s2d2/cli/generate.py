@@ -11,31 +11,19 @@ import typer
 
 from ..errors import S2D2Error
 from .options import (
-    BlockOpt,
-    DecoderOpt,
-    DeviceOpt,
-    DtypeOpt,
-    EstimatorOpt,
-    ExecutorBackendOpt,
+    DecodingFlags,
+    DeviceFlags,
     GenerationConfigOpt,
-    MaxNewOpt,
     MaxNumSeqsOpt,
     ModelOpt,
-    PolicyOpt,
-    PresetOpt,
+    ParallelFlags,
     ProgressOpt,
+    PromptChatOpt,
     RevisionOpt,
-    SeedOpt,
     SetOpt,
-    StepsOpt,
-    TempOpt,
-    TensorParallelOpt,
-    ThresholdOpt,
-    TopKOpt,
-    TopPOpt,
     check_max_num_seqs,
-    decoding_settings,
-    parallel_options,
+    load_model,
+    option_groups,
 )
 from .request_file import run_request_file
 
@@ -43,7 +31,6 @@ PromptArg = Annotated[
     str | None,
     typer.Argument(help="Prompt text (or token ids with --ids); omit it with --input.", show_default=False),
 ]
-ChatOpt = Annotated[bool, typer.Option(help="Wrap the prompt in the tokenizer's chat template.")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object with text, ids and stats.")]
 IdsOpt = Annotated[bool, typer.Option("--ids", help="PROMPT is token ids separated by spaces or commas.")]
 TraceOpt = Annotated[bool, typer.Option(help="Include the per-step trace (with --json or --input).")]
@@ -76,22 +63,13 @@ RegexOpt = Annotated[
 ]
 
 
+@option_groups
 def generate_command(
     prompt: PromptArg = None,
     model: ModelOpt = "tiny-gsm",
-    decoder: DecoderOpt = None,
-    preset: PresetOpt = None,
-    block_size: BlockOpt = None,
-    steps: StepsOpt = None,
-    threshold: ThresholdOpt = None,
-    policy: PolicyOpt = None,
-    estimator: EstimatorOpt = None,
-    max_new_tokens: MaxNewOpt = None,
-    temperature: TempOpt = None,
-    top_k: TopKOpt = None,
-    top_p: TopPOpt = None,
-    seed: SeedOpt = None,
-    chat: ChatOpt = False,
+    *,
+    decoding: DecodingFlags,
+    chat: PromptChatOpt = False,
     as_json: JsonOpt = False,
     ids: IdsOpt = False,
     trace: TraceOpt = False,
@@ -99,14 +77,12 @@ def generate_command(
     output: OutputOpt = None,
     max_num_seqs: MaxNumSeqsOpt = None,
     progress: ProgressOpt = True,
-    device: DeviceOpt = None,
-    dtype: DtypeOpt = None,
+    placement: DeviceFlags,
     sets: SetOpt = None,
     json_schema: JsonSchemaOpt = None,
     regex: RegexOpt = None,
     revision: RevisionOpt = None,
-    tensor_parallel_size: TensorParallelOpt = 1,
-    distributed_executor_backend: ExecutorBackendOpt = "mp",
+    parallel: ParallelFlags,
     generation_config: GenerationConfigOpt = "auto",
 ) -> None:
     """Generate a continuation of PROMPT and print it (with --json: text, token ids and statistics).
@@ -115,32 +91,17 @@ def generate_command(
     the batched engine and write one JSON line per request; exits 1 if some requests failed (their lines
     carry "error"), 2 on a malformed input line (then no output is written).
     """
-    from ..model import load
-
     check_max_num_seqs(max_num_seqs)
-    settings = decoding_settings(
-        decoder=decoder,
-        preset=preset,
-        block_size=block_size,
-        steps=steps,
-        threshold=threshold,
-        policy=policy,
-        estimator=estimator,
-        max_new_tokens=max_new_tokens,
-        temperature=temperature,
-        top_k=top_k,
-        top_p=top_p,
-        seed=seed,
-        sets=sets,
-    )
+    settings = decoding.settings(sets)
     if trace:
         settings["trace"] = True
     constraint = _constraint_options(json_schema, regex)
     load_kw: dict[str, Any] = {} if max_num_seqs is None else {"max_num_seqs": max_num_seqs}
     if revision is not None:
         load_kw["revision"] = revision
-    load_kw.update(parallel_options(tensor_parallel_size, distributed_executor_backend))
-    load_kw.update(generation_config=generation_config, block_size=block_size)  # block_size: its source
+    load_kw.update(parallel.load_options())
+    # block_size: its source
+    load_kw.update(generation_config=generation_config, block_size=decoding.block_size)
     if input_path is not None or output is not None:
         if prompt is not None:
             raise S2D2Error("give either PROMPT or --input, not both")
@@ -150,7 +111,7 @@ def generate_command(
             raise S2D2Error("--input needs --output")
         if ids:
             raise S2D2Error('--ids does not apply to --input (give "prompt_ids" in the file)')
-        load_kw.update(device=device, dtype=dtype)
+        load_kw.update(device=placement.device, dtype=placement.dtype)
         run_request_file(
             model,
             {**settings, **constraint},
@@ -164,7 +125,7 @@ def generate_command(
         return
     if prompt is None:
         raise S2D2Error("give a PROMPT, or --input FILE --output FILE")
-    m = load(model, device=device, dtype=dtype, **load_kw)
+    m = load_model(model, placement, **load_kw)
     cfg = m.make_config(**settings)  # validate settings before any work
     prompt_in = _prompt_input(prompt, ids=ids or m.tokenizer is None, ids_flag=ids, model=model)
     result = m.generate(prompt_in, cfg, chat=chat, **constraint)

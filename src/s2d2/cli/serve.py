@@ -10,19 +10,19 @@ import typer
 
 from ..errors import S2D2Error
 from .options import (
-    DeviceOpt,
-    DtypeOpt,
+    DeviceFlags,
     EnforceEagerOpt,
-    ExecutorBackendOpt,
     GenerationConfigOpt,
     LoadBlockOpt,
     ModelOpt,
+    PageSizeOpt,
+    ParallelFlags,
     PresetOpt,
     RevisionOpt,
-    TensorParallelOpt,
     check_at_least,
     check_kv_options,
-    parallel_options,
+    load_model,
+    option_groups,
     require_modules,
 )
 
@@ -116,7 +116,6 @@ PrefixCacheOpt = Annotated[
         "few-shot examples, earlier chat turns).",
     ),
 ]
-PageSizeOpt = Annotated[int, typer.Option("--kv-page-size", help="Positions one KV page holds.")]
 KVBudgetOpt = Annotated[
     int | None,
     typer.Option(
@@ -176,7 +175,9 @@ def _check_reasoning_parser(name: str | None) -> None:
         )
 
 
+@option_groups
 def serve_command(
+    *,
     model: ModelOpt = "tiny-gsm",
     host: HostOpt = "127.0.0.1",
     port: PortOpt = 8000,
@@ -186,8 +187,7 @@ def serve_command(
     grace: GraceOpt = 30.0,
     max_body_bytes: BodyOpt = 1 << 20,
     served_name: NameOpt = None,
-    device: DeviceOpt = None,
-    dtype: DtypeOpt = None,
+    placement: DeviceFlags,
     log_level: LogOpt = "info",
     ray: RayOpt = False,
     replicas: ReplicasOpt = 1,
@@ -208,8 +208,7 @@ def serve_command(
     tool_call_parser: ToolParserOpt = None,
     reasoning_parser: ReasoningParserOpt = None,
     enable_auto_tool_choice: AutoToolOpt = False,
-    tensor_parallel_size: TensorParallelOpt = 1,
-    distributed_executor_backend: ExecutorBackendOpt = "mp",
+    parallel: ParallelFlags,
     block_size: LoadBlockOpt = None,
     generation_config: GenerationConfigOpt = "auto",
 ) -> None:
@@ -229,7 +228,7 @@ def serve_command(
                   enforce_eager=enforce_eager)  # fmt: skip
     if revision is not None:
         memory["revision"] = revision
-    memory.update(parallel_options(tensor_parallel_size, distributed_executor_backend))
+    memory.update(parallel.load_options())
     memory.update(block_size=block_size, generation_config=generation_config)
     hosts = [h.strip() for h in allowed_hosts.split(",") if h.strip()] if allowed_hosts else None
     options = dict(
@@ -261,25 +260,18 @@ def serve_command(
             port=port,
             grace=grace,
             replicas=replicas,
-            device=device,
-            dtype=dtype,
+            device=placement.device,
+            dtype=placement.dtype,
             load_options=memory,
             **options,
         )
         return
-    from ..model import freeze_loaded_heap, load
+    from ..model import freeze_loaded_heap
     from ..serving.app import create_app
     from ..serving.server import serve
 
-    m = load(
-        model,
-        device=device,
-        dtype=dtype,
-        max_num_seqs=max_num_seqs,
-        cost_profile=cost_profile,
-        max_num_batched_tokens=max_num_batched_tokens,
-        **memory,
-    )
+    m = load_model(model, placement, max_num_seqs=max_num_seqs, cost_profile=cost_profile,
+                   max_num_batched_tokens=max_num_batched_tokens, **memory)  # fmt: skip
     app = create_app(m, routing_state=routing_state, **options)
     freeze_loaded_heap()
     status = serve(

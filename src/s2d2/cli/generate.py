@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Annotated, Any
@@ -63,6 +64,52 @@ RegexOpt = Annotated[
 ]
 
 
+@dataclasses.dataclass(frozen=True)
+class RequestFileFlags:
+    """``--input`` and ``--output``: a JSONL file of requests decoded together, in place of PROMPT."""
+
+    input_path: InputOpt = None
+    output: OutputOpt = None
+
+    def given(self, prompt: str | None, ids: bool) -> bool:
+        """Whether the files are given (then ``prompt`` is not, nor ``--ids``): a one-line error for a
+        combination that does not go, or for neither PROMPT nor files."""
+        if self.input_path is None and self.output is None:
+            if prompt is None:
+                raise S2D2Error("give a PROMPT, or --input FILE --output FILE")
+            return False
+        if prompt is not None:
+            raise S2D2Error("give either PROMPT or --input, not both")
+        if self.input_path is None:
+            raise S2D2Error("--output needs --input")
+        if self.output is None:
+            raise S2D2Error("--input needs --output")
+        if ids:
+            raise S2D2Error('--ids does not apply to --input (give "prompt_ids" in the file)')
+        return True
+
+
+@dataclasses.dataclass(frozen=True)
+class StructuredFlags:
+    """``--json-schema`` and ``--regex``: the form the generated text must have."""
+
+    json_schema: JsonSchemaOpt = None
+    regex: RegexOpt = None
+
+    def keywords(self) -> dict[str, Any]:
+        """``generate``'s structured-output keywords (the schema file read here)."""
+        if self.json_schema is None:
+            return {} if self.regex is None else {"regex": self.regex}
+        try:
+            text = self.json_schema.read_text()
+        except OSError as exc:
+            raise S2D2Error(f"cannot read --json-schema {self.json_schema}: {exc.strerror}") from None
+        out: dict[str, Any] = {"json_schema": text}
+        if self.regex is not None:
+            out["regex"] = self.regex  # generate refuses two constraints with one line
+        return out
+
+
 @option_groups
 def generate_command(
     prompt: PromptArg = None,
@@ -73,14 +120,12 @@ def generate_command(
     as_json: JsonOpt = False,
     ids: IdsOpt = False,
     trace: TraceOpt = False,
-    input_path: InputOpt = None,
-    output: OutputOpt = None,
+    requests: RequestFileFlags,
     max_num_seqs: MaxNumSeqsOpt = None,
     progress: ProgressOpt = True,
     placement: DeviceFlags,
     sets: SetOpt = None,
-    json_schema: JsonSchemaOpt = None,
-    regex: RegexOpt = None,
+    structured: StructuredFlags,
     revision: RevisionOpt = None,
     parallel: ParallelFlags,
     generation_config: GenerationConfigOpt = "auto",
@@ -95,36 +140,26 @@ def generate_command(
     settings = decoding.settings(sets)
     if trace:
         settings["trace"] = True
-    constraint = _constraint_options(json_schema, regex)
+    constraint = structured.keywords()
     load_kw: dict[str, Any] = {} if max_num_seqs is None else {"max_num_seqs": max_num_seqs}
     if revision is not None:
         load_kw["revision"] = revision
     load_kw.update(parallel.load_options())
     # block_size: its source
     load_kw.update(generation_config=generation_config, block_size=decoding.block_size)
-    if input_path is not None or output is not None:
-        if prompt is not None:
-            raise S2D2Error("give either PROMPT or --input, not both")
-        if input_path is None:
-            raise S2D2Error("--output needs --input")
-        if output is None:
-            raise S2D2Error("--input needs --output")
-        if ids:
-            raise S2D2Error('--ids does not apply to --input (give "prompt_ids" in the file)')
+    if requests.given(prompt, ids):
         load_kw.update(device=placement.device, dtype=placement.dtype)
         run_request_file(
             model,
             {**settings, **constraint},
-            input_path,
-            output,
+            requests.input_path,
+            requests.output,
             load_kw=load_kw,
             chat=chat,
             trace=trace,
             progress=progress,
         )
         return
-    if prompt is None:
-        raise S2D2Error("give a PROMPT, or --input FILE --output FILE")
     m = load_model(model, placement, **load_kw)
     cfg = m.make_config(**settings)  # validate settings before any work
     prompt_in = _prompt_input(prompt, ids=ids or m.tokenizer is None, ids_flag=ids, model=model)
@@ -136,20 +171,6 @@ def generate_command(
         if not as_json:
             typer.echo(f"[parameter bytes per rank: {', '.join(map(str, ranks.param_bytes))}]", err=True)
     _print_result(result, as_json=as_json, trace=trace, engine=engine)
-
-
-def _constraint_options(json_schema: Path | None, regex: str | None) -> dict[str, Any]:
-    """``generate``'s structured-output keywords from the flags (the schema file read here)."""
-    if json_schema is None:
-        return {} if regex is None else {"regex": regex}
-    try:
-        text = json_schema.read_text()
-    except OSError as exc:
-        raise S2D2Error(f"cannot read --json-schema {json_schema}: {exc.strerror}") from None
-    out: dict[str, Any] = {"json_schema": text}
-    if regex is not None:
-        out["regex"] = regex  # generate refuses two constraints with one line
-    return out
 
 
 def _prompt_input(prompt: str, *, ids: bool, ids_flag: bool, model: str) -> Any:

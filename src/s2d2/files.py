@@ -1,15 +1,18 @@
-"""Writing a file so that no reader ever sees half of it and a failed write leaves the old file alone."""
+"""Writing a file so that no reader ever sees half of it and a failed write leaves the old file alone;
+reading a file's text (or one line of it) as one JSON object."""
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from .errors import S2D2Error
 
-__all__ = ["write_text_atomically"]
+__all__ = ["json_object", "write_text_atomically"]
 
 
 def write_text_atomically(path: str | os.PathLike[str], text: str) -> Path:
@@ -37,6 +40,19 @@ def write_text_atomically(path: str | os.PathLike[str], text: str) -> Path:
             raise S2D2Error(f"cannot write {path}: {exc.strerror or exc}") from None
         raise
     return path
+
+
+def json_object(text: str | bytes, *, one_line: bool = False) -> dict[str, Any]:
+    """``text`` parsed as one JSON object; ``ValueError`` with the reason (where the JSON breaks: its line
+    and column, or its column alone for ``one_line`` text) when it is not one."""
+    try:
+        obj = json.loads(text)
+    except json.JSONDecodeError as exc:
+        where = f"column {exc.colno}" if one_line else f"line {exc.lineno} column {exc.colno}"
+        raise ValueError(f"not valid JSON ({exc.msg} at {where})") from None
+    if not isinstance(obj, dict):
+        raise ValueError(f"expected a JSON object, got {type(obj).__name__}")
+    return obj
 
 
 def _file_mode(path: Path) -> int:

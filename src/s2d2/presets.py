@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import ConfigError
-from .files import write_text_atomically
+from .files import json_object, write_text_atomically
 
 #: Top-level keys a preset file may hold.
 PRESET_FILE_KEYS = ("name", "settings", "tuned_on", "dev", "ar")
@@ -89,11 +89,9 @@ def _parse(p: Path) -> PresetFile:
         reason = "not UTF-8 text" if isinstance(exc, UnicodeDecodeError) else (exc.strerror or str(exc))
         raise fail(reason) from None
     try:
-        obj = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise fail(f"not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})") from None
-    if not isinstance(obj, dict):
-        raise fail(f"expected a JSON object, got {type(obj).__name__}")
+        obj = json_object(text)
+    except ValueError as exc:
+        raise fail(str(exc)) from None
     unknown = [k for k in obj if k not in PRESET_FILE_KEYS]
     if unknown:
         raise fail(f"unknown key {unknown[0]!r}; a preset file holds: {', '.join(PRESET_FILE_KEYS)}")

@@ -14,16 +14,17 @@ from ..bench.report import render_table, require_matplotlib
 from ..bench.suites import SUITES, load_problems
 from ..errors import S2D2Error
 from .options import (
-    DeviceOpt,
-    DtypeOpt,
-    ExecutorBackendOpt,
+    DeviceFlags,
     MaxNewOpt,
     ModelOpt,
+    ParallelFlags,
     ProgressOpt,
     RevisionOpt,
-    TensorParallelOpt,
+    ThreadsOpt,
+    check_at_least,
     check_max_num_seqs,
-    parallel_options,
+    load_model,
+    option_groups,
 )
 
 SuiteOpt = Annotated[str, typer.Option(help="Benchmark suite: tiny-gsm | tiny-code.")]
@@ -41,7 +42,6 @@ BenchPresetOpt = Annotated[
     ),
 ]
 OutOpt = Annotated[Path | None, typer.Option(help="Output directory (default: runs/bench-GRID).")]
-ThreadsOpt = Annotated[int | None, typer.Option(help="torch CPU threads (default: torch's own choice).")]
 BenchNumSeqsOpt = Annotated[
     int,
     typer.Option(
@@ -53,7 +53,9 @@ BenchNumSeqsOpt = Annotated[
 ]
 
 
+@option_groups
 def bench_command(
+    *,
     model: ModelOpt = "tiny-gsm",
     suite: SuiteOpt = "tiny-gsm",
     split: SplitOpt = "test",
@@ -65,11 +67,9 @@ def bench_command(
     max_new_tokens: MaxNewOpt = None,
     max_num_seqs: BenchNumSeqsOpt = 16,
     progress: ProgressOpt = True,
-    device: DeviceOpt = None,
-    dtype: DtypeOpt = None,
+    placement: DeviceFlags,
     revision: RevisionOpt = None,
-    tensor_parallel_size: TensorParallelOpt = 1,
-    distributed_executor_backend: ExecutorBackendOpt = "mp",
+    parallel: ParallelFlags,
 ) -> None:
     """Run a grid of decoding configurations over the same N problems, interleaved problem by problem
     (or chunk by chunk with --max-num-seqs); print a table and write results.json, problems.jsonl,
@@ -77,16 +77,14 @@ def bench_command(
     checkpoint's own s2d2_preset.json (give it with --preset to add it as a row)."""
     configs = get_grid(grid) + preset_rows(preset)
     problems = load_problems(suite, split, n)
-    if threads is not None and threads < 1:
-        raise S2D2Error(f"--threads must be >= 1, got {threads}")
-    if max_new_tokens is not None and max_new_tokens < 1:
-        raise S2D2Error(f"--max-new-tokens must be >= 1, got {max_new_tokens}")
+    check_at_least("--threads", threads, 1)
+    check_at_least("--max-new-tokens", max_new_tokens, 1)
     check_max_num_seqs(max_num_seqs)
     out_dir = check_out_dir(out if out is not None else Path("runs") / f"bench-{grid}")
     require_matplotlib()
     m = _load_model(
-        model, device=device, dtype=dtype, threads=threads, max_num_seqs=max_num_seqs, revision=revision,
-        parallel=parallel_options(tensor_parallel_size, distributed_executor_backend),
+        model, placement, threads=threads, max_num_seqs=max_num_seqs, revision=revision,
+        **parallel.load_options(),
     )
     results = run_bench(
         m,
@@ -104,31 +102,11 @@ def bench_command(
     typer.echo(f"wrote {', '.join(OUTPUT_FILES)} to {out_dir}", err=True)
 
 
-def _load_model(
-    model: str,
-    *,
-    device: str | None,
-    dtype: str | None,
-    threads: int | None,
-    max_num_seqs: int = 1,
-    revision: str | None = None,
-    parallel: dict[str, Any] | None = None,
-) -> Any:
-    """Set torch's thread count and load ``model`` (its engine decoding ``max_num_seqs`` rows together);
-    any loading failure becomes one line."""
-    import torch
-
-    from ..model import freeze_loaded_heap, load
-
-    if threads is not None:
-        torch.set_num_threads(threads)
+def _load_model(model: str, placement: DeviceFlags, **options: Any) -> Any:
+    """``model`` without its own s2d2_preset.json (``options``: ``load_model``'s keywords); any loading
+    failure becomes one line."""
     try:
-        m = load(
-            model, device=device, dtype=dtype, max_num_seqs=max_num_seqs, use_preset=False, revision=revision,
-            **(parallel or {}),
-        )
-        freeze_loaded_heap()
-        return m
+        return load_model(model, placement, freeze=True, use_preset=False, **options)
     except S2D2Error:
         raise
     except Exception as exc:  # a broken checkpoint can fail in many ways; the user needs one line

@@ -12,17 +12,18 @@ import typer
 
 from ..errors import S2D2Error
 from .options import (
-    DeviceOpt,
-    DtypeOpt,
+    DeviceFlags,
     EnforceEagerOpt,
-    ExecutorBackendOpt,
     GenerationConfigOpt,
     ModelOpt,
+    PageSizeOpt,
+    ParallelFlags,
     ProgressOpt,
     RevisionOpt,
-    TensorParallelOpt,
+    check_at_least,
     check_kv_options,
-    parallel_options,
+    load_model,
+    option_groups,
 )
 
 
@@ -99,7 +100,9 @@ def _measured_elsewhere(path: str, shape: Path | None):
     return cost, f"the measured profile {path}" + (f" ({what})" if what else "")
 
 
+@option_groups
 def bench_batch_command(
+    *,
     model: ModelOpt = "tiny-gsm",
     n: Annotated[int, typer.Option("--n", help="Test problems decoded per cell.")] = 128,
     limits: Annotated[str, typer.Option(help="Batch limits (max_num_seqs) to compare.")] = "1,4,16,64",
@@ -111,8 +114,7 @@ def bench_batch_command(
     threads: Annotated[int | None, typer.Option(help="torch CPU threads (default: torch's own).")] = None,
     json_out: Annotated[Path | None, typer.Option("--json", help="Also write the results here.")] = None,
     progress: ProgressOpt = True,
-    device: DeviceOpt = None,
-    dtype: DtypeOpt = None,
+    placement: DeviceFlags,
     cost_profile: Annotated[
         str | None,
         typer.Option(help="A step-cost profile: a profile file (calibrated when missing) or roofline:NAME."),
@@ -131,7 +133,7 @@ def bench_batch_command(
         str,
         typer.Option("--prefix-cache", help="Reuse cached prompt prefixes: on | off | both (side by side)."),
     ] = "on",
-    kv_page_size: Annotated[int, typer.Option("--kv-page-size", help="Positions one KV page holds.")] = 16,
+    kv_page_size: PageSizeOpt = 16,
     kv_budget_tokens: Annotated[
         int | None,
         typer.Option(
@@ -160,39 +162,31 @@ def bench_batch_command(
     revision: RevisionOpt = None,
     generation_config: GenerationConfigOpt = "auto",
     enforce_eager: EnforceEagerOpt = False,
-    tensor_parallel_size: TensorParallelOpt = 1,
-    distributed_executor_backend: ExecutorBackendOpt = "mp",
+    parallel: ParallelFlags,
 ) -> None:
     """Decode the same N problems with every configuration at every batch limit (interleaved) and print
     output tokens/s, the speed-up against the first limit, forwards/s, rows per forward and query tokens
     against the model's measured query-token ceiling; with --shared-prefix, also prefill forwards per
     request and time to first token (p50), with the prefix cache on, off or both; with --request-rate,
     open-loop Poisson arrivals (the same in every cell) and time to first token from arrival (p50, p99)."""
-    import torch
-
     from ..bench import throughput, throughput_table
-    from ..model import freeze_loaded_heap, load
 
     lims = _int_list(limits, "--limits")
     check_kv_options(kv_page_size, kv_budget_tokens)
     caches = {"on": [True], "off": [False], "both": [False, True]}.get(prefix_cache)
     if caches is None:
         raise S2D2Error(f"--prefix-cache takes on, off or both, got {prefix_cache!r}")
-    if shared_prefix < 0:
-        raise S2D2Error(f"--shared-prefix must be >= 0, got {shared_prefix}")
+    check_at_least("--shared-prefix", shared_prefix, 0)
     throughput.check_request_rate(request_rate)
     names = [c for c in configs.split(",") if c] if configs else list(throughput.DEFAULT_CONFIGS)
-    if threads is not None:
-        if threads < 1:
-            raise S2D2Error(f"--threads must be >= 1, got {threads}")
-        torch.set_num_threads(threads)
     # with --simulate, -tp prices N GPUs (the model runs here in one process); without, it loads N ranks
-    real_tp = tensor_parallel_size if simulate is None else 1
-    m = load(model, device=device, dtype=dtype, revision=revision, enforce_eager=enforce_eager,
-             generation_config=generation_config,
-             **parallel_options(real_tp, distributed_executor_backend))  # fmt: skip
-    freeze_loaded_heap()
-    cost, label = _cost(m, cost_profile, simulate, shape, 1 if simulate is None else tensor_parallel_size)
+    tp = parallel.tensor_parallel_size
+    loaded = dataclasses.replace(parallel, tensor_parallel_size=tp if simulate is None else 1)
+    m = load_model(
+        model, placement, threads=threads, freeze=True, revision=revision, enforce_eager=enforce_eager,
+        generation_config=generation_config, **loaded.load_options(),
+    )  # fmt: skip
+    cost, label = _cost(m, cost_profile, simulate, shape, 1 if simulate is None else tp)
     unfit = _memory_fit(m, cost, lims, n, max_new_tokens, shared_prefix) if label else {}
     if unfit and len(unfit) == len(lims):  # not even the smallest batch: nothing to run
         typer.echo(f"PROJECTED {label}: {unfit[min(lims)]}")

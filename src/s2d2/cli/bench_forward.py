@@ -12,10 +12,12 @@ import typer
 from ..cost.step_cost import FittedCost, profile_key
 from ..errors import S2D2Error
 from .bench_batch import _int_list
-from .options import DeviceOpt, DtypeOpt, EnforceEagerOpt, RevisionOpt
+from .options import DeviceFlags, EnforceEagerOpt, RevisionOpt, load_model, option_groups
 
 
+@option_groups
 def bench_forward_command(
+    *,
     model: Annotated[
         str | None,
         typer.Option("--model", "-m", help="Built-in name, checkpoint directory or Hugging Face ORG/NAME."),
@@ -32,8 +34,7 @@ def bench_forward_command(
     ] = None,
     threads: Annotated[int | None, typer.Option(help="torch CPU threads.")] = None,
     json_out: Annotated[Path | None, typer.Option("--json", help="Also write the table here.")] = None,
-    device: DeviceOpt = None,
-    dtype: DtypeOpt = None,
+    placement: DeviceFlags,
     revision: RevisionOpt = None,
     enforce_eager: EnforceEagerOpt = False,
 ) -> None:
@@ -44,7 +45,6 @@ def bench_forward_command(
     from tqdm.auto import tqdm
 
     from ..cost import measure as forward_cost
-    from ..model import load
 
     if (model is None) == (config_json is None):
         raise S2D2Error("give exactly one of --model and --config-json")
@@ -54,9 +54,9 @@ def bench_forward_command(
     if min(qs + cs + bs) < 1 or repeats < 1:
         raise S2D2Error("--query, --context, --batch and --repeats take integers >= 1")
     if model is not None:
-        adapter = load(model, device=device, dtype=dtype, revision=revision).adapter
+        adapter = load_model(model, placement, revision=revision).adapter
     else:
-        adapter = forward_cost.random_adapter(config_json, device=device, dtype=dtype)
+        adapter = forward_cost.random_adapter(config_json, device=placement.device, dtype=placement.dtype)
     if adapter.fast is None:
         raise S2D2Error("bench-forward times the lean forward; this model's architecture has none")
     adapter.fast.enforce_eager = enforce_eager

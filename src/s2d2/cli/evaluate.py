@@ -12,30 +12,19 @@ import typer
 
 from ..errors import S2D2Error
 from .options import (
-    BlockOpt,
-    DecoderOpt,
-    DeviceOpt,
-    DtypeOpt,
-    EstimatorOpt,
-    ExecutorBackendOpt,
+    DecodingFlags,
+    DeviceFlags,
     GenerationConfigOpt,
-    MaxNewOpt,
     ModelOpt,
-    PolicyOpt,
-    PresetOpt,
+    ParallelFlags,
     ProgressOpt,
     RevisionOpt,
-    SeedOpt,
     SetOpt,
-    StepsOpt,
-    TempOpt,
-    TensorParallelOpt,
-    ThresholdOpt,
-    TopKOpt,
-    TopPOpt,
+    check_above,
+    check_at_least,
     check_max_num_seqs,
-    decoding_settings,
-    parallel_options,
+    load_model,
+    option_groups,
 )
 
 TaskArg = Annotated[
@@ -80,22 +69,13 @@ EvalNumSeqsOpt = Annotated[
 ]
 
 
+@option_groups
 def eval_command(
     task: TaskArg,
     data: DataOpt = None,
     model: ModelOpt = "tiny-gsm",
-    decoder: DecoderOpt = None,
-    preset: PresetOpt = None,
-    block_size: BlockOpt = None,
-    steps: StepsOpt = None,
-    threshold: ThresholdOpt = None,
-    policy: PolicyOpt = None,
-    estimator: EstimatorOpt = None,
-    max_new_tokens: MaxNewOpt = None,
-    temperature: TempOpt = None,
-    top_k: TopKOpt = None,
-    top_p: TopPOpt = None,
-    seed: SeedOpt = None,
+    *,
+    decoding: DecodingFlags,
     sets: SetOpt = None,
     limit: LimitOpt = None,
     out: OutOpt = None,
@@ -104,12 +84,10 @@ def eval_command(
     memory_mb: MemoryOpt = 1536,
     progress: ProgressOpt = True,
     max_num_seqs: EvalNumSeqsOpt = 16,
-    device: DeviceOpt = None,
-    dtype: DtypeOpt = None,
+    placement: DeviceFlags,
     revision: RevisionOpt = None,
     generation_config: GenerationConfigOpt = "auto",
-    tensor_parallel_size: TensorParallelOpt = 1,
-    distributed_executor_backend: ExecutorBackendOpt = "mp",
+    parallel: ParallelFlags,
 ) -> None:
     """Evaluate a model on GSM8K, MBPP, HumanEval, tiny-gsm or tiny-code: accuracy (95% CI), NFE/token,
     wall time (code tasks: the share of programs that do not compile too)."""
@@ -117,36 +95,14 @@ def eval_command(
     from ..evaluation.tasks import get_task
 
     t = get_task(task)
-    settings = decoding_settings(
-        decoder=decoder,
-        preset=preset,
-        block_size=block_size,
-        steps=steps,
-        threshold=threshold,
-        policy=policy,
-        estimator=estimator,
-        max_new_tokens=max_new_tokens,
-        temperature=temperature,
-        top_k=top_k,
-        top_p=top_p,
-        seed=seed,
-        sets=sets,
-    )
-    _check_code_limits(timeout, memory_mb)
+    settings = decoding.settings(sets)
+    check_above("--timeout", timeout, 0)  # the limits of a code task's test run
+    check_at_least("--memory-mb", memory_mb, 64)
     check_max_num_seqs(max_num_seqs)
     problems = t.load(data, limit)  # data errors before the (slow) model load
-    m, cfg = _load_for_eval(
-        model,
-        settings,
-        t.max_new_tokens,
-        chat=chat,
-        device=device,
-        dtype=dtype,
-        max_num_seqs=max_num_seqs,
-        revision=revision,
-        parallel={**parallel_options(tensor_parallel_size, distributed_executor_backend),
-                  "generation_config": generation_config},  # fmt: skip
-    )
+    m = load_model(model, placement, max_num_seqs=max_num_seqs, revision=revision,
+                   generation_config=generation_config, **parallel.load_options())  # fmt: skip
+    cfg = _eval_config(m, model, settings, t.max_new_tokens, chat)
     report = run_eval(
         t,
         problems,
@@ -163,38 +119,16 @@ def eval_command(
     print_summary(report.summary, out=out)
 
 
-def _check_code_limits(timeout: float, memory_mb: int) -> None:
-    """``--timeout`` and ``--memory-mb`` (the limits of a code task's test run) must be usable."""
-    if timeout <= 0:
-        raise S2D2Error(f"--timeout must be > 0, got {timeout}")
-    if memory_mb < 64:
-        raise S2D2Error(f"--memory-mb must be >= 64, got {memory_mb}")
-
-
-def _load_for_eval(
-    model: str,
-    settings: dict[str, Any],
-    max_new_tokens: int,
-    *,
-    chat: bool | None,
-    device: str | None,
-    dtype: str | None,
-    max_num_seqs: int = 1,
-    revision: str | None = None,
-    parallel: dict[str, Any] | None = None,
-) -> tuple[Any, Any]:
-    """Load ``model`` and build its decoding config (the task's ``max_new_tokens`` unless given)."""
-    from ..model import load
-
-    kw = parallel or {}
-    m = load(model, device=device, dtype=dtype, max_num_seqs=max_num_seqs, revision=revision, **kw)
+def _eval_config(m: Any, model: str, settings: dict[str, Any], max_new_tokens: int, chat: bool | None) -> Any:
+    """The decoding config of ``settings`` (the task's ``max_new_tokens`` unless given); a one-line error
+    for a model that cannot take the task's prompts."""
     settings.setdefault("max_new_tokens", max_new_tokens)
     cfg = m.make_config(**settings)
     if m.tokenizer is None:
         raise S2D2Error(f"model {model} has no tokenizer: evaluation needs text prompts")
     if chat and not getattr(m.tokenizer, "chat_template", None):
         raise S2D2Error(f"model {model} has no chat template; drop --chat")
-    return m, cfg
+    return cfg
 
 
 #: What ``s2d2 lm-eval --help`` prints before lm-eval's own help.

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Annotated, Any
@@ -11,31 +12,19 @@ import typer
 
 from ..errors import S2D2Error
 from .options import (
-    BlockOpt,
-    DecoderOpt,
-    DeviceOpt,
-    DtypeOpt,
-    EstimatorOpt,
-    ExecutorBackendOpt,
+    DecodingFlags,
+    DeviceFlags,
     GenerationConfigOpt,
-    MaxNewOpt,
     MaxNumSeqsOpt,
     ModelOpt,
-    PolicyOpt,
-    PresetOpt,
+    ParallelFlags,
     ProgressOpt,
+    PromptChatOpt,
     RevisionOpt,
-    SeedOpt,
     SetOpt,
-    StepsOpt,
-    TempOpt,
-    TensorParallelOpt,
-    ThresholdOpt,
-    TopKOpt,
-    TopPOpt,
     check_max_num_seqs,
-    decoding_settings,
-    parallel_options,
+    load_model,
+    option_groups,
 )
 from .request_file import run_request_file
 
@@ -43,7 +32,6 @@ PromptArg = Annotated[
     str | None,
     typer.Argument(help="Prompt text (or token ids with --ids); omit it with --input.", show_default=False),
 ]
-ChatOpt = Annotated[bool, typer.Option(help="Wrap the prompt in the tokenizer's chat template.")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object with text, ids and stats.")]
 IdsOpt = Annotated[bool, typer.Option("--ids", help="PROMPT is token ids separated by spaces or commas.")]
 TraceOpt = Annotated[bool, typer.Option(help="Include the per-step trace (with --json or --input).")]
@@ -76,37 +64,70 @@ RegexOpt = Annotated[
 ]
 
 
+@dataclasses.dataclass(frozen=True)
+class RequestFileFlags:
+    """``--input`` and ``--output``: a JSONL file of requests decoded together, in place of PROMPT."""
+
+    input_path: InputOpt = None
+    output: OutputOpt = None
+
+    def given(self, prompt: str | None, ids: bool) -> bool:
+        """Whether the files are given (then ``prompt`` is not, nor ``--ids``): a one-line error for a
+        combination that does not go, or for neither PROMPT nor files."""
+        if self.input_path is None and self.output is None:
+            if prompt is None:
+                raise S2D2Error("give a PROMPT, or --input FILE --output FILE")
+            return False
+        if prompt is not None:
+            raise S2D2Error("give either PROMPT or --input, not both")
+        if self.input_path is None:
+            raise S2D2Error("--output needs --input")
+        if self.output is None:
+            raise S2D2Error("--input needs --output")
+        if ids:
+            raise S2D2Error('--ids does not apply to --input (give "prompt_ids" in the file)')
+        return True
+
+
+@dataclasses.dataclass(frozen=True)
+class StructuredFlags:
+    """``--json-schema`` and ``--regex``: the form the generated text must have."""
+
+    json_schema: JsonSchemaOpt = None
+    regex: RegexOpt = None
+
+    def keywords(self) -> dict[str, Any]:
+        """``generate``'s structured-output keywords (the schema file read here)."""
+        if self.json_schema is None:
+            return {} if self.regex is None else {"regex": self.regex}
+        try:
+            text = self.json_schema.read_text()
+        except OSError as exc:
+            raise S2D2Error(f"cannot read --json-schema {self.json_schema}: {exc.strerror}") from None
+        out: dict[str, Any] = {"json_schema": text}
+        if self.regex is not None:
+            out["regex"] = self.regex  # generate refuses two constraints with one line
+        return out
+
+
+@option_groups
 def generate_command(
     prompt: PromptArg = None,
     model: ModelOpt = "tiny-gsm",
-    decoder: DecoderOpt = None,
-    preset: PresetOpt = None,
-    block_size: BlockOpt = None,
-    steps: StepsOpt = None,
-    threshold: ThresholdOpt = None,
-    policy: PolicyOpt = None,
-    estimator: EstimatorOpt = None,
-    max_new_tokens: MaxNewOpt = None,
-    temperature: TempOpt = None,
-    top_k: TopKOpt = None,
-    top_p: TopPOpt = None,
-    seed: SeedOpt = None,
-    chat: ChatOpt = False,
+    *,
+    decoding: DecodingFlags,
+    chat: PromptChatOpt = False,
     as_json: JsonOpt = False,
     ids: IdsOpt = False,
     trace: TraceOpt = False,
-    input_path: InputOpt = None,
-    output: OutputOpt = None,
+    requests: RequestFileFlags,
     max_num_seqs: MaxNumSeqsOpt = None,
     progress: ProgressOpt = True,
-    device: DeviceOpt = None,
-    dtype: DtypeOpt = None,
+    placement: DeviceFlags,
     sets: SetOpt = None,
-    json_schema: JsonSchemaOpt = None,
-    regex: RegexOpt = None,
+    structured: StructuredFlags,
     revision: RevisionOpt = None,
-    tensor_parallel_size: TensorParallelOpt = 1,
-    distributed_executor_backend: ExecutorBackendOpt = "mp",
+    parallel: ParallelFlags,
     generation_config: GenerationConfigOpt = "auto",
 ) -> None:
     """Generate a continuation of PROMPT and print it (with --json: text, token ids and statistics).
@@ -115,56 +136,31 @@ def generate_command(
     the batched engine and write one JSON line per request; exits 1 if some requests failed (their lines
     carry "error"), 2 on a malformed input line (then no output is written).
     """
-    from ..model import load
-
     check_max_num_seqs(max_num_seqs)
-    settings = decoding_settings(
-        decoder=decoder,
-        preset=preset,
-        block_size=block_size,
-        steps=steps,
-        threshold=threshold,
-        policy=policy,
-        estimator=estimator,
-        max_new_tokens=max_new_tokens,
-        temperature=temperature,
-        top_k=top_k,
-        top_p=top_p,
-        seed=seed,
-        sets=sets,
-    )
+    settings = decoding.settings(sets)
     if trace:
         settings["trace"] = True
-    constraint = _constraint_options(json_schema, regex)
+    constraint = structured.keywords()
     load_kw: dict[str, Any] = {} if max_num_seqs is None else {"max_num_seqs": max_num_seqs}
     if revision is not None:
         load_kw["revision"] = revision
-    load_kw.update(parallel_options(tensor_parallel_size, distributed_executor_backend))
-    load_kw.update(generation_config=generation_config, block_size=block_size)  # block_size: its source
-    if input_path is not None or output is not None:
-        if prompt is not None:
-            raise S2D2Error("give either PROMPT or --input, not both")
-        if input_path is None:
-            raise S2D2Error("--output needs --input")
-        if output is None:
-            raise S2D2Error("--input needs --output")
-        if ids:
-            raise S2D2Error('--ids does not apply to --input (give "prompt_ids" in the file)')
-        load_kw.update(device=device, dtype=dtype)
+    load_kw.update(parallel.load_options())
+    # block_size: its source
+    load_kw.update(generation_config=generation_config, block_size=decoding.block_size)
+    if requests.given(prompt, ids):
+        load_kw.update(device=placement.device, dtype=placement.dtype)
         run_request_file(
             model,
             {**settings, **constraint},
-            input_path,
-            output,
+            requests.input_path,
+            requests.output,
             load_kw=load_kw,
             chat=chat,
             trace=trace,
             progress=progress,
         )
         return
-    if prompt is None:
-        raise S2D2Error("give a PROMPT, or --input FILE --output FILE")
-    m = load(model, device=device, dtype=dtype, **load_kw)
+    m = load_model(model, placement, **load_kw)
     cfg = m.make_config(**settings)  # validate settings before any work
     prompt_in = _prompt_input(prompt, ids=ids or m.tokenizer is None, ids_flag=ids, model=model)
     result = m.generate(prompt_in, cfg, chat=chat, **constraint)
@@ -175,20 +171,6 @@ def generate_command(
         if not as_json:
             typer.echo(f"[parameter bytes per rank: {', '.join(map(str, ranks.param_bytes))}]", err=True)
     _print_result(result, as_json=as_json, trace=trace, engine=engine)
-
-
-def _constraint_options(json_schema: Path | None, regex: str | None) -> dict[str, Any]:
-    """``generate``'s structured-output keywords from the flags (the schema file read here)."""
-    if json_schema is None:
-        return {} if regex is None else {"regex": regex}
-    try:
-        text = json_schema.read_text()
-    except OSError as exc:
-        raise S2D2Error(f"cannot read --json-schema {json_schema}: {exc.strerror}") from None
-    out: dict[str, Any] = {"json_schema": text}
-    if regex is not None:
-        out["regex"] = regex  # generate refuses two constraints with one line
-    return out
 
 
 def _prompt_input(prompt: str, *, ids: bool, ids_flag: bool, model: str) -> Any:

@@ -14,7 +14,7 @@ from typing import Any
 import typer
 
 from ..errors import S2D2Error
-from ..files import write_text_atomically
+from ..files import json_object, write_text_atomically
 
 
 class FileRequest:
@@ -93,12 +93,7 @@ def _type_word(annotation: str) -> str:
 
 def _parse_line(raw: str, types: dict[str, str]) -> tuple[Any, str | list[int], dict[str, Any], bool | None]:
     """One line's (id, prompt, settings, chat); ``ValueError`` with the reason when it is malformed."""
-    try:
-        obj = json.loads(raw)
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"not valid JSON ({exc.msg} at column {exc.colno})") from None
-    if not isinstance(obj, dict):
-        raise ValueError(f"expected a JSON object, got {type(obj).__name__}")
+    obj = json_object(raw, one_line=True)
     if ("prompt" in obj) == ("prompt_ids" in obj):
         raise ValueError('give exactly one of "prompt" and "prompt_ids"')
     if "prompt" in obj:

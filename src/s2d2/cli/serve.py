@@ -10,18 +10,20 @@ import typer
 
 from ..errors import S2D2Error
 from .options import (
-    DeviceOpt,
-    DtypeOpt,
+    DeviceFlags,
     EnforceEagerOpt,
-    ExecutorBackendOpt,
     GenerationConfigOpt,
     LoadBlockOpt,
     ModelOpt,
+    PageSizeOpt,
+    ParallelFlags,
     PresetOpt,
     RevisionOpt,
-    TensorParallelOpt,
+    check_at_least,
     check_kv_options,
-    parallel_options,
+    load_model,
+    option_groups,
+    require_modules,
 )
 
 HostOpt = Annotated[str, typer.Option(help="Address to listen on.")]
@@ -106,14 +108,6 @@ RoutingStateOpt = Annotated[
 ]
 
 
-def _need_serve_extra() -> None:
-    try:
-        import fastapi  # noqa: F401
-        import uvicorn  # noqa: F401
-    except ImportError:
-        raise S2D2Error("s2d2 serve needs FastAPI and uvicorn: pip install 's2d2[serve]'") from None
-
-
 PrefixCacheOpt = Annotated[
     bool,
     typer.Option(
@@ -122,7 +116,6 @@ PrefixCacheOpt = Annotated[
         "few-shot examples, earlier chat turns).",
     ),
 ]
-PageSizeOpt = Annotated[int, typer.Option("--kv-page-size", help="Positions one KV page holds.")]
 KVBudgetOpt = Annotated[
     int | None,
     typer.Option(
@@ -182,7 +175,9 @@ def _check_reasoning_parser(name: str | None) -> None:
         )
 
 
+@option_groups
 def serve_command(
+    *,
     model: ModelOpt = "tiny-gsm",
     host: HostOpt = "127.0.0.1",
     port: PortOpt = 8000,
@@ -192,8 +187,7 @@ def serve_command(
     grace: GraceOpt = 30.0,
     max_body_bytes: BodyOpt = 1 << 20,
     served_name: NameOpt = None,
-    device: DeviceOpt = None,
-    dtype: DtypeOpt = None,
+    placement: DeviceFlags,
     log_level: LogOpt = "info",
     ray: RayOpt = False,
     replicas: ReplicasOpt = 1,
@@ -214,13 +208,14 @@ def serve_command(
     tool_call_parser: ToolParserOpt = None,
     reasoning_parser: ReasoningParserOpt = None,
     enable_auto_tool_choice: AutoToolOpt = False,
-    tensor_parallel_size: TensorParallelOpt = 1,
-    distributed_executor_backend: ExecutorBackendOpt = "mp",
+    parallel: ParallelFlags,
     block_size: LoadBlockOpt = None,
     generation_config: GenerationConfigOpt = "auto",
 ) -> None:
     """Serve MODEL over an OpenAI-compatible HTTP API (completions, chat completions, streaming)."""
-    _need_serve_extra()
+    require_modules(
+        "fastapi", "uvicorn", hint="s2d2 serve needs FastAPI and uvicorn: pip install 's2d2[serve]'"
+    )
     from ..serving.security import default_allowed_hosts
 
     _check_serve_options(max_num_seqs, max_queue, port, grace, max_body_bytes)
@@ -233,7 +228,7 @@ def serve_command(
                   enforce_eager=enforce_eager)  # fmt: skip
     if revision is not None:
         memory["revision"] = revision
-    memory.update(parallel_options(tensor_parallel_size, distributed_executor_backend))
+    memory.update(parallel.load_options())
     memory.update(block_size=block_size, generation_config=generation_config)
     hosts = [h.strip() for h in allowed_hosts.split(",") if h.strip()] if allowed_hosts else None
     options = dict(
@@ -265,25 +260,18 @@ def serve_command(
             port=port,
             grace=grace,
             replicas=replicas,
-            device=device,
-            dtype=dtype,
+            device=placement.device,
+            dtype=placement.dtype,
             load_options=memory,
             **options,
         )
         return
-    from ..model import freeze_loaded_heap, load
+    from ..model import freeze_loaded_heap
     from ..serving.app import create_app
     from ..serving.server import serve
 
-    m = load(
-        model,
-        device=device,
-        dtype=dtype,
-        max_num_seqs=max_num_seqs,
-        cost_profile=cost_profile,
-        max_num_batched_tokens=max_num_batched_tokens,
-        **memory,
-    )
+    m = load_model(model, placement, max_num_seqs=max_num_seqs, cost_profile=cost_profile,
+                   max_num_batched_tokens=max_num_batched_tokens, **memory)  # fmt: skip
     app = create_app(m, routing_state=routing_state, **options)
     freeze_loaded_heap()
     status = serve(
@@ -301,10 +289,8 @@ def _check_serve_options(max_num_seqs: int, max_queue: int, port: int, grace: fl
 
 
 def _check_robustness_options(tokens: int | None, tables: int, keep_alive: float, body: float) -> None:
-    if tokens is not None and tokens < 1:
-        raise S2D2Error(f"--max-query-tokens-per-row must be >= 1, got {tokens}")
-    if tables < 1:
-        raise S2D2Error(f"--max-routing-tables must be >= 1, got {tables}")
+    check_at_least("--max-query-tokens-per-row", tokens, 1)
+    check_at_least("--max-routing-tables", tables, 1)
     if not keep_alive > 0 or not body > 0:
         raise S2D2Error("--timeout-keep-alive and --body-timeout must be > 0")
 

@@ -8,55 +8,34 @@ from typing import Annotated
 import typer
 
 from .options import (
-    BlockOpt,
-    DecoderOpt,
-    DeviceOpt,
-    DtypeOpt,
-    EstimatorOpt,
+    DecodingFlags,
+    DeviceFlags,
     GenerationConfigOpt,
-    MaxNewOpt,
     ModelOpt,
-    PolicyOpt,
-    PresetOpt,
+    PromptChatOpt,
     RevisionOpt,
-    SeedOpt,
     SetOpt,
-    StepsOpt,
-    TempOpt,
-    ThresholdOpt,
-    TopKOpt,
-    TopPOpt,
-    decoding_settings,
+    load_model,
+    option_groups,
 )
 
 PromptArg = Annotated[str, typer.Argument(help="Prompt text.", show_default=False)]
 HtmlOpt = Annotated[
     Path | None, typer.Option("--html", help="Also write a self-contained HTML page with a step slider.")
 ]
-ChatOpt = Annotated[bool, typer.Option(help="Wrap the prompt in the tokenizer's chat template.")]
 QuietOpt = Annotated[bool, typer.Option("--quiet", help="No terminal view (with --html).")]
 
 
+@option_groups
 def trace_command(
     prompt: PromptArg,
     model: ModelOpt = "tiny-gsm",
-    decoder: DecoderOpt = None,
-    preset: PresetOpt = None,
-    block_size: BlockOpt = None,
-    steps: StepsOpt = None,
-    threshold: ThresholdOpt = None,
-    policy: PolicyOpt = None,
-    estimator: EstimatorOpt = None,
-    max_new_tokens: MaxNewOpt = None,
-    temperature: TempOpt = None,
-    top_k: TopKOpt = None,
-    top_p: TopPOpt = None,
-    seed: SeedOpt = None,
-    chat: ChatOpt = False,
+    *,
+    decoding: DecodingFlags,
+    chat: PromptChatOpt = False,
     html: HtmlOpt = None,
     quiet: QuietOpt = False,
-    device: DeviceOpt = None,
-    dtype: DtypeOpt = None,
+    placement: DeviceFlags,
     sets: SetOpt = None,
     revision: RevisionOpt = None,
     generation_config: GenerationConfigOpt = "auto",
@@ -65,17 +44,11 @@ def trace_command(
     coloured by how they were committed (accepted draft, AR correction or resample, fallback commit,
     edit), the forward's kind and the running NFE, then a summary. --html FILE writes the same view as
     one self-contained page (no network) with a step slider and per-token probabilities on hover."""
-    from ..model import load
     from ..tracing import view_of
 
-    settings = decoding_settings(
-        decoder=decoder, preset=preset, block_size=block_size, steps=steps, threshold=threshold,
-        policy=policy, estimator=estimator, max_new_tokens=max_new_tokens, temperature=temperature,
-        top_k=top_k, top_p=top_p, seed=seed, sets=sets,
-    )  # fmt: skip
+    settings = decoding.settings(sets)
     settings["trace"] = True
-    m = load(model, device=device, dtype=dtype, max_num_seqs=1, revision=revision,
-             generation_config=generation_config)  # fmt: skip
+    m = load_model(model, placement, max_num_seqs=1, revision=revision, generation_config=generation_config)
     cfg = m.make_config(**settings)
     ids = m.encode(prompt, chat=chat)
     result = m.generate(ids, cfg)

@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from ..errors import S2D2Error
-from .options import checked_option
+from .options import check_above, check_at_least, checked_option
 
 DEFAULT_TRAIN_STEPS = 4400  # keep in step with src/s2d2/models/tiny-gsm/MODEL_CARD.md
 
@@ -110,16 +110,13 @@ def train_tiny_command(
     from ..training.loop import train_tiny
     from ..training.schedule import check_ar_first, check_lr, parse_block_mix
 
-    if minutes <= 0:
-        raise S2D2Error(f"--minutes must be > 0, got {minutes}")
-    if steps < 1:
-        raise S2D2Error(f"--steps must be >= 1, got {steps}")
+    check_above("--minutes", minutes, 0)
+    check_at_least("--steps", steps, 1)
     if dev_size < 1 or eval_every <= 0:
         raise S2D2Error("--dev-size must be >= 1 and --eval-every > 0")
     if task not in ("tiny-gsm", "tiny-code"):
         raise S2D2Error(f"--task must be tiny-gsm or tiny-code, got {task!r}")
-    if threads is not None and threads < 1:
-        raise S2D2Error(f"--threads must be >= 1, got {threads}")
+    check_at_least("--threads", threads, 1)
     if out.exists() and not out.is_dir():
         raise S2D2Error(f"--out {out} exists and is not a directory")
     best = train_tiny(

@@ -8,7 +8,19 @@ from typing import Annotated, Any
 import typer
 
 from ..errors import S2D2Error
-from .options import DeviceOpt, DtypeOpt, MaxNewOpt, ModelOpt, ProgressOpt, RevisionOpt
+from .options import (
+    DeviceFlags,
+    MaxNewOpt,
+    ModelOpt,
+    ProgressOpt,
+    RevisionOpt,
+    ThreadsOpt,
+    check_at_least,
+    check_max_num_seqs,
+    load_model,
+    option_groups,
+    require_modules,
+)
 
 TASKS = ("tiny-gsm", "gsm8k")
 
@@ -32,11 +44,12 @@ NameOpt = Annotated[str | None, typer.Option(help="The preset's name (default: t
 SeqsOpt = Annotated[int, typer.Option("--max-num-seqs", help="Rows each trial decodes together.")]
 WallOpt = Annotated[bool, typer.Option("--wall-time", help="Add seconds per problem as a third objective.")]
 SeedOpt = Annotated[int, typer.Option(help="Seed of the sampler.")]
-ThreadsOpt = Annotated[int | None, typer.Option(help="torch CPU threads (default: torch's own choice).")]
 
 
+@option_groups
 def tune_command(
     out: OutArg,
+    *,
     model: ModelOpt = "tiny-gsm",
     task: TaskOpt = "tiny-gsm",
     data: DataOpt = None,
@@ -53,8 +66,7 @@ def tune_command(
     seed: SeedOpt = 0,
     threads: ThreadsOpt = None,
     progress: ProgressOpt = True,
-    device: DeviceOpt = None,
-    dtype: DtypeOpt = None,
+    placement: DeviceFlags,
     revision: RevisionOpt = None,
 ) -> None:
     """Tune S2D2's settings (block size, causal cache, routing policy and parameters, estimator, score,
@@ -77,9 +89,12 @@ def tune_command(
         wall_time=wall_time,
         seed=seed,
     )
-    _require_optuna()
+    require_modules("optuna", hint="s2d2 tune needs Optuna: pip install 's2d2[tune]' (or pip install optuna)")
     problems, task_obj = load_dev_problems(task, split, n, data)
-    m = _load(model, device, dtype, threads, max_num_seqs, revision)
+    # without the model's own s2d2_preset.json: trials set every searched setting themselves
+    m = load_model(
+        model, placement, threads=threads, max_num_seqs=max_num_seqs, use_preset=False, revision=revision
+    )
     from ..tuning.trial_eval import DevSet
 
     dev = DevSet(problems, task_obj, max_new_tokens or task_obj.max_new_tokens, task_obj.default_chat(m))
@@ -95,23 +110,12 @@ def _check(
         raise S2D2Error(f"--out {out} is a directory")
     if not 0.0 <= max_drop <= 1.0:
         raise S2D2Error(f"--max-drop must be in [0, 1] (a fraction of accuracy), got {max_drop}")
-    if trials < 1:
-        raise S2D2Error(f"--trials must be >= 1, got {trials}")
+    check_at_least("--trials", trials, 1)
     if budget is not None and not budget > 0:
         raise S2D2Error(f"--time-budget must be > 0 minutes, got {budget}")
-    if seqs < 1:
-        raise S2D2Error(f"--max-num-seqs must be >= 1, got {seqs}")
-    if n is not None and n < 1:
-        raise S2D2Error(f"--n must be >= 1, got {n}")
-    if mnt is not None and mnt < 1:
-        raise S2D2Error(f"--max-new-tokens must be >= 1, got {mnt}")
-
-
-def _require_optuna() -> None:
-    try:
-        import optuna  # noqa: F401
-    except ImportError:
-        raise S2D2Error("s2d2 tune needs Optuna: pip install 's2d2[tune]' (or pip install optuna)") from None
+    check_max_num_seqs(seqs)
+    check_at_least("--n", n, 1)
+    check_at_least("--max-new-tokens", mnt, 1)
 
 
 def load_dev_problems(task: str, split: str, n: int | None, data: Path | None) -> tuple[list[dict], Any]:
@@ -128,21 +132,6 @@ def load_dev_problems(task: str, split: str, n: int | None, data: Path | None) -
     from ..bench.suites import load_problems
 
     return load_problems("tiny-gsm", split, n), task_obj
-
-
-def _load(
-    model: str, device: str | None, dtype: str | None, threads: int | None, seqs: int, revision: str | None
-) -> Any:
-    """The model, without its own s2d2_preset.json (trials set every searched setting themselves)."""
-    import torch
-
-    from ..model import load
-
-    if threads is not None:
-        if threads < 1:
-            raise S2D2Error(f"--threads must be >= 1, got {threads}")
-        torch.set_num_threads(threads)
-    return load(model, device=device, dtype=dtype, max_num_seqs=seqs, use_preset=False, revision=revision)
 
 
 def run_and_write(m: Any, dev: Any, spec: Any, out: Path, *, name: str | None, progress: bool) -> None:

@@ -22,19 +22,10 @@ from .options import (
     RevisionOpt,
     check_at_least,
     check_kv_options,
+    int_list,
     load_model,
     option_groups,
 )
-
-
-def _int_list(text: str, flag: str) -> list[int]:
-    try:
-        values = [int(x) for x in text.replace(" ", "").split(",") if x]
-    except ValueError:
-        raise S2D2Error(f"{flag} expects comma-separated integers, got {text!r}") from None
-    if not values:
-        raise S2D2Error(f"{flag} is empty")
-    return values
 
 
 def _cost(m, cost_profile: str | None, simulate: str | None, shape: Path | None, tp: int = 1):
@@ -171,7 +162,7 @@ def bench_batch_command(
     open-loop Poisson arrivals (the same in every cell) and time to first token from arrival (p50, p99)."""
     from ..bench import throughput, throughput_table
 
-    lims = _int_list(limits, "--limits")
+    lims = int_list(limits, "--limits")
     check_kv_options(kv_page_size, kv_budget_tokens)
     caches = {"on": [True], "off": [False], "both": [False, True]}.get(prefix_cache)
     if caches is None:

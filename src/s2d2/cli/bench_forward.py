@@ -11,8 +11,7 @@ import typer
 
 from ..cost.step_cost import FittedCost, profile_key
 from ..errors import S2D2Error
-from .bench_batch import _int_list
-from .options import DeviceFlags, EnforceEagerOpt, RevisionOpt, load_model, option_groups
+from .options import DeviceFlags, EnforceEagerOpt, RevisionOpt, int_list, load_model, option_groups
 
 
 @option_groups
@@ -50,7 +49,7 @@ def bench_forward_command(
         raise S2D2Error("give exactly one of --model and --config-json")
     if threads is not None:
         torch.set_num_threads(max(1, threads))
-    qs, cs, bs = _int_list(query, "--query"), _int_list(context, "--context"), _int_list(batch, "--batch")
+    qs, cs, bs = int_list(query, "--query"), int_list(context, "--context"), int_list(batch, "--batch")
     if min(qs + cs + bs) < 1 or repeats < 1:
         raise S2D2Error("--query, --context, --batch and --repeats take integers >= 1")
     if model is not None:

@@ -139,6 +139,17 @@ def check_max_num_seqs(value: int | None) -> int | None:
     return value
 
 
+def int_list(text: str, flag: str) -> list[int]:
+    """The comma-separated integers of option ``flag``'s ``text``; a one-line error if none or not all."""
+    try:
+        values = [int(x) for x in text.replace(" ", "").split(",") if x]
+    except ValueError:
+        raise S2D2Error(f"{flag} expects comma-separated integers, got {text!r}") from None
+    if not values:
+        raise S2D2Error(f"{flag} is empty")
+    return values
+
+
 def parse_sets(pairs: list[str] | None) -> dict[str, Any]:
     """``["penalty=2", "causal_cache=true"]`` -> typed settings (JSON values where they parse)."""
     out: dict[str, Any] = {}

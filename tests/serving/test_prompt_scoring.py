@@ -15,7 +15,7 @@ pytest.importorskip("fastapi")
 openai = pytest.importorskip("openai")
 httpx = pytest.importorskip("httpx")
 
-from test_server import _start_server, free_port, running_server  # noqa: E402
+from test_server import free_port, running_server, start_server  # noqa: E402
 
 import s2d2  # noqa: E402
 from s2d2.serving.app import create_app  # noqa: E402
@@ -159,7 +159,7 @@ def test_lm_eval_local_completions_equals_the_in_process_model(tmp_path):
     write_tiny_gsm_tasks(tmp_path, N_MC)
     acc_ref, ref = _mc_samples(S2D2LM(model="tiny-gsm", device="cpu", batch_size=16), tmp_path)
     port = free_port()
-    proc = _start_server(port)
+    proc = start_server(port)
     try:
         api = LocalCompletionsAPI(
             model="tiny-gsm",

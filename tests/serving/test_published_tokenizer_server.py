@@ -6,10 +6,6 @@ Chats stop at the template's end of turn, tools render through the published tem
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-import time
 
 import pytest
 
@@ -19,7 +15,7 @@ pytest.importorskip("xgrammar")
 httpx = pytest.importorskip("httpx")
 openai = pytest.importorskip("openai")
 
-from test_server import free_port  # noqa: E402
+from test_server import free_port, start_server  # noqa: E402
 
 from published_model import published_sdar_model, published_side_file  # noqa: E402
 
@@ -45,34 +41,13 @@ def _added(text: str) -> int:
     return next(int(k) for k, v in decoder.items() if v["content"] == text)
 
 
-def start_server(port: int, *extra: str, wait: float = 240.0) -> subprocess.Popen:
-    """``s2d2 serve`` on ``port`` with stdin closed, once its /health answers (a vocabulary of 152k
-    tokens loads slower than the test tokenizers: at most ``wait`` seconds)."""
-    cmd = [sys.executable, "-m", "s2d2.cli", "serve", "--port", str(port), "--max-num-seqs", "4"]
-    cmd += ["--grace", "30", "--log-level", "warning", *extra]
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    proc = subprocess.Popen(
-        cmd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
-    )
-    deadline = time.monotonic() + wait
-    while True:
-        if proc.poll() is not None or time.monotonic() > deadline:
-            proc.kill()
-            raise AssertionError(f"s2d2 serve did not start: {proc.communicate()[0].decode()[-2000:]}")
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
-                return proc
-        except httpx.TransportError:
-            time.sleep(0.2)
-
-
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     path = published_sdar_model(tmp_path_factory.mktemp("published_sdar"))
     port = free_port()
-    proc = start_server(
-        port, "--model", str(path), "--device", "cpu", "--dtype", "fp32", "--served-name", "x"
-    )
+    # (a vocabulary of 152k tokens loads slower than the test tokenizers)
+    args = ("--model", str(path), "--device", "cpu", "--dtype", "fp32", "--served-name", "x")
+    proc = start_server(port, *args, wait=240.0)
     base = f"http://127.0.0.1:{port}"
     try:
         yield base, openai.OpenAI(base_url=base + "/v1", api_key="none", max_retries=0, timeout=120)

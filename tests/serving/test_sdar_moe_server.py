@@ -13,7 +13,7 @@ pytest.importorskip("fastapi")
 pytest.importorskip("uvicorn")
 openai = pytest.importorskip("openai")
 
-from test_server import _start_server, free_port  # noqa: E402
+from test_server import free_port, start_server  # noqa: E402
 
 import s2d2  # noqa: E402
 from sdar_moe_fixture import make_sdar_moe_with_tokenizer  # noqa: E402
@@ -36,7 +36,7 @@ def model(checkpoint):
 @pytest.fixture(scope="module")
 def client(checkpoint):
     port = free_port()
-    proc = _start_server(port, "--model", str(checkpoint), "--device", "cpu", "--dtype", "fp32")
+    proc = start_server(port, "--model", str(checkpoint), "--device", "cpu", "--dtype", "fp32")
     try:
         yield openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="none", max_retries=0, timeout=60)
     finally:

@@ -346,13 +346,19 @@ def test_full_queue_answers_429_with_retry_after():
         assert ok.status_code == 200
 
 
-def _start_server(port: int, *extra: str) -> subprocess.Popen:
-    """``s2d2 serve`` on ``port`` in a subprocess, once its /health answers (at most 60 s)."""
-    cmd = [sys.executable, "-m", "s2d2.cli", "serve", "--port", str(port), "--max-num-seqs", "4"]
-    cmd += ["--grace", "30", "--log-level", "warning", *extra]
+def start_server(
+    port: int, *extra: str, max_num_seqs: int = 4, grace: int | None = 30, wait: float = 60.0
+) -> subprocess.Popen:
+    """``s2d2 serve`` on ``port`` in a subprocess with stdin closed, once its /health answers (at most
+    ``wait`` seconds); ``grace``: its ``--grace`` (None: the default)."""
+    cmd = [sys.executable, "-m", "s2d2.cli", "serve", "--port", str(port)]
+    cmd += ["--max-num-seqs", str(max_num_seqs)] + ([] if grace is None else ["--grace", str(grace)])
+    cmd += ["--log-level", "warning", *extra]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + 60
+    proc = subprocess.Popen(
+        cmd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+    )
+    deadline = time.monotonic() + wait
     while True:
         if proc.poll() is not None or time.monotonic() > deadline:
             proc.kill()
@@ -366,7 +372,7 @@ def _start_server(port: int, *extra: str) -> subprocess.Popen:
 
 def test_sigterm_finishes_running_requests_and_exits_0(tmp_path):
     port = free_port()
-    proc = _start_server(port)
+    proc = start_server(port)
     base = f"http://127.0.0.1:{port}"
     try:
         results: list = [None] * 3
@@ -417,7 +423,7 @@ def test_routing_state_file_survives_a_restart(tmp_path):
 
     def serve_once() -> int:
         port = free_port()
-        proc = _start_server(port, "--routing-state", str(state))
+        proc = start_server(port, "--routing-state", str(state))
         try:
             verified = 0
             for q in QUESTIONS[:8]:

@@ -25,7 +25,7 @@ pytest.importorskip("uvicorn")
 openai = pytest.importorskip("openai")
 httpx = pytest.importorskip("httpx")
 
-from test_server import free_port, running_server  # noqa: E402
+from test_server import free_port, running_server, start_server  # noqa: E402
 
 import s2d2  # noqa: E402
 from s2d2.decoding.routing_state import EngineRoutingState  # noqa: E402
@@ -305,22 +305,9 @@ def test_api_key_and_host_check(model):
 
 
 # ---------------------------------------------------------------------------------------------- shutdown
-def _start(port: int, *extra: str) -> subprocess.Popen:
-    """``s2d2 serve`` on ``port`` in a subprocess, once its /health answers (at most 60 s)."""
-    cmd = [sys.executable, "-m", "s2d2.cli", "serve", "--port", str(port), "--max-num-seqs", "16"]
-    cmd += ["--log-level", "warning", *extra]
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + 60
-    while True:
-        if proc.poll() is not None or time.monotonic() > deadline:
-            proc.kill()
-            raise AssertionError(f"s2d2 serve did not start: {proc.communicate()[0].decode()[-2000:]}")
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
-                return proc
-        except httpx.TransportError:
-            time.sleep(0.1)
+def _serve(port: int, *extra: str) -> subprocess.Popen:
+    """``s2d2 serve`` of 16 rows at the default grace (:func:`~test_server.start_server`)."""
+    return start_server(port, *extra, max_num_seqs=16, grace=None)
 
 
 def _wait_handled(base: str, timeout: float = 5.0) -> None:
@@ -342,7 +329,7 @@ def _streams_during_signals(tmp_path, signals: list[int], grace: str) -> tuple[l
     from the first signal to its exit."""
     port = free_port()
     state = tmp_path / "routing.json"
-    proc = _start(port, "--grace", grace, "--routing-state", str(state))
+    proc = _serve(port, "--grace", grace, "--routing-state", str(state))
     base = f"http://127.0.0.1:{port}"
     events: list = [None] * 16
     started = threading.Barrier(17, timeout=60)
@@ -416,7 +403,7 @@ def test_routing_state_path_errors(tmp_path):
     folder = tmp_path / "state"
     folder.mkdir()
     port = free_port()
-    proc = _start(port, "--routing-state", str(folder / "state.json"))
+    proc = _serve(port, "--routing-state", str(folder / "state.json"))
     try:
         folder.rmdir()
         folder.write_text("not a directory")
@@ -445,7 +432,7 @@ def test_cli_api_key_from_the_environment_and_default_hosts():
     port = free_port()
     os.environ["S2D2_API_KEY"] = "from-env"
     try:
-        proc = _start(port)
+        proc = _serve(port)
     finally:
         del os.environ["S2D2_API_KEY"]
     base = f"http://127.0.0.1:{port}"

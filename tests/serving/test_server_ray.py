@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -22,15 +21,11 @@ try:
 except ImportError:  # pragma: no cover - depends on the machine
     pytest.skip("Ray Serve is not installed (pip install 's2d2[ray]')", allow_module_level=True)
 
+from test_server import free_port  # noqa: E402
+
 from s2d2.serving.ray import run  # noqa: E402
 
 pytestmark = pytest.mark.slow
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_two_replicas_answer_through_the_ingress():
